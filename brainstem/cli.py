@@ -1,0 +1,254 @@
+"""The command line: argument handling and printing, nothing else.
+
+Every failure the runtime expects is one line on stderr and a non-zero exit;
+a traceback appears only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__, karma as karma_mod, keys
+from .errors import BrainstemError, ConfigError, MalformedValue
+
+
+class Ctx:
+    """What every command shares: settings and the store, opened on first use."""
+
+    def __init__(self, debug: bool):
+        self.debug = debug
+        self._settings = None
+        self._store = None
+
+    @property
+    def settings(self):
+        if self._settings is None:
+            from .settings import load_settings
+
+            self._settings = load_settings()
+        return self._settings
+
+    @property
+    def store(self):
+        if self._store is None:
+            from .kv import open_store
+
+            self._store = open_store(self.settings.kv, prefix=self.settings.kv_prefix or None)
+        return self._store
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="brainstem")
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Brainstem: a timer-woken runtime for an autonomous LLM agent.
+
+    Everything the agent is (soul, prompts, config, tools, memory) lives in a
+    key-value store: the embedded SQLite file by default, Redis when
+    BRAINSTEM_KV=redis://... is set.
+
+    \b
+    Start here:
+      brainstem seed --soul prompts_seed/soul.example.md   # write prompts, config, tools, soul
+      brainstem kv ls prompt:                               # look at what is stored
+      brainstem karma                                       # read the last session's flight recorder
+    """
+    ctx.obj = Ctx(debug)
+
+
+# --- seed -----------------------------------------------------------------
+
+@cli.command()
+@click.option("--soul", "soul_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Set the soul from this file when the store has none (an existing soul is never replaced).")
+@click.option("--example-soul", is_flag=True, help="Use the shipped example soul when the store has none.")
+@click.option("--force", is_flag=True, help="Rewrite seeded keys even if present (the soul is still never replaced).")
+@pass_ctx
+def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool) -> None:
+    """Write the shipped prompts, config and tools into the store.
+
+    Idempotent: keys already present are kept (the agent may have improved
+    them), unless --force. The soul is set only when absent.
+
+    \b
+    Examples:
+      brainstem seed --example-soul
+      brainstem seed --soul my_soul.md
+    """
+    from .seed import example_soul_path, seed as do_seed
+
+    if soul_file and example_soul:
+        raise click.UsageError("give --soul FILE or --example-soul, not both")
+    report = do_seed(c.store, soul_file=example_soul_path() if example_soul else soul_file, force=force)
+    click.echo(f"seeded {c.store.display_url}: {len(report.written)} written, {len(report.kept)} already present")
+    if report.soul == "set":
+        click.echo("soul: set")
+    elif report.soul == "kept":
+        click.echo("soul: present (kept; the soul is never overwritten)")
+    else:
+        click.echo("soul: not set yet; run `brainstem seed --soul FILE` (or --example-soul) before the first wake")
+
+
+# --- kv -------------------------------------------------------------------
+
+@cli.group()
+def kv() -> None:
+    """Read and write the store as the operator.
+
+    \b
+    The soul is protected here too: changing it needs --force-soul, the
+    documented operator override, and is meant for deliberate rewrites.
+
+    \b
+    Examples:
+      brainstem kv ls config:
+      brainstem kv get config:defaults --json
+      brainstem kv put wisdom "Be brief."
+      brainstem kv put prompt:orient --file orient.md
+    """
+
+
+@kv.command("get")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Parse the value as JSON and pretty-print it.")
+@pass_ctx
+def kv_get(c: Ctx, key: str, as_json: bool) -> None:
+    """Print the value of KEY (raw text by default)."""
+    value = c.store.get(key)
+    if value is None:
+        if c.store.log_length(key):
+            raise BrainstemError(f"{key!r} is a log, not a value; read it with `brainstem karma`")
+        raise BrainstemError(f"no key {key!r} in {c.store.display_url}")
+    if as_json:
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            raise MalformedValue(f"value of {key!r} is not valid JSON ({exc}); drop --json to see it raw") from None
+        click.echo(json.dumps(parsed, indent=2, ensure_ascii=False))
+    else:
+        click.echo(value, nl=not value.endswith("\n"))
+
+
+@kv.command("put")
+@click.argument("key")
+@click.argument("value", required=False)
+@click.option("--file", "file_", type=click.File("r"), help="Read the value from a file ('-' for stdin).")
+@click.option("--json", "as_json", is_flag=True, help="Require the value to be valid JSON (stored compact).")
+@click.option("--force-soul", is_flag=True, help="Operator override: allow replacing the soul.")
+@pass_ctx
+def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul: bool) -> None:
+    """Set KEY to VALUE (or the contents of --file)."""
+    from .kv.guarded import check_key
+
+    if (value is None) == (file_ is None):
+        raise click.UsageError("give exactly one of VALUE or --file")
+    text = file_.read() if file_ is not None else value
+    check_key(key)
+    if key == keys.SOUL and not force_soul:
+        raise BrainstemError("soul is immutable; to replace it deliberately, add --force-soul")
+    if as_json:
+        try:
+            text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+        except ValueError as exc:
+            raise MalformedValue(f"value for {key!r} is not valid JSON: {exc}") from None
+    c.store.put(key, text)
+    click.echo(f"put {key} ({len(text.encode())} bytes)")
+
+
+@kv.command("ls")
+@click.argument("prefix", default="")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True, help="At most this many keys.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per key.")
+@pass_ctx
+def kv_ls(c: Ctx, prefix: str, limit: int, as_json: bool) -> None:
+    """List keys starting with PREFIX (all keys by default)."""
+    for k in c.store.list_all(prefix, limit=limit):
+        if as_json:
+            click.echo(json.dumps({"name": k.name, "metadata": k.metadata, "expiration": k.expiration, "log": k.is_log}))
+        else:
+            click.echo(f"{k.name}  (log)" if k.is_log else k.name)
+
+
+@kv.command("del")
+@click.argument("key")
+@click.option("--force-soul", is_flag=True, help="Operator override: allow deleting the soul.")
+@pass_ctx
+def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
+    """Delete KEY (a value or a log)."""
+    if key == keys.SOUL and not force_soul:
+        raise BrainstemError("soul is immutable; to delete it deliberately, add --force-soul")
+    if c.store.delete(key) or c.store.delete_log(key):
+        click.echo(f"deleted {key}")
+    else:
+        raise BrainstemError(f"no key {key!r} in {c.store.display_url}")
+
+
+# --- karma ----------------------------------------------------------------
+
+@cli.command()
+@click.argument("session_id", required=False)
+@click.option("--json", "as_json", is_flag=True, help="One JSON entry per line, exactly as recorded.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing entries as they are recorded, until the session ends.")
+@pass_ctx
+def karma(c: Ctx, session_id: str | None, as_json: bool, follow: bool) -> None:
+    """Show the flight recorder of a session (the most recently started by default).
+
+    \b
+    Examples:
+      brainstem karma                  # the latest session, as a timeline
+      brainstem karma 42-1a2b --json   # one session, machine-readable
+      brainstem karma --follow         # watch the running session live
+    """
+    from .timeline import format_entry
+
+    store = c.store
+    sid = session_id or karma_mod.latest_session_id(store)
+    if sid is None:
+        raise BrainstemError("no session has run yet; nothing to show (run `brainstem wake`)")
+    if not store.log_length(keys.karma(sid)) and not follow:
+        raise BrainstemError(f"no karma for session {sid!r}")
+    entries = karma_mod.follow(store, sid) if follow else karma_mod.read(store, sid)
+    if not as_json:
+        click.echo(f"session {sid}")
+    for entry in entries:
+        click.echo(json.dumps(entry, ensure_ascii=False) if as_json else format_entry(entry))
+
+
+# --- entry point ----------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; expected errors become one line and an exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="brainstem", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except BrainstemError as exc:
+        if debug:
+            raise
+        click.echo(f"brainstem: error: {exc}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the operator gets one line, --debug gets the rest
+        if debug:
+            raise
+        click.echo(f"brainstem: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+                   err=True)
+        return 1
+    return 0

@@ -1,0 +1,41 @@
+"""Exceptions the runtime raises on purpose.
+
+Each carries a message written for an operator: the CLI prints it as one line
+and exits non-zero, with no traceback unless ``--debug`` is given.
+"""
+
+
+class BrainstemError(Exception):
+    """Base of every error Brainstem raises deliberately."""
+
+    exit_code = 1
+
+
+class ConfigError(BrainstemError):
+    """The operator's settings are wrong or incomplete."""
+
+    exit_code = 2
+
+
+class StoreUnavailable(BrainstemError):
+    """The store cannot be reached or opened (message names it, never its password)."""
+
+    exit_code = 3
+
+
+class MalformedValue(BrainstemError):
+    """A stored value is not in the form the runtime needs (e.g. not JSON)."""
+
+
+class KVWriteRefused(BrainstemError):
+    """The guarded store view refused an agent write (soul, protected key, bad key)."""
+
+
+class SoulImmutable(KVWriteRefused):
+    """Something tried to change ``soul`` without the operator override."""
+
+
+class LockHeld(BrainstemError):
+    """Another wake holds the agent's lock."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later

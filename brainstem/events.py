@@ -1,0 +1,43 @@
+"""Karma event names: the flight recorder's vocabulary, in one place.
+
+These strings are part of the external contract (DESIGN.md section 2.7);
+operators grep for them and tests outside the repo rely on them.
+"""
+
+SESSION_START = "session_start"
+SESSION_END = "session_end"
+CRASH_DETECTED = "crash_detected"
+GROUND_TRUTH = "ground_truth"
+EFFORT = "effort"
+LLM_CALL = "llm_call"
+LLM_ERROR = "llm_error"
+PROVIDER_FALLBACK = "provider_fallback"
+MODEL_FALLBACK = "model_fallback"
+PLAN = "plan"
+ORIENT_PARSE_ERROR = "orient_parse_error"
+STEP_START = "step_start"
+STEP_COMPLETE = "step_complete"
+STEP_SKIPPED = "step_skipped"
+STEP_FAILED = "step_failed"
+RETRY_FAILED = "retry_failed"
+UNKNOWN_STEP_TYPE = "unknown_step_type"
+TOOL_START = "tool_start"
+TOOL_COMPLETE = "tool_complete"
+TOOL_LOG = "tool_log"
+SECRET_NOT_GRANTED = "secret_not_granted"
+BUDGET_EXCEEDED = "budget_exceeded"
+TRIPWIRE_FIRED = "tripwire_fired"
+SUBPLAN_DEPTH_EXCEEDED = "subplan_depth_exceeded"
+CONDITIONAL_NO_MATCH = "conditional_no_match"
+TEMPLATE_MISSING_VARIABLE = "template_missing_variable"
+KV_WRITE = "kv_write"
+KV_WRITE_REFUSED = "kv_write_refused"
+KV_OPERATIONS_REJECTED = "kv_operations_rejected"
+REFLECT = "reflect"
+REFLECT_PARSE_ERROR = "reflect_parse_error"
+DEEP_REFLECT = "deep_reflect"
+CONFIG_REJECTED = "config_rejected"
+AUTO_RESTORE = "auto_restore"
+FATAL_ERROR = "fatal_error"
+
+ALL = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))

@@ -1,0 +1,191 @@
+"""The flight recorder.
+
+Every event of a session is one JSON entry appended to ``karma:{session_id}``.
+``record()`` returns only once the store has the entry (an SQLite commit with
+``synchronous=FULL``, or a Redis RPUSH acknowledged by the server), so a crash
+loses nothing that was recorded. An append is O(1): the log is never rewritten.
+
+Secret values are redacted before an entry is written; the store never holds
+them in karma. The session breadcrumbs that let the next wake notice a crash
+live here too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from . import events, keys
+from .kv.base import Store
+
+MAX_FIELD_CHARS = 100_000  # one string field of one entry; keeps a runaway answer from bloating karma
+MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary words
+SENSITIVE_NAMES = frozenset({
+    "authorization", "proxy-authorization", "api_key", "apikey", "x-api-key", "password", "passwd",
+    "secret", "token", "access_token", "refresh_token", "cookie", "set-cookie", "private_key",
+})
+
+
+def utcnow_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class Redactor:
+    """Replaces every known secret value, wherever it appears in an entry.
+
+    Values are matched as substrings (a key inside a URL or an error message
+    is still caught); fields with sensitive names are blanked whatever they hold.
+    """
+
+    def __init__(self, secrets: Mapping[str, str] | None = None):
+        self._secrets: dict[str, str] = {}
+        for name, value in (secrets or {}).items():
+            self.add(name, value)
+
+    def add(self, name: str, value: str | None) -> None:
+        if isinstance(value, str) and len(value) >= MIN_SECRET_LEN:
+            self._secrets[value] = name
+
+    def __len__(self) -> int:
+        return len(self._secrets)
+
+    def text(self, s: str) -> str:
+        # Longest first, so a secret containing another is replaced whole.
+        for value in sorted(self._secrets, key=len, reverse=True):
+            if value in s:
+                s = s.replace(value, f"[REDACTED:{self._secrets[value]}]")
+        return s
+
+    def __call__(self, obj: Any) -> Any:
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, Mapping):
+            out = {}
+            for k, v in obj.items():
+                name = str(k)
+                if name.lower() in SENSITIVE_NAMES and isinstance(v, str) and v:
+                    out[self.text(name)] = "[REDACTED]"
+                else:
+                    out[self.text(name)] = self(v)
+            return out
+        if isinstance(obj, (list, tuple)):
+            return [self(v) for v in obj]
+        return obj
+
+
+def _cap(obj: Any) -> Any:
+    if isinstance(obj, str) and len(obj) > MAX_FIELD_CHARS:
+        return obj[:MAX_FIELD_CHARS] + f"... [truncated {len(obj) - MAX_FIELD_CHARS} chars]"
+    if isinstance(obj, dict):
+        return {k: _cap(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_cap(v) for v in obj]
+    return obj
+
+
+def encode_entry(entry: dict) -> str:
+    return json.dumps(entry, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+class Karma:
+    """The recorder of one session (or of one operator action such as ``tool run``)."""
+
+    def __init__(self, store: Store, session_id: str, redactor: Redactor | None = None,
+                 listeners: Iterable[Callable[[dict], None]] = ()):
+        self.store = store
+        self.session_id = session_id
+        self.key = keys.karma(session_id)
+        self.redact = redactor or Redactor()
+        self.listeners = list(listeners)
+        self._t0 = time.monotonic()
+
+    @property
+    def elapsed_ms(self) -> int:
+        return int((time.monotonic() - self._t0) * 1000)
+
+    def record(self, event: str, **fields: Any) -> dict:
+        """Append one entry; durable when this returns. Returns the entry as written."""
+        entry = {"t": utcnow_iso(), "elapsed_ms": self.elapsed_ms, "event": event}
+        entry.update(fields)
+        entry = self.redact(_cap(entry))
+        self.store.append(self.key, encode_entry(entry))
+        for listener in self.listeners:
+            try:
+                listener(entry)
+            except Exception:  # a broken progress display must never stop the recorder
+                pass
+        return entry
+
+
+def parse_entry(raw: str) -> dict:
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return {"event": "unreadable", "raw": raw[:200]}
+    return entry if isinstance(entry, dict) else {"event": "unreadable", "raw": raw[:200]}
+
+
+def read(store: Store, session_id: str, start: int = 0, stop: int | None = None) -> list[dict]:
+    """The entries of a session, in the order they were recorded."""
+    return [parse_entry(r) for r in store.read_log(keys.karma(session_id), start, stop)]
+
+
+def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
+           until: Callable[[], bool] | None = None) -> Iterator[dict]:
+    """Yield entries as they are recorded; stops after ``session_end`` or when ``until()`` is true."""
+    seen = 0
+    while True:
+        new = read(store, session_id, seen)
+        for entry in new:
+            yield entry
+            if entry.get("event") in (events.SESSION_END,):
+                return
+        seen += len(new)
+        if not new:
+            if until is not None and until():
+                return
+            time.sleep(poll_seconds)
+
+
+# --- session breadcrumbs: how the next wake knows the last one died ---
+
+def begin_session(store: Store, session_id: str, **info: Any) -> dict:
+    """Mark a session as in progress. Present at the next wake means it died."""
+    crumb = {"id": session_id, "started_at": utcnow_iso(), "pid": os.getpid(), "host": socket.gethostname(), **info}
+    store.put(keys.SESSION_CURRENT, crumb)
+    store.put(keys.SESSION_LAST_STARTED, session_id)
+    return crumb
+
+
+def end_session(store: Store, session_id: str) -> None:
+    """Mark a session as having ended (whatever its outcome): it did not crash."""
+    store.put(keys.SESSION_LAST_COMPLETED, session_id)
+    store.delete(keys.SESSION_CURRENT)
+
+
+def unfinished_session(store: Store) -> dict | None:
+    """The breadcrumb of a session that started and never ended, if any.
+
+    A breadcrumb that is not valid JSON still means a session died; its id is
+    then unknown.
+    """
+    raw = store.get(keys.SESSION_CURRENT)
+    if raw is None:
+        return None
+    try:
+        crumb = json.loads(raw)
+    except ValueError:
+        crumb = None
+    if not isinstance(crumb, dict) or not isinstance(crumb.get("id"), str):
+        return {"id": None, "raw": raw[:200]}
+    return crumb
+
+
+def latest_session_id(store: Store) -> str | None:
+    """The most recently *started* session, including one still running."""
+    return store.get(keys.SESSION_LAST_STARTED)

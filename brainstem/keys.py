@@ -1,0 +1,75 @@
+"""Every KV key name the runtime uses, in one place (DESIGN.md section 2.3).
+
+Names here are part of the external contract: operators and tools outside the
+repo read them. Functions build the parameterised ones.
+"""
+
+SOUL = "soul"
+WISDOM = "wisdom"
+PROMPT_ORIENT = "prompt:orient"
+PROMPT_REFLECT = "prompt:reflect"
+PROMPT_DEEP = "prompt:deep"
+PROMPT_SUBPLAN = "prompt:subplan"
+CONFIG_DEFAULTS = "config:defaults"
+CONFIG_MODELS = "config:models"
+CONFIG_RESOURCES = "config:resources"
+CONFIG_TOOL_REGISTRY = "config:tool_registry"
+WAKE_CONFIG = "wake_config"
+LAST_REFLECT = "last_reflect"
+SESSION_COUNTER = "session_counter"
+SESSION_CURRENT = "session:current"
+SESSION_LAST_COMPLETED = "session:last_completed"
+SESSION_LAST_STARTED = "session:last_started"
+SESSION_HISTORY = "session_history"
+DEEP_REFLECT_SCHEDULE = "deep_reflect_schedule"
+PROVIDER_LLM_CODE = "provider:llm:code"
+PROVIDER_LLM_META = "provider:llm:meta"
+PROVIDER_LLM_LAST_WORKING_CODE = "provider:llm:last_working:code"
+PROVIDER_LLM_LAST_WORKING_META = "provider:llm:last_working:meta"
+PROVIDER_LLM_BALANCE_CODE = "provider:llm_balance:code"
+PROVIDER_WALLET_BALANCE_CODE = "provider:wallet_balance:code"
+WAKE_LOG = "wake_log"
+
+WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values)
+
+
+def karma(session_id: str) -> str:
+    return f"karma:{session_id}"
+
+
+def tool_code(name: str) -> str:
+    return f"tool:{name}:code"
+
+
+def tool_meta(name: str) -> str:
+    return f"tool:{name}:meta"
+
+
+def tooldata_prefix(name: str) -> str:
+    return f"tooldata:{name}:"
+
+
+def secret(name: str) -> str:
+    return f"secret:{name}"
+
+
+# Keys only the runtime writes. The agent changes them through the plan and
+# reflection fields that the runtime validates and clamps (next_wake_config,
+# next_deep_reflect...), never directly.
+RUNTIME_OWNED = frozenset({
+    SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG,
+})
+RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", "provider:llm:last_working:",
+                          "provider:llm_balance:last_working:", "provider:wallet_balance:last_working:")
+
+# Writes to these keep the previous value, so the operator can roll them back.
+PRIVILEGED_PREFIXES = ("config:", "prompt:", "tool:", "provider:")
+PRIVILEGED_KEYS = frozenset({WISDOM})
+
+
+def is_runtime_owned(key: str) -> bool:
+    return key in RUNTIME_OWNED or key.startswith(RUNTIME_OWNED_PREFIXES)
+
+
+def is_privileged(key: str) -> bool:
+    return key in PRIVILEGED_KEYS or key.startswith(PRIVILEGED_PREFIXES)

@@ -1,0 +1,407 @@
+"""The hard-coded tier-3 LLM client: OpenRouter or any OpenAI-compatible server.
+
+This is the provider safety net (DESIGN.md §1.3, §2.2): when the agent's own
+adapter in KV and its last working version both fail, this code still talks
+to the model. It therefore depends on nothing the agent can change, and it
+turns every failure into one exception type, :class:`ProviderError`, whose
+message is a single line that is safe to log (never the API key, never the
+request headers).
+
+Retries (tenacity): HTTP 429 (honouring ``Retry-After``), 500/502/503/504,
+connection and read failures, and an error object with a 429/5xx code inside
+a 200 body. Exponential backoff with jitter, at most ``max_attempts`` attempts
+in total. Any other 4xx, a body that is not JSON, or a body without choices is
+not retried.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+__all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+# Transport failures worth another attempt. ReadError/WriteError cover a
+# connection reset mid-request, which is as transient as a ConnectError.
+_RETRYABLE_TRANSPORT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
+
+_MESSAGE_LIMIT = 300
+_REFERER = "https://github.com/brainstem-agent/brainstem"
+_TITLE = "Brainstem"
+
+
+@dataclass
+class LLMResponse:
+    content: str
+    usage: dict  # {"prompt_tokens", "completion_tokens", "reasoning_tokens", "cost" (float | None)}
+    finish_reason: str | None
+    truncated: bool  # finish_reason == "length"
+    model: str  # the model the server says answered (fallback: the requested one)
+    raw: dict  # the parsed response body
+    attempts: int = field(default=1)  # how many HTTP attempts it took
+
+
+class ProviderError(Exception):
+    """The provider could not give an answer. ``str(err)`` is one loggable line.
+
+    ``status`` is the HTTP status (or the error code found in a 200 body) when
+    there was one, else None. ``retryable`` says whether the failure was of a
+    kind worth retrying (it has already been retried as far as allowed when
+    :func:`chat` raises it). ``attempts`` is how many attempts were made.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.attempts = attempts
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _one_line(text: Any, limit: int = _MESSAGE_LIMIT) -> str:
+    s = " ".join(str(text).split())
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return s
+
+
+def _redact(text: str, api_key: str | None) -> str:
+    """Last line of defence: a server that echoes the key back must not make us log it."""
+    if api_key:
+        text = text.replace(api_key, "[redacted]")
+        if len(api_key) > 16:  # an echoed prefix of a long key is still most of a secret
+            text = text.replace(api_key[:16], "[redacted]")
+    return text
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (delta-seconds or HTTP-date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when is None:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        secs = (when - datetime.now(timezone.utc)).total_seconds()
+    if math.isnan(secs) or math.isinf(secs):
+        return None
+    return max(0.0, secs)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        return 0
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and math.isfinite(v):
+        return int(v)
+    return 0
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _error_fields(err: Any) -> tuple[str, int | None]:
+    """(message, code) from an OpenAI/OpenRouter error object (dict or string)."""
+    if isinstance(err, dict):
+        msg = err.get("message")
+        if msg is None:
+            msg = err.get("error") or json.dumps(err)[:_MESSAGE_LIMIT]
+        code = err.get("code")
+        if isinstance(code, str) and code.isdigit():
+            code = int(code)
+        return str(msg), code if isinstance(code, int) and not isinstance(code, bool) else None
+    return str(err), None
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                kind = part.get("type")
+                text = part.get("text")
+                if isinstance(text, str) and kind in (None, "text", "output_text"):
+                    parts.append(text)
+        return "".join(parts)
+    return str(content)
+
+
+def _parse_usage(usage: Any) -> dict:
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("completion_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    return {
+        "prompt_tokens": _int(usage.get("prompt_tokens")),
+        "completion_tokens": _int(usage.get("completion_tokens")),
+        "reasoning_tokens": _int(details.get("reasoning_tokens")),
+        "cost": _number(usage.get("cost")),
+    }
+
+
+def _parse_body(body: Any, requested_model: str) -> LLMResponse:
+    if not isinstance(body, dict):
+        raise ProviderError("openrouter: response was not a JSON object")
+    if body.get("error") is not None:
+        msg, code = _error_fields(body["error"])
+        retryable = code in RETRYABLE_STATUS if code is not None else False
+        raise ProviderError(
+            f"openrouter: error in response{f' {code}' if code is not None else ''}: {_one_line(msg)}",
+            status=code,
+            retryable=retryable,
+        )
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ProviderError("openrouter: response had no choices")
+    choice = choices[0]
+    if choice.get("error") is not None:
+        # OpenRouter reports a provider failure mid-generation inside the choice
+        msg, code = _error_fields(choice["error"])
+        raise ProviderError(
+            f"openrouter: error in choice{f' {code}' if code is not None else ''}: {_one_line(msg)}",
+            status=code,
+            retryable=code in RETRYABLE_STATUS if code is not None else False,
+        )
+    message = choice.get("message")
+    message = message if isinstance(message, dict) else {}
+    content = _content_text(message.get("content"))
+    finish = choice.get("finish_reason")
+    finish = str(finish) if finish is not None else None
+    model = body.get("model")
+    return LLMResponse(
+        content=content,
+        usage=_parse_usage(body.get("usage")),
+        finish_reason=finish,
+        truncated=finish == "length",
+        model=model if isinstance(model, str) and model else requested_model,
+        raw=body,
+    )
+
+
+def _http_error(resp: httpx.Response) -> ProviderError:
+    status = resp.status_code
+    detail = ""
+    try:
+        body = resp.json()
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and body.get("error") is not None:
+        detail, _ = _error_fields(body["error"])
+    elif isinstance(body, dict) and isinstance(body.get("message"), str):
+        detail = body["message"]
+    else:
+        try:
+            detail = resp.text
+        except Exception:  # noqa: BLE001 - undecodable body
+            detail = ""
+    detail = _one_line(detail) or (resp.reason_phrase or "")
+    retry_after = _parse_retry_after(resp.headers.get("retry-after")) if status in (429, 503) else None
+    return ProviderError(
+        f"openrouter: HTTP {status}: {detail}".rstrip(": ").rstrip(),
+        status=status,
+        retryable=status in RETRYABLE_STATUS,
+        retry_after=retry_after,
+    )
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    h = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "HTTP-Referer": _REFERER,
+        "X-Title": _TITLE,
+    }
+    if api_key:
+        h["Authorization"] = f"Bearer {api_key}"
+    return h
+
+
+def _timeout(timeout: float) -> httpx.Timeout:
+    return httpx.Timeout(timeout, connect=min(timeout, 10.0))
+
+
+# --------------------------------------------------------------------------- chat
+
+
+def chat(
+    request: dict,
+    *,
+    base_url: str,
+    api_key: str | None,
+    timeout: float = 120.0,
+    max_attempts: int = 4,
+    backoff_base: float = 1.0,
+    backoff_max: float = 30.0,
+    transport: httpx.BaseTransport | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LLMResponse:
+    """Send ``request`` (OpenAI chat shape) as-is and return the parsed answer.
+
+    Raises :class:`ProviderError` and nothing else.
+    """
+    requested_model = str(request.get("model") or "") if isinstance(request, dict) else ""
+    try:
+        payload = json.dumps(request).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise ProviderError(f"openrouter: request is not JSON-serialisable: {_one_line(type(e).__name__)}") from None
+
+    url = f"{str(base_url).rstrip('/')}/chat/completions"
+    headers = _headers(api_key)
+    max_attempts = max(1, int(max_attempts))
+    attempts = 0
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        ra = getattr(exc, "retry_after", None)
+        if ra is not None:
+            return min(float(ra), backoff_max)
+        d = min(backoff_max, backoff_base * (2 ** (state.attempt_number - 1)))
+        return random.uniform(d / 2, d)
+
+    def once(client: httpx.Client) -> LLMResponse:
+        nonlocal attempts
+        attempts += 1
+        try:
+            resp = client.post(url, content=payload, headers=headers)
+        except _RETRYABLE_TRANSPORT as e:
+            raise ProviderError(
+                f"openrouter: {type(e).__name__}: {_one_line(e) or 'no detail'}", retryable=True
+            ) from None
+        except httpx.HTTPError as e:  # bad URL, unsupported protocol, decoding...
+            raise ProviderError(f"openrouter: {type(e).__name__}: {_one_line(e) or 'no detail'}") from None
+        if resp.status_code != 200:
+            raise _http_error(resp)
+        try:
+            body = json.loads(resp.content)
+        except (ValueError, UnicodeDecodeError):
+            raise ProviderError("openrouter: response was not JSON", status=200) from None
+        return _parse_body(body, requested_model)
+
+    try:
+        with httpx.Client(transport=transport, timeout=_timeout(timeout)) as client:
+            retrying = Retrying(
+                stop=stop_after_attempt(max_attempts),
+                wait=wait,
+                retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
+                sleep=sleep,
+                reraise=True,
+            )
+            result = retrying(once, client)
+    except ProviderError as e:
+        msg = e.message
+        if attempts > 1:
+            msg = f"{msg} (after {attempts} attempts)"
+        raise ProviderError(
+            _redact(msg, api_key),
+            status=e.status,
+            retryable=e.retryable,
+            retry_after=e.retry_after,
+            attempts=attempts,
+        ) from None
+    except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
+        raise ProviderError(
+            _redact(f"openrouter: unexpected {type(e).__name__}: {_one_line(e)}", api_key), attempts=attempts
+        ) from None
+    result.attempts = attempts
+    return result
+
+
+# --------------------------------------------------------------------------- credit
+
+
+def fetch_credit(
+    *,
+    base_url: str,
+    api_key: str | None,
+    timeout: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+) -> float | None:
+    """Remaining credit in USD, or None when it cannot be known. Never raises, never retries.
+
+    ``GET {base}/key`` -> ``data.limit_remaining`` when it is a number (a key
+    without a limit answers null); otherwise ``GET {base}/credits`` ->
+    ``data.total_credits - data.total_usage`` (needs a management key).
+    """
+    try:
+        base = str(base_url).rstrip("/")
+        headers = _headers(api_key)
+        headers.pop("Content-Type", None)
+        with httpx.Client(transport=transport, timeout=_timeout(timeout)) as client:
+
+            def data(path: str) -> dict | None:
+                try:
+                    r = client.get(f"{base}{path}", headers=headers)
+                    if r.status_code != 200:
+                        return None
+                    body = r.json()
+                except Exception:  # noqa: BLE001
+                    return None
+                d = body.get("data") if isinstance(body, dict) else None
+                return d if isinstance(d, dict) else None
+
+            d = data("/key")
+            if d is not None:
+                remaining = _number(d.get("limit_remaining"))
+                if remaining is not None:
+                    return remaining
+            d = data("/credits")
+            if d is not None:
+                total, used = _number(d.get("total_credits")), _number(d.get("total_usage"))
+                if total is not None and used is not None:
+                    return total - used
+    except Exception:  # noqa: BLE001 - a balance checker never breaks a wake
+        return None
+    return None

@@ -1,0 +1,96 @@
+"""Seeding: write the shipped prompts, config and tools into a store.
+
+Files map to keys:
+
+    prompts_seed/NAME.md                 -> prompt:NAME     (soul.example.md excepted)
+    prompts_seed/config/NAME.json        -> config:NAME
+    tools_seed/NAME.py + NAME.json       -> tool:NAME:code, tool:NAME:meta
+
+Seeding writes only keys that are absent, so running it twice changes nothing
+and never undoes what the agent has since learned; ``force`` rewrites them.
+``soul`` is never overwritten: it is set from a file only when absent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import keys
+from .errors import BrainstemError, ConfigError
+from .kv.base import Store
+
+EXAMPLE_SOUL = "soul.example.md"
+
+
+def seed_dirs() -> tuple[Path, Path]:
+    """The prompts_seed/ and tools_seed/ that ship with this install."""
+    here = Path(__file__).resolve().parent
+    for base in (here / "_seeds", here.parent):  # wheel install, then source checkout
+        prompts, tools = base / "prompts_seed", base / "tools_seed"
+        if prompts.is_dir() and tools.is_dir():
+            return prompts, tools
+    raise BrainstemError(f"seed files not found next to {here}; reinstall brainstem")
+
+
+def example_soul_path() -> Path:
+    return seed_dirs()[0] / EXAMPLE_SOUL
+
+
+def seed_entries(prompts_dir: Path | None = None, tools_dir: Path | None = None) -> dict[str, str]:
+    """Every key the seed files define, with its text value (JSON checked)."""
+    if prompts_dir is None or tools_dir is None:
+        prompts_dir, tools_dir = seed_dirs()
+    out: dict[str, str] = {}
+    for path in sorted(prompts_dir.glob("*.md")):
+        if path.name != EXAMPLE_SOUL:
+            out[f"prompt:{path.stem}"] = path.read_text()
+    for path in sorted((prompts_dir / "config").glob("*.json")):
+        out[f"config:{path.stem}"] = _checked_json(path)
+    for code in sorted(tools_dir.glob("*.py")):
+        meta = code.with_suffix(".json")
+        if not meta.exists():
+            raise ConfigError(f"tool {code.stem}: {code.name} has no {meta.name} beside it")
+        out[keys.tool_code(code.stem)] = code.read_text()
+        out[keys.tool_meta(code.stem)] = _checked_json(meta)
+    return out
+
+
+def _checked_json(path: Path) -> str:
+    text = path.read_text()
+    try:
+        json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"seed file {path} is not valid JSON: {exc}") from None
+    return text
+
+
+@dataclass
+class SeedReport:
+    written: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    soul: str = "absent"  # "set", "kept", "absent"
+
+
+def seed(store: Store, soul_file: Path | None = None, force: bool = False) -> SeedReport:
+    report = SeedReport()
+    for key, value in seed_entries().items():
+        if not force and store.get(key) is not None:
+            report.kept.append(key)
+            continue
+        if store.get(key) != value:
+            store.put(key, value)
+        report.written.append(key)
+    if store.get(keys.SOUL) is not None:
+        report.soul = "kept"
+    elif soul_file is not None:
+        try:
+            text = Path(soul_file).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read soul file {soul_file}: {exc.strerror}") from None
+        if not text.strip():
+            raise ConfigError(f"soul file {soul_file} is empty")
+        store.put(keys.SOUL, text)
+        report.soul = "set"
+    return report

@@ -1,0 +1,95 @@
+"""Operator settings: the environment (or an env file), never the store.
+
+Principle 2 of DESIGN.md: operator policy never lives in KV. The agent can
+rewrite its own config, but its budgets are clamped under the ceilings here,
+tools get only secrets named here, and fetch reaches private hosts only when
+they are listed here.
+
+Load with :func:`load_settings`; ``BRAINSTEM_ENV_FILE`` names an optional
+dotenv file whose values the real environment overrides.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .errors import ConfigError
+from .kv import default_store_url
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Every operator setting, its environment variable, default and meaning."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+
+    kv: str = Field(default_factory=default_store_url, validation_alias="BRAINSTEM_KV",
+                    description="Store URL: redis://[:password@]host:port/db or sqlite:///path "
+                                "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
+    kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
+                           description="Key prefix, so several agents can share one store")
+    openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
+                                                 description="Key of the hard-coded tier-3 LLM provider")
+    openrouter_base_url: str = Field("https://openrouter.ai/api/v1", validation_alias="OPENROUTER_BASE_URL",
+                                     description="Any OpenAI-compatible endpoint (a local server, a proxy, a test double)")
+    base_rpc_url: str = Field("https://mainnet.base.org", validation_alias="BASE_RPC_URL",
+                              description="Base JSON-RPC endpoint for the USDC balance")
+    wallet_address: str | None = Field(None, validation_alias="WALLET_ADDRESS",
+                                       description="Wallet whose USDC balance on Base is ground truth")
+    max_session_cost: float = Field(0.50, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_COST",
+                                    description="Ceiling in USD for one session; the agent's budget is clamped under it")
+    max_daily_cost: float = Field(5.00, ge=0, validation_alias="BRAINSTEM_MAX_DAILY_COST",
+                                  description="Ceiling in USD for all sessions of one UTC day")
+    tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
+                                    description="Environment secrets a tool's meta may be granted (comma list)")
+    fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
+                                   description="Extra hosts/CIDRs tool fetch may reach despite being private (comma list)")
+    ground_truth_timeout: float = Field(10.0, gt=0, validation_alias="BRAINSTEM_GROUND_TRUTH_TIMEOUT",
+                                        description="Seconds each balance check may take before it counts as unknown")
+
+    @field_validator("tool_secrets", "fetch_allow", mode="before")
+    @classmethod
+    def _split_commas(cls, v):
+        if isinstance(v, str):
+            return [part.strip() for part in v.split(",") if part.strip()]
+        return v
+
+    def allowed_secret_values(self) -> dict[str, str]:
+        """The environment secrets a tool could ever be granted, by name (present ones only)."""
+        return {name: os.environ[name] for name in self.tool_secrets if os.environ.get(name)}
+
+    def known_secrets(self) -> dict[str, str]:
+        """Every secret value this process knows of, for redaction."""
+        out = dict(self.allowed_secret_values())
+        if self.openrouter_api_key is not None:
+            out["OPENROUTER_API_KEY"] = self.openrouter_api_key.get_secret_value()
+        return out
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment (and ``BRAINSTEM_ENV_FILE``); a bad value is one clear error."""
+    env_file = os.environ.get("BRAINSTEM_ENV_FILE") or None
+    if env_file and not os.path.isfile(env_file):
+        raise ConfigError(f"BRAINSTEM_ENV_FILE names {env_file!r}, which is not a file")
+    try:
+        return Settings(_env_file=env_file, **overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = err.get("loc", ("?",))[0]
+        raise ConfigError(f"setting {name}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def settings_reference() -> list[tuple[str, str, str]]:
+    """(variable, default, meaning) for every setting: the README's table is checked against this."""
+    rows = []
+    for name, f in Settings.model_fields.items():
+        default = f.default if f.default_factory is None else ("(see meaning)" if name == "kv" else "")
+        if isinstance(default, list):
+            default = ""
+        rows.append((str(f.validation_alias), "" if default is None else str(default), f.description or ""))
+    return rows

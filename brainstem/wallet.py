@@ -1,0 +1,65 @@
+"""USDC balance on Base: the wallet ground truth's hard-coded fallback.
+
+web3 is imported inside :func:`usdc_balance` only: it costs about 0.8 s and
+60 MB to import, and the sleep path of ``brainstem wake`` must not pay that.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+__all__ = ["USDC_BASE", "USDC_DECIMALS", "usdc_balance"]
+
+USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+USDC_DECIMALS = 6
+
+_ERC20_BALANCE_ABI = [
+    {
+        "constant": True,
+        "inputs": [{"name": "account", "type": "address"}],
+        "name": "balanceOf",
+        "outputs": [{"name": "", "type": "uint256"}],
+        "payable": False,
+        "stateMutability": "view",
+        "type": "function",
+    }
+]
+
+
+def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0) -> float | None:
+    """The USDC balance of ``address`` on Base in whole USDC, or None when it cannot be read.
+
+    Never raises: an invalid address, an unreachable or failing RPC and a
+    garbage answer all give None. One HTTP attempt per JSON-RPC call, each
+    bounded by ``timeout`` (web3's own retry-with-backoff is switched off).
+    """
+    if not isinstance(rpc_url, str) or not rpc_url.strip():
+        return None
+    if not isinstance(address, str) or not address.strip():
+        return None
+    try:
+        with warnings.catch_warnings():  # web3 pulls in deprecated websockets.legacy
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from web3 import Web3
+
+        try:
+            checksum = Web3.to_checksum_address(address.strip())
+        except (ValueError, TypeError):
+            return None
+        provider = Web3.HTTPProvider(
+            rpc_url.strip(),
+            request_kwargs={"timeout": timeout},
+            exception_retry_configuration=None,
+        )
+        # no middleware: the default validation layer asks eth_chainId twice per
+        # call, tripling the round trips (and the worst-case wait) for nothing
+        w3 = Web3(provider, middleware=[])
+        token = w3.eth.contract(address=Web3.to_checksum_address(USDC_BASE), abi=_ERC20_BALANCE_ABI)
+        raw = token.functions.balanceOf(checksum).call()
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            return None
+        value = raw / 10**USDC_DECIMALS
+        return value if math.isfinite(value) else None
+    except Exception:  # noqa: BLE001 - a balance checker never breaks a wake
+        return None

@@ -1,0 +1,130 @@
+"""Shared fixtures: a real redis-server for the session, and the three stores.
+
+Redis tests use, in order: ``REDIS_URL`` if set, else a ``redis-server`` this
+session starts on a free port in a temporary directory. Without either they
+skip with a reason, except under ``BRAINSTEM_REQUIRE_REDIS=1`` (CI), where a
+missing Redis is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _require_redis() -> bool:
+    return os.environ.get("BRAINSTEM_REQUIRE_REDIS") == "1"
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory):
+    """URL of a real Redis: REDIS_URL, or a redis-server started for this test session."""
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        msg = "no redis-server binary on PATH and no REDIS_URL set"
+        if _require_redis():
+            pytest.fail(f"BRAINSTEM_REQUIRE_REDIS=1 but {msg}")
+        pytest.skip(msg)
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--protected-mode", "yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def unique_prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def redis_store(redis_url):
+    from brainstem.kv.redis_store import RedisStore
+
+    store = RedisStore(redis_url, prefix=unique_prefix())
+    yield store
+    for k in store._r.scan_iter(match=store.prefix + "*", count=1000):
+        store._r.delete(k)
+    store.close()
+
+
+@pytest.fixture
+def fake_store():
+    import fakeredis
+
+    from brainstem.kv.redis_store import RedisStore
+
+    client = fakeredis.FakeRedis(decode_responses=True)
+    store = RedisStore("redis://fake/0", prefix="agent:", client=client)
+    yield store
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+    from brainstem.kv.sqlite_store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "store.db")
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=["redis", "fakeredis", "sqlite"])
+def store(request):
+    """The same test against a real Redis, fakeredis and SQLite."""
+    return request.getfixturevalue({"redis": "redis_store", "fakeredis": "fake_store",
+                                    "sqlite": "sqlite_store"}[request.param])
+
+
+@pytest.fixture(params=["redis", "sqlite"])
+def real_store_url(request, tmp_path):
+    """A store URL for subprocess tests: a real Redis (own prefix) or an SQLite file."""
+    if request.param == "redis":
+        base = request.getfixturevalue("redis_url")
+        return f"{base}?prefix={unique_prefix()}"
+    return f"sqlite://{tmp_path / 'store.db'}"
+
+
+def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
+    """Run ``python -m brainstem`` as an operator would, with a clean environment."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "brainstem", *args], env=full_env, input=input,
+                          capture_output=True, text=True, timeout=timeout)

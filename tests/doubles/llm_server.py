@@ -1,0 +1,358 @@
+"""An OpenAI-compatible (OpenRouter-shaped) chat server on loopback, for tests.
+
+Stdlib only. It runs in a daemon thread of the test process, so a test can
+point an in-process client *or* a ``brainstem`` subprocess at ``.base_url``
+(``OPENROUTER_BASE_URL``)::
+
+    with LLMDouble() as llm:
+        llm.queue('{"steps": []}', {"status": 429, "headers": {"Retry-After": "1"}}, "hello")
+        llm.responder = lambda req: "fallback answer"   # used when the queue is empty
+        ...
+        assert llm.requests[0]["model"] == "x"
+
+A reply is either a ``str`` (the assistant content, finish_reason "stop") or a
+dict with any of:
+
+``content``        assistant content (str, list of content parts, or None)
+``status``         HTTP status (default 200); non-200 sends
+                   ``{"error": {"message": ..., "code": status}}`` unless ``body``
+``message``        the error message for a non-200 reply (default names the status)
+``body``           bytes/str sent verbatim (malformed bodies), or a dict/list sent as JSON
+``headers``        extra response headers, e.g. ``{"Retry-After": "1"}``
+``delay``          seconds to sleep before answering (interrupted by ``stop()``)
+``finish_reason``  default "stop"
+``usage``          replaces the computed usage object entirely
+``cost``           put in ``usage.cost`` (omitted by default, or ``.default_cost``)
+``reasoning_tokens`` put in ``usage.completion_tokens_details.reasoning_tokens``
+``reasoning``      put in ``message.reasoning``
+``model``          the model the answer claims (default: the requested one)
+
+When the queue is empty ``.responder(request_json)`` is asked for a reply; if
+there is none the server answers HTTP 500 saying the script ran out.
+
+``GET {base}/key`` answers ``{"data": {"limit_remaining": .credit, "usage":
+.key_usage, "limit": .key_limit}}`` (or an error with ``.key_status``), and
+``GET {base}/credits`` answers ``{"data": {"total_credits": .total_credits,
+"total_usage": .total_usage}}`` (or ``.credits_status``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+API_PREFIX = "/api/v1"
+
+
+def _messages_text(request: Any) -> str:
+    out: list[str] = []
+    msgs = request.get("messages") if isinstance(request, dict) else None
+    for m in msgs if isinstance(msgs, list) else []:
+        c = m.get("content") if isinstance(m, dict) else m
+        if isinstance(c, str):
+            out.append(c)
+        elif isinstance(c, list):
+            for p in c:
+                if isinstance(p, dict) and isinstance(p.get("text"), str):
+                    out.append(p["text"])
+                elif isinstance(p, str):
+                    out.append(p)
+    return "\n".join(out)
+
+
+def _content_len(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(p.get("text", "")) if isinstance(p, dict) else len(str(p)) for p in content)
+    return 0
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    double: "LLMDouble"
+
+    def handle_error(self, request, client_address):  # noqa: D401 - quiet: clients time out on purpose
+        pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "LLMDouble/1.0"
+
+    def log_message(self, format, *args):  # noqa: A002 - keep test output clean
+        pass
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        try:
+            self.send_response(status)
+            hdrs = {"Content-Type": "application/json"}
+            for k, v in (headers or {}).items():
+                # a caller's header replaces ours whatever its case
+                for existing in [h for h in hdrs if h.lower() == str(k).lower()]:
+                    del hdrs[existing]
+                hdrs[str(k)] = str(v)
+            for k, v in hdrs.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
+            pass  # the client gave up (timeout test): nothing to do
+
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(obj).encode("utf-8"), headers)
+
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    # ------------------------------------------------------------------ verbs
+
+    def do_GET(self) -> None:  # noqa: N802
+        d = self.server.double
+        path = self._path()
+        d._record_get(path, dict(self.headers.items()))
+        if path == f"{API_PREFIX}/key":
+            if d.key_status != 200:
+                self._json(d.key_status, {"error": {"message": f"double: key status {d.key_status}", "code": d.key_status}})
+                return
+            self._json(200, {"data": {"label": "llm-double", "limit": d.key_limit, "usage": d.key_usage,
+                                      "limit_remaining": d.credit, "is_free_tier": False}})
+        elif path == f"{API_PREFIX}/credits":
+            if d.credits_status != 200:
+                self._json(d.credits_status,
+                           {"error": {"message": f"double: credits status {d.credits_status}", "code": d.credits_status}})
+                return
+            self._json(200, {"data": {"total_credits": d.total_credits, "total_usage": d.total_usage}})
+        elif path == f"{API_PREFIX}/models":
+            self._json(200, {"data": [{"id": "double/model"}]})
+        else:
+            self._json(404, {"error": {"message": f"double: no route GET {path}", "code": 404}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        d = self.server.double
+        path = self._path()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = 0
+        raw = self.rfile.read(length) if length > 0 else b""
+        if path != f"{API_PREFIX}/chat/completions":
+            self._json(404, {"error": {"message": f"double: no route POST {path}", "code": 404}})
+            return
+        try:
+            req = json.loads(raw.decode("utf-8")) if raw else None
+        except (ValueError, UnicodeDecodeError):
+            req = None
+        d._record_post(req, dict(self.headers.items()))
+        if not isinstance(req, dict):
+            self._json(400, {"error": {"message": "double: request body is not a JSON object", "code": 400}})
+            return
+        try:
+            reply = d._next_reply(req)
+        except Exception as e:  # a responder that raises is a server error, loudly named
+            self._json(500, {"error": {"message": f"double: responder raised {type(e).__name__}: {e}", "code": 500}})
+            return
+        if reply is None:
+            self._json(500, {"error": {"message": "double: script ran out (queue empty and no responder)", "code": 500}})
+            return
+        self._answer(req, reply)
+
+    def _answer(self, req: dict, reply: Any) -> None:
+        d = self.server.double
+        if isinstance(reply, str):
+            reply = {"content": reply}
+        if not isinstance(reply, dict):
+            self._json(500, {"error": {"message": f"double: bad scripted reply {type(reply).__name__}", "code": 500}})
+            return
+        delay = float(reply.get("delay") or 0)
+        if delay > 0 and d._stopping.wait(delay):
+            return  # stopping: drop the connection
+        status = int(reply.get("status", 200))
+        headers = dict(reply.get("headers") or {})
+        if "body" in reply:
+            body = reply["body"]
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            self._send(status, body, headers)
+            return
+        if status != 200:
+            msg = reply.get("message") or reply.get("content") or f"double: scripted HTTP {status}"
+            self._json(status, {"error": {"message": msg, "code": status}}, headers)
+            return
+        content = reply.get("content", "")
+        if "usage" in reply:
+            usage = reply["usage"]
+        else:
+            completion = _content_len(content) // 4 + 1
+            usage = {
+                "prompt_tokens": len(_messages_text(req)) // 4,
+                "completion_tokens": completion,
+                "total_tokens": len(_messages_text(req)) // 4 + completion,
+            }
+            if "reasoning_tokens" in reply:
+                usage["completion_tokens_details"] = {"reasoning_tokens": reply["reasoning_tokens"]}
+            cost = reply.get("cost", d.default_cost)
+            if cost is not None:
+                usage["cost"] = cost
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if "reasoning" in reply:
+            message["reasoning"] = reply["reasoning"]
+        body = {
+            "id": f"gen-double-{d._next_id()}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": reply.get("model") or req.get("model") or "double/model",
+            "provider": "LLMDouble",
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.get("finish_reason", "stop")}],
+            "usage": usage,
+        }
+        self._json(200, body, headers)
+
+
+class LLMDouble:
+    """A scripted OpenAI-compatible server on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, *replies: Any, responder: Callable[[dict], Any] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Any] = list(replies)
+        self.responder: Callable[[dict], Any] | None = responder
+        self._requests: list[Any] = []
+        self._request_headers: list[dict[str, str]] = []
+        self._gets: list[tuple[str, dict[str, str]]] = []
+        self._ids = 0
+        # /key and /credits
+        self.credit: float | None = 10.0
+        self.key_usage: float = 2.5
+        self.key_limit: float | None = 12.5
+        self.key_status: int = 200
+        self.total_credits: float = 25.0
+        self.total_usage: float = 5.0
+        self.credits_status: int = 200
+        self.default_cost: float | None = None
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "LLMDouble":
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.double = self
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="LLMDouble", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> "LLMDouble":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("LLMDouble is not started")
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+
+    # ------------------------------------------------------------------ scripting
+
+    def queue(self, *replies: Any) -> "LLMDouble":
+        with self._lock:
+            self._queue.extend(replies)
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not yet consumed."""
+        with self._lock:
+            return len(self._queue)
+
+    def _next_reply(self, req: dict) -> Any:
+        with self._lock:
+            if self._queue:
+                return self._queue.pop(0)
+            responder = self.responder
+        return responder(req) if responder is not None else None
+
+    def _next_id(self) -> int:
+        with self._lock:
+            self._ids += 1
+            return self._ids
+
+    # ------------------------------------------------------------------ recording
+
+    def _record_post(self, req: Any, headers: dict[str, str]) -> None:
+        with self._lock:
+            self._requests.append(req)
+            self._request_headers.append(headers)
+
+    def _record_get(self, path: str, headers: dict[str, str]) -> None:
+        with self._lock:
+            self._gets.append((path, headers))
+
+    @property
+    def requests(self) -> list[Any]:
+        """Chat request bodies received so far (a snapshot; None for a body that was not JSON)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_headers(self) -> list[dict[str, str]]:
+        """Headers of each chat request, parallel to ``.requests``."""
+        with self._lock:
+            return [dict(h) for h in self._request_headers]
+
+    @property
+    def get_requests(self) -> list[tuple[str, dict[str, str]]]:
+        """(path, headers) of each GET received (``/api/v1/key``, ``/api/v1/credits``...)."""
+        with self._lock:
+            return list(self._gets)
+
+    def wait_for_requests(self, n: int, timeout: float = 5.0) -> bool:
+        """Block until at least ``n`` chat requests arrived (for subprocess tests)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self._requests) >= n:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def reset(self) -> None:
+        """Forget requests and scripted replies (settings such as ``.credit`` stay)."""
+        with self._lock:
+            self._queue.clear()
+            self._requests.clear()
+            self._request_headers.clear()
+            self._gets.clear()

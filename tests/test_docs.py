@@ -1,0 +1,28 @@
+"""The README stays true to the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from brainstem.settings import settings_reference
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text()
+
+
+def test_settings_table_matches_the_settings_model():
+    table = README.split("<!-- settings-table:start -->")[1].split("<!-- settings-table:end -->")[0]
+    documented = re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M)
+    assert documented == [name for name, _, _ in settings_reference()]
+    for name, default, meaning in settings_reference():
+        row = next(l for l in table.splitlines() if l.startswith(f"| `{name}` |"))
+        assert meaning in row, name
+        if default and name != "BRAINSTEM_KV":
+            assert f"`{default}`" in row, name
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    match = re.search(r"Install with the test extras and run the tests.*?```sh\n(.+?)\n```", README, re.S)
+    assert match, "README lost its test command"
+    assert match.group(1).strip() in (REPO / ".ci" / "run").read_text()
