@@ -97,6 +97,38 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool) -> Non
         click.echo("soul: not set yet; run `brainstem seed --soul FILE` (or --example-soul) before the first wake")
 
 
+# --- wake -----------------------------------------------------------------
+
+@cli.command()
+@click.option("--force", is_flag=True, help="Run a session even if the agent is meant to be asleep.")
+@click.option("--verbose", "-v", is_flag=True, help="Also say so when the agent is asleep.")
+@pass_ctx
+def wake(c: Ctx, force: bool, verbose: bool) -> None:
+    """Run one wake cycle: what cron or a systemd timer calls.
+
+    Sleeps (exit 0, silently) when it is not time yet. Otherwise: notices a
+    crashed last session, reads balances, asks the LLM for a plan, runs it
+    under the budgets, reflects, records everything in karma, and prints one
+    summary line. Exit codes: 0 slept or ran a session (even one with failed
+    steps), 2 misconfigured (no soul, no prompt:orient, bad setting), 3 store
+    unreachable, 75 another wake holds the lock.
+
+    \b
+    Examples:
+      brainstem wake                 # from cron: */5 * * * * brainstem wake
+      brainstem wake --force         # run now, whatever the schedule says
+      brainstem karma                # then read what it did
+    """
+    from .wake import wake as do_wake
+
+    result = do_wake(c.settings, c.store, force=force)
+    if result.status == "asleep":
+        if verbose or sys.stdout.isatty():
+            click.echo(result.message)
+        return
+    click.echo(result.message)
+
+
 # --- kv -------------------------------------------------------------------
 
 @cli.group()

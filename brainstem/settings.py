@@ -45,12 +45,23 @@ class Settings(BaseSettings):
                                     description="Ceiling in USD for one session; the agent's budget is clamped under it")
     max_daily_cost: float = Field(5.00, ge=0, validation_alias="BRAINSTEM_MAX_DAILY_COST",
                                   description="Ceiling in USD for all sessions of one UTC day")
+    max_session_steps: int = Field(100, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_STEPS",
+                                   description="Ceiling on the steps one session may run")
+    max_session_seconds: float = Field(1800, gt=0, validation_alias="BRAINSTEM_MAX_SESSION_SECONDS",
+                                       description="Ceiling on one session's wall-clock time, in seconds")
     tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
                                     description="Environment secrets a tool's meta may be granted (comma list)")
     fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
                                    description="Extra hosts/CIDRs tool fetch may reach despite being private (comma list)")
     ground_truth_timeout: float = Field(10.0, gt=0, validation_alias="BRAINSTEM_GROUND_TRUTH_TIMEOUT",
                                         description="Seconds each balance check may take before it counts as unknown")
+
+    llm_timeout: float = Field(120.0, gt=0, validation_alias="BRAINSTEM_LLM_TIMEOUT",
+                               description="Seconds one LLM request may take")
+    llm_max_attempts: int = Field(4, ge=1, le=10, validation_alias="BRAINSTEM_LLM_MAX_ATTEMPTS",
+                                  description="Attempts per LLM request on 429/5xx/timeouts (exponential backoff)")
+    llm_backoff: float = Field(1.0, ge=0, validation_alias="BRAINSTEM_LLM_BACKOFF",
+                               description="First retry delay in seconds; doubles each retry, with jitter")
 
     @field_validator("tool_secrets", "fetch_allow", mode="before")
     @classmethod

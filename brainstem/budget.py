@@ -1,0 +1,110 @@
+"""Hard budgets: cost, steps and wall-clock time, under the operator's ceilings.
+
+The agent asks for a budget (``config:defaults.session_budget``, then the
+plan's ``session_budget``); the runtime clamps what it asks under the
+operator's settings, which the agent cannot change. A slice of the cost and
+time (``execution.reflect_reserve_fraction``) is kept for reflection, so a
+session that runs out still ends with memory rather than off a cliff.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from .kv.base import Store
+
+DAILY_COST_KEY = "stats:daily_cost"
+
+
+class BudgetExceeded(Exception):
+    """A limit would be passed; ``limit`` is ``cost``, ``steps`` or ``time``."""
+
+    def __init__(self, limit: str, message: str):
+        super().__init__(message)
+        self.limit = limit
+
+
+@dataclass
+class Budget:
+    max_cost: float
+    max_steps: int
+    max_duration: float
+    reserve_fraction: float = 0.2
+    spent: float = 0.0
+    steps: int = 0
+    t0: float = field(default_factory=time.monotonic)
+    # Nested limits of running subplans: (absolute cost limit, absolute step limit).
+    caps: list[tuple[float | None, int | None]] = field(default_factory=list)
+
+    @contextmanager
+    def cap(self, cost: float | None = None, steps: int | None = None):
+        """Limit what runs inside the block to ``cost`` more USD and ``steps`` more steps."""
+        self.caps.append((None if cost is None else self.spent + cost, None if steps is None else self.steps + steps))
+        try:
+            yield
+        finally:
+            self.caps.pop()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def cost_ceiling(self, use_reserve: bool = False) -> float:
+        base = self.max_cost if use_reserve else self.max_cost * (1 - self.reserve_fraction)
+        return min([base] + [c for c, _ in self.caps if c is not None])
+
+    def binding_limit(self, use_reserve: bool = False) -> str:
+        """``subplan`` when a subplan's own cost cap is what binds, else ``cost``."""
+        base = self.max_cost if use_reserve else self.max_cost * (1 - self.reserve_fraction)
+        return "subplan" if self.cost_ceiling(use_reserve) < base else "cost"
+
+    def time_ceiling(self, use_reserve: bool = False) -> float:
+        return self.max_duration if use_reserve else self.max_duration * (1 - self.reserve_fraction)
+
+    def time_left(self, use_reserve: bool = False) -> float:
+        return self.time_ceiling(use_reserve) - self.elapsed()
+
+    def before_step(self) -> None:
+        """Raise :class:`BudgetExceeded` if another step may not start."""
+        if self.steps >= self.max_steps:
+            raise BudgetExceeded("steps", f"step budget used: {self.steps} of {self.max_steps} steps")
+        if self.time_left() <= 0:
+            raise BudgetExceeded("time", f"time budget used: {self.elapsed():.1f}s of {self.time_ceiling():.1f}s")
+        if self.spent >= self.cost_ceiling():
+            raise BudgetExceeded(self.binding_limit(), f"cost budget used: ${self.spent:.4f} of ${self.cost_ceiling():.4f}")
+        for cost_cap, step_cap in self.caps:
+            if step_cap is not None and self.steps >= step_cap:
+                raise BudgetExceeded("subplan", "the subplan has used its step budget")
+
+    def snapshot(self) -> dict:
+        return {"spent": round(self.spent, 6), "max_cost": self.max_cost, "steps": self.steps,
+                "max_steps": self.max_steps, "elapsed_s": round(self.elapsed(), 2),
+                "max_duration_s": self.max_duration}
+
+
+def clamp(requested: float | None, ceiling: float, default: float) -> float:
+    """The agent's request (or the default), never above the operator's ceiling, never negative."""
+    value = default if requested is None else requested
+    return max(0.0, min(float(value), float(ceiling)))
+
+
+def today() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d")
+
+
+def daily_spent(store: Store) -> float:
+    """USD spent on LLM calls today (UTC), across sessions."""
+    rec = store.get_json(DAILY_COST_KEY, default=None)
+    if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("usd"), (int, float)):
+        return float(rec["usd"])
+    return 0.0
+
+
+def add_daily(store: Store, usd: float) -> float:
+    """Add to today's spend. Sessions hold the wake lock, so read-modify-write is safe here."""
+    total = daily_spent(store) + usd
+    store.put(DAILY_COST_KEY, {"date": today(), "usd": round(total, 8)})
+    return total
+

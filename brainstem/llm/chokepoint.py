@@ -1,0 +1,167 @@
+"""The one way any code calls a model.
+
+Before a call: resolve the alias, price it at its worst case (every prompt
+character a third of a token, every allowed output token spent; a model with
+no known price costs as much as the dearest known one), and refuse, or shrink
+``max_tokens`` to what the budget still affords, if the session would pass its
+cost or time budget. After it: add the cost (the provider's ``usage.cost``
+when it reports one, else the price list), record an ``llm_call`` karma entry,
+and count it against today's spend.
+
+The soul is the system message of every call; no template can leave it out.
+Providers are tried in order (the dynamic adapter, the last working one, the
+hard-coded client); if all fail, the fallback model is tried once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import events
+from ..budget import Budget, BudgetExceeded
+from ..config import Models
+from .openrouter import LLMResponse, ProviderError
+from .providers import Provider
+
+CHARS_PER_TOKEN_WORST = 3  # real tokenisers average ~4 chars per token; 3 over-estimates on purpose
+MIN_USEFUL_TOKENS = 256
+DEFAULT_CALL_TIMEOUT = 120.0
+EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+class LLMError(Exception):
+    """Every provider (and the fallback model) failed, or the model is unknown."""
+
+
+@dataclass
+class LLMResult:
+    content: str
+    model: str
+    tier: str
+    cost: float
+    truncated: bool
+    input_tokens: int
+    output_tokens: int
+    finish_reason: str | None = None
+
+
+class LLM:
+    def __init__(self, *, models: Models, budget: Budget, record: Callable[..., dict], soul: str,
+                 providers: Sequence[Provider], fallback_model: str | None = None,
+                 on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT):
+        self.models = models
+        self.budget = budget
+        self.record = record
+        self.soul = soul
+        self.providers = list(providers)
+        self.fallback_model = fallback_model
+        self.on_cost = on_cost
+        self.call_timeout = call_timeout
+        self._unknown_reported: set[str] = set()
+
+    # --- pricing ---
+    def worst_case(self, model_id: str, prompt_chars: int, max_tokens: int) -> float:
+        p_in, p_out = self.models.prices(model_id)
+        tokens_in = math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16
+        return (tokens_in * p_in + max_tokens * p_out) / 1e6
+
+    def actual_cost(self, model_id: str, resp: LLMResponse) -> float:
+        reported = resp.usage.get("cost")
+        if isinstance(reported, (int, float)) and reported >= 0:
+            return float(reported)
+        p_in, p_out = self.models.prices(model_id)
+        return (resp.usage.get("prompt_tokens", 0) * p_in + resp.usage.get("completion_tokens", 0) * p_out) / 1e6
+
+    def resolve(self, name: str) -> str:
+        model_id = self.models.resolve(name)
+        if model_id is None:
+            if name not in self._unknown_reported:
+                self._unknown_reported.add(name)
+                self.record(events.LLM_ERROR, error=f"unknown model {name!r}: not an alias or id in config:models",
+                            model=name)
+            raise LLMError(f"unknown model {name!r} (not in config:models)")
+        return model_id
+
+    # --- the call ---
+    def call(self, *, purpose: str, model: str, prompt: str, max_tokens: int, effort: str | None = None,
+             use_reserve: bool = False, step_id: str | None = None, history: Sequence[dict] = ()) -> LLMResult:
+        """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError`."""
+        model_id = self.resolve(model)
+        try:
+            return self._call_model(purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history)
+        except LLMError as first:
+            fallback = self.models.resolve(self.fallback_model) if self.fallback_model else None
+            if fallback is None or fallback == model_id:
+                raise
+            self.record(events.MODEL_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
+                        fallback_model=fallback, error=str(first))
+            return self._call_model(purpose, fallback, prompt, max_tokens, effort, use_reserve, step_id, history)
+
+    def _call_model(self, purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history) -> LLMResult:
+        info = self.models.info(model_id)
+        if info is not None and info.max_output_tokens:
+            max_tokens = min(max_tokens, info.max_output_tokens)
+        messages = [{"role": "system", "content": self.soul}, *history, {"role": "user", "content": prompt}]
+        prompt_chars = sum(len(m["content"]) for m in messages)
+        max_tokens, reduced = self._fit_budget(purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve)
+        time_left = self.budget.time_left(use_reserve)
+        if time_left <= 0:
+            self.record(events.BUDGET_EXCEEDED, limit="time", purpose=purpose, step_id=step_id,
+                        budget=self.budget.time_ceiling(use_reserve), spent=round(self.budget.elapsed(), 2))
+            raise BudgetExceeded("time", f"no time left for the {purpose} call")
+        request = {"model": model_id, "messages": messages, "max_tokens": max_tokens}
+        if effort and info is not None and info.supports_reasoning:
+            request["reasoning"] = {"effort": EFFORT_TO_REASONING.get(effort, "medium")}
+        errors = []
+        for provider in self.providers:
+            t0 = time.monotonic()
+            try:
+                resp = provider.complete(request, timeout=min(self.call_timeout, max(1.0, time_left)))
+            except ProviderError as exc:
+                errors.append(f"{provider.tier}: {exc}")
+                self.record(events.PROVIDER_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
+                            tier=provider.tier, error=str(exc),
+                            duration_ms=int((time.monotonic() - t0) * 1000))
+                continue
+            return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced)
+        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors))
+
+    def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
+        ceiling = self.budget.cost_ceiling(use_reserve)
+        left = ceiling - self.budget.spent
+        if self.budget.spent + self.worst_case(model_id, prompt_chars, max_tokens) <= ceiling:
+            return max_tokens, False
+        p_in, p_out = self.models.prices(model_id)
+        input_cost = (math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16) * p_in / 1e6
+        affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else max_tokens
+        if affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
+            return min(affordable, max_tokens), True
+        self.record(events.BUDGET_EXCEEDED, limit=self.budget.binding_limit(use_reserve), purpose=purpose, step_id=step_id, model=model_id,
+                    spent=round(self.budget.spent, 6), budget=round(ceiling, 6),
+                    worst_case=round(self.worst_case(model_id, prompt_chars, max_tokens), 6))
+        raise BudgetExceeded(self.budget.binding_limit(use_reserve),
+                             f"the {purpose} call could cost more than the ${left:.4f} left")
+
+    def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced) -> LLMResult:
+        cost = self.actual_cost(model_id, resp)
+        self.budget.spent += cost
+        recorded_request = dict(request)
+        # The soul is in every request; karma notes it rather than repeating it each time.
+        recorded_request["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},
+                                        *request["messages"][1:]]
+        self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
+                    input_tokens=resp.usage.get("prompt_tokens", 0),
+                    output_tokens=resp.usage.get("completion_tokens", 0),
+                    reasoning_tokens=resp.usage.get("reasoning_tokens", 0), cost=round(cost, 8),
+                    cost_source="provider" if isinstance(resp.usage.get("cost"), (int, float)) else "price_list",
+                    duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
+                    finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
+                    request=recorded_request, response=resp.content)
+        if self.on_cost is not None:
+            self.on_cost(cost)
+        return LLMResult(content=resp.content, model=model_id, tier=tier, cost=cost, truncated=resp.truncated,
+                         input_tokens=resp.usage.get("prompt_tokens", 0),
+                         output_tokens=resp.usage.get("completion_tokens", 0), finish_reason=resp.finish_reason)

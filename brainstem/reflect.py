@@ -1,0 +1,295 @@
+"""Reflection at the end of every session, and deep reflection every so often.
+
+Reflection writes short-term memory (``last_reflect``) and may ask for keys to
+load next time, a wake time and KV operations. Deep reflection rewrites
+long-term memory (``wisdom``), config, model details and the orient prompt.
+Everything they ask to write goes through the guarded view; anything invalid
+is rejected and recorded while the rest still applies; a parse failure keeps
+the previous memory and still moves the schedule forward.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from . import events, keys
+from .budget import BudgetExceeded
+from .config import Defaults, Models
+from .errors import KVWriteRefused
+from .karma import read as read_karma, utcnow_iso
+from .llm.chokepoint import LLMError
+from .plan import PlanError, parse_object
+from .templates import render
+from .timeline import format_entry
+
+KARMA_LINES_FOR_REFLECT = 150
+KARMA_CHARS_FOR_REFLECT = 20_000
+
+
+class ReflectOutput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    session_summary: str = ""
+    note_to_future_self: str = ""
+    next_orient_context: dict[str, Any] = Field(default_factory=dict)
+    next_wake_config: dict[str, Any] | None = None
+    kv_operations: list[Any] | None = None
+    model_details_updates: dict[str, Any] | None = None
+
+
+class DeepReflectOutput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    reflection: str = ""
+    note_to_future_self: str = ""
+    updated_wisdom: str | None = None
+    kv_operations: list[Any] | None = None
+    updated_defaults: dict[str, Any] | None = None
+    updated_model_details: dict[str, Any] | None = None
+    orient_prompt_proposals: list[dict[str, Any]] | None = None
+    next_deep_reflect: dict[str, Any] | None = None
+    next_wake_config: dict[str, Any] | None = None
+
+
+def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
+                 chars: int = KARMA_CHARS_FOR_REFLECT) -> str:
+    """The session's flight recorder as readable lines, the newest kept when it is too long."""
+    entries = read_karma(store, session_id)
+    text = "\n".join(format_entry(e) for e in entries[-lines:])
+    if len(entries) > lines:
+        text = f"[{len(entries) - lines} earlier entries omitted]\n" + text
+    return text[-chars:]
+
+
+def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
+    """(object, None) or (None, why it failed). Uses the budget's reserved slice."""
+    try:
+        result = s.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
+                            effort=cfg.effort, use_reserve=True)
+    except (BudgetExceeded, LLMError) as exc:
+        return None, f"{purpose} call failed: {exc}"
+    try:
+        return parse_object(result.content, result.truncated), None
+    except PlanError as exc:
+        return None, str(exc)
+
+
+# --- reflect ---------------------------------------------------------------
+
+def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
+    """Reflect on this session; returns the ``next_wake_config`` it asked for (or None)."""
+    previous = s.store.get_json(keys.LAST_REFLECT, default=None)
+    template = s.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
+    variables = {"karma": karma_digest(s.store, s.id), "sessionCost": round(s.budget.spent, 6),
+                 "results": results, "plan": plan,
+                 "context": {"lastReflect": previous, "balances": s.context.get("balances")}}
+    raw, error = _ask_json(s, "reflect", render(template, variables), s.defaults.reflect)
+    out = None
+    if raw is not None:
+        try:
+            out = ReflectOutput.model_validate(raw)
+        except ValidationError as exc:
+            error = f"reflection does not validate: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+    if out is None:
+        s.record(events.REFLECT_PARSE_ERROR, error=error)
+        kept = previous if isinstance(previous, dict) else {}
+        kept = {**kept, "parse_error": {"session_id": s.id, "at": utcnow_iso(), "error": error}}
+        s.store.put(keys.LAST_REFLECT, kept)
+        return None
+    memory = out.model_dump(exclude={"kv_operations", "model_details_updates"}, exclude_none=True)
+    memory.update({"session_id": s.id, "written_at": utcnow_iso()})
+    s.store.put(keys.LAST_REFLECT, memory)
+    unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
+    s.record(events.REFLECT, summary=out.session_summary[:500], load_keys=out.next_orient_context.get("load_keys"),
+             ignored_fields=unknown or None)
+    if out.kv_operations:
+        _apply_operations(s, out.kv_operations, "reflect")
+    if out.model_details_updates:
+        apply_model_details(s, out.model_details_updates, "reflect")
+    return out.next_wake_config
+
+
+def _apply_operations(s, ops: list, source: str) -> None:
+    try:
+        s.agent_kv.apply_operations(ops, source=source)
+    except KVWriteRefused:
+        pass  # recorded by the guarded view; the rest of the reflection still applies
+
+
+# --- deep reflect ------------------------------------------------------------
+
+def deep_reflect_due(store, defaults: Defaults, session_number: int, now: datetime | None = None) -> tuple[bool, str]:
+    """Due by sessions or days since the last one; with no schedule yet, by session count alone."""
+    now = now or datetime.now(timezone.utc)
+    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
+    dr = defaults.deep_reflect
+    if not isinstance(sched, dict):
+        due = session_number >= dr.default_interval_sessions
+        return due, f"session {session_number} of first interval {dr.default_interval_sessions}"
+    after_sessions = _num(sched.get("after_sessions"), dr.default_interval_sessions)
+    after_days = _num(sched.get("after_days"), dr.default_interval_days)
+    since = session_number - int(_num(sched.get("last_session"), 0))
+    if since >= after_sessions:
+        return True, f"{since} sessions since the last (every {after_sessions:g})"
+    last_at = _parse_time(sched.get("last_at"))
+    if last_at is not None and now - last_at >= timedelta(days=after_days):
+        return True, f"{(now - last_at).days} days since the last (every {after_days:g} days)"
+    return False, f"{since} of {after_sessions:g} sessions"
+
+
+def run_deep_reflect(s) -> dict | None:
+    """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
+    st = s.store
+    template = st.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
+    variables = {
+        "wisdom": st.get(keys.WISDOM) or "",
+        "recentKarma": recent_karma(st, s.id),
+        "orientPrompt": st.get(keys.PROMPT_ORIENT) or "",
+        "currentDefaults": s.defaults.model_dump(),
+        "sessionHistory": (st.get_json(keys.SESSION_HISTORY, default=[]) or [])[-30:],
+        "models": s.models_for_prompt(),
+        "context": s.context,
+    }
+    raw, error = _ask_json(s, "deep_reflect", render(template, variables), s.defaults.deep_reflect)
+    out = None
+    if raw is not None:
+        try:
+            out = DeepReflectOutput.model_validate(raw)
+        except ValidationError as exc:
+            error = f"deep reflection does not validate: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+    schedule = {"last_session": s.number, "last_at": utcnow_iso(),
+                "after_sessions": s.defaults.deep_reflect.default_interval_sessions,
+                "after_days": s.defaults.deep_reflect.default_interval_days}
+    if out is None:
+        s.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
+        st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+        return None
+    applied = []
+    if out.updated_wisdom is not None:
+        if _put(s, keys.WISDOM, out.updated_wisdom):
+            applied.append("wisdom")
+    if out.kv_operations:
+        _apply_operations(s, out.kv_operations, "deep_reflect")
+        applied.append("kv_operations")
+    if out.updated_defaults:
+        if apply_defaults_update(s, out.updated_defaults):
+            applied.append("defaults")
+    if out.updated_model_details:
+        if apply_model_details(s, out.updated_model_details, "deep_reflect"):
+            applied.append("model_details")
+    for proposal in out.orient_prompt_proposals or []:
+        text = proposal.get("proposed_text") if isinstance(proposal, dict) else None
+        if isinstance(text, str) and text.strip():
+            if _put(s, keys.PROMPT_ORIENT, text):
+                applied.append("orient_prompt")
+            break
+    nxt = out.next_deep_reflect or {}
+    schedule["after_sessions"] = max(1, int(_num(nxt.get("after_sessions"), schedule["after_sessions"])))
+    schedule["after_days"] = min(365.0, max(0.01, _num(nxt.get("after_days"), schedule["after_days"])))
+    st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+    memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
+              "session_id": s.id, "written_at": utcnow_iso(), "kind": "deep"}
+    previous = st.get_json(keys.LAST_REFLECT, default={})
+    if isinstance(previous, dict) and previous.get("next_orient_context"):
+        memory["next_orient_context"] = previous["next_orient_context"]
+    st.put(keys.LAST_REFLECT, memory)
+    s.record(events.DEEP_REFLECT, applied=applied, next_deep_reflect=schedule)
+    return out.next_wake_config
+
+
+def _put(s, key: str, value: Any) -> bool:
+    try:
+        s.agent_kv.put(key, value, source="deep_reflect")
+        return True
+    except KVWriteRefused:
+        return False
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def apply_defaults_update(s, update: dict) -> bool:
+    """Deep-merge into config:defaults and validate; an invalid result is rejected whole and recorded."""
+    current = s.store.get_json(keys.CONFIG_DEFAULTS, default=None)
+    if not isinstance(current, dict):
+        current = s.defaults.model_dump()
+    merged = deep_merge(current, update)
+    try:
+        Defaults.model_validate(merged)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, update=update,
+                 reason=f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        return False
+    return _put(s, keys.CONFIG_DEFAULTS, merged)
+
+
+def apply_model_details(s, updates: dict, source: str) -> bool:
+    """Merge per-model field updates ``{alias_or_id: {field: value}}`` into config:models, validated."""
+    current = s.store.get_json(keys.CONFIG_MODELS, default=None)
+    if not isinstance(current, dict):
+        current = s.models.model_dump()
+    models = current.get("models") if isinstance(current.get("models"), list) else []
+    reasons = []
+    for name, fields in updates.items():
+        target = next((m for m in models if isinstance(m, dict) and name in (m.get("alias"), m.get("id"))), None)
+        if target is None or not isinstance(fields, dict):
+            reasons.append(f"{name}: no such model or not an object")
+            continue
+        target.update({k: v for k, v in fields.items() if k not in ("id",)})
+    try:
+        Models.model_validate(current)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        reasons.append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+                 source=source)
+        return False
+    if reasons:
+        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+                 source=source, partial=True)
+    return _put(s, keys.CONFIG_MODELS, current)
+
+
+def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> list[dict]:
+    """A compact digest of the last few sessions: outcome and their last lines, bounded."""
+    history = store.get_json(keys.SESSION_HISTORY, default=[]) or []
+    out = []
+    for h in history[-sessions:]:
+        if isinstance(h, dict) and isinstance(h.get("id"), str) and h["id"] != current_id:
+            out.append({"session": h["id"], "outcome": h.get("outcome"), "summary": h.get("summary"),
+                        "karma": karma_digest(store, h["id"], lines=lines, chars=4000)})
+    return out
+
+
+def _num(v: Any, default: float) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else float(default)
+
+
+def _parse_time(v: Any) -> datetime | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        t = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+DEFAULT_REFLECT_PROMPT = (
+    "Review this session and answer with one JSON object: session_summary, note_to_future_self, "
+    "next_orient_context.load_keys, optionally next_wake_config and kv_operations.\n\n"
+    "Cost: {{sessionCost}}\nResults: {{results}}\nKarma:\n{{karma}}")
+DEFAULT_DEEP_PROMPT = (
+    "Deep reflection. Answer with one JSON object: reflection, note_to_future_self, optionally "
+    "updated_wisdom, kv_operations, updated_defaults, next_deep_reflect.\n\nWisdom: {{wisdom}}\n"
+    "History: {{sessionHistory}}\nRecent karma: {{recentKarma}}")

@@ -1,0 +1,57 @@
+"""What one session carries: its id, store views, recorder, config, budget and LLM chokepoint.
+
+Built once by ``wake.py``; the executor and reflection read from it. It holds
+no behaviour of its own beyond routing a tool run through the sandbox with
+the session's grants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .budget import Budget
+from .config import Defaults, Models
+from .karma import Karma
+from .kv.base import Store
+from .kv.guarded import AgentKV
+from .llm.chokepoint import LLM
+from .settings import Settings
+from .tools import ToolOutcome, run_tool
+
+
+@dataclass
+class Session:
+    id: str
+    number: int
+    settings: Settings
+    store: Store
+    karma: Karma
+    agent_kv: AgentKV
+    defaults: Defaults
+    models: Models
+    budget: Budget
+    llm: LLM
+    soul: str
+    effort: str = "low"
+    tool_registry: Any = None
+    context: dict = field(default_factory=dict)
+
+    def record(self, event: str, **fields: Any) -> dict:
+        return self.karma.record(event, **fields)
+
+    def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
+        left_ms = int(self.budget.time_left() * 1000)
+        return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
+                        allowed_env_secrets=self.settings.tool_secrets, fetch_allow=self.settings.fetch_allow,
+                        attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
+                        on_secrets=self._learn_secrets)
+
+    def _learn_secrets(self, secrets: dict[str, str]) -> None:
+        for name, value in secrets.items():
+            self.karma.redact.add(name, value)
+
+    def models_for_prompt(self) -> list[dict]:
+        return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,
+                 "output_cost_per_mtok": m.output_cost_per_mtok, "supports_reasoning": m.supports_reasoning}
+                for m in self.models.models]

@@ -1,0 +1,58 @@
+"""The sleep path: is the agent meant to be asleep? Answered with the lightest imports possible.
+
+cron runs ``brainstem wake`` every few minutes and most runs find the agent
+asleep, so this path imports only the store backend and the standard
+library: no pydantic, no click, no HTTP client, no web3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(value: Any) -> datetime | None:
+    """ISO-8601 UTC, ``Z`` or ``+00:00``; naive times are taken as UTC; anything else is None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
+    """The future time the agent sleeps until, or None when it is due (missing or broken config: due)."""
+    if not isinstance(wake_config, dict):
+        return None
+    t = parse_iso(wake_config.get("next_wake_after"))
+    return t if t is not None and t > now else None
+
+
+def asleep_fast() -> datetime | None:
+    """For ``brainstem wake``: the wake time if asleep, else None (then the full path runs and
+    reports any problem properly). Never raises."""
+    if os.environ.get("BRAINSTEM_ENV_FILE"):
+        return None  # settings may come from a file: let the full path read them
+    try:
+        from .kv import open_store
+
+        store = open_store(check=False)
+        try:
+            raw = store.get_text("wake_config")
+        finally:
+            store.close()
+        return sleeping_until(json.loads(raw), now_utc()) if raw else None
+    except Exception:
+        return None

@@ -1,0 +1,410 @@
+"""One wake: the lifecycle of ``brainstem wake``, top to bottom.
+
+1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once
+2. lock           one wake per agent; a dead holder on this host is reclaimed
+3. crashed?       ``session:current`` still present -> the last session died
+4. ground truth   LLM credit, USDC balance, store usage, in parallel, each failing to null
+5. effort         tripwires over the facts
+6. context        loaded keys and a bounded index of the store
+7. deep reflect when due, else orient -> plan -> execute -> reflect
+8. record         next wake, session history, breadcrumbs, ``session_end``
+
+Before any work, the schedule is advanced pessimistically (next wake = now +
+the default sleep), so even a session that is SIGKILLed never leaves the agent
+waking every tick. One try/except around the session always records an outcome.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from . import events, karma as karma_mod, keys
+from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent
+from .config import Defaults, load_defaults, load_models
+from .context import kv_index, load_keys
+from .errors import ConfigError, LockHeld, MalformedValue
+from .executor import Executor
+from .ground_truth import effort_for, fired_tripwires, gather
+from .karma import Karma, Redactor, utcnow_iso
+from .kv.base import Store
+from .kv.guarded import AgentKV
+from .llm.chokepoint import LLM, LLMError
+from .llm.providers import OpenRouterProvider
+from .plan import Plan, PlanError, parse_plan
+from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
+from .session import Session
+from .settings import Settings
+from .sleep import iso, now_utc, sleeping_until
+from .templates import render
+
+HISTORY_MAX = 1000
+CRASH_ENTRIES = 40
+CRASH_ENTRY_CHARS = 600
+MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
+
+
+@dataclass
+class WakeResult:
+    status: str  # "asleep" | "ran"
+    outcome: str | None = None
+    session_id: str | None = None
+    message: str = ""
+    next_wake_after: str | None = None
+
+
+# --- times ---
+
+def clamp_sleep(value: Any, default: float) -> float:
+    """A requested sleep in seconds, made sane: non-numeric or negative -> default; at most 30 days."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return max(MIN_SLEEP, min(float(default), MAX_SLEEP))
+    return max(MIN_SLEEP, min(float(value), MAX_SLEEP))
+
+
+# --- the lock ----------------------------------------------------------------
+
+def _owner_token(session_hint: str) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{session_hint}"
+
+
+def _holder_is_dead(owner: str) -> bool:
+    """True when the lock holder ran on this host and its process is gone."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
+    if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
+        return
+    holder = store.lock_owner(keys.WAKE_LOCK)
+    if holder and _holder_is_dead(holder) and store.release_lock(keys.WAKE_LOCK, holder):
+        if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
+            return
+    raise LockHeld(f"another wake is running for this agent (lock held by {holder or 'unknown'}); not waking twice")
+
+
+# --- history -------------------------------------------------------------------
+
+def append_history(store: Store, entry: dict) -> None:
+    history = store.get_json(keys.SESSION_HISTORY, default=[])
+    if not isinstance(history, list):
+        history = []
+    history.append(entry)
+    store.put(keys.SESSION_HISTORY, history[-HISTORY_MAX:])
+
+
+def crash_data(store: Store, crumb: dict) -> dict:
+    """What orient learns of a dead session: its breadcrumb and the tail of its karma, capped."""
+    dead_id = crumb.get("id")
+    if not dead_id:
+        return {"session_id": None, "note": "the last session died; its breadcrumb was unreadable",
+                "breadcrumb": crumb.get("raw")}
+    entries = karma_mod.read(store, dead_id, start=-CRASH_ENTRIES)
+    total = store.log_length(keys.karma(dead_id))
+    capped = []
+    for e in entries:
+        text = karma_mod.encode_entry(e)
+        capped.append(e if len(text) <= CRASH_ENTRY_CHARS else {"event": e.get("event"), "t": e.get("t"),
+                                                                 "truncated": text[:CRASH_ENTRY_CHARS]})
+    data = {"session_id": dead_id, "started_at": crumb.get("started_at"), "entries_total": total,
+            "last_entries": capped}
+    if total == 0:
+        data["note"] = "the last session died before recording anything"
+    return data
+
+
+# --- the wake --------------------------------------------------------------------
+
+def check_ready(store: Store, settings: Settings) -> tuple[str, str]:
+    """The soul and the orient prompt, or a one-line misconfiguration error."""
+    soul = store.get(keys.SOUL)
+    if not soul or not soul.strip():
+        raise ConfigError(f"no soul in {store.display_url}: run `brainstem seed --soul FILE` (or --example-soul)")
+    orient = store.get(keys.PROMPT_ORIENT)
+    if not orient or not orient.strip():
+        raise ConfigError(f"no prompt:orient in {store.display_url}: run `brainstem seed`")
+    if "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
+        raise ConfigError("OPENROUTER_API_KEY is not set (or point OPENROUTER_BASE_URL at another "
+                          "OpenAI-compatible server)")
+    return soul, orient
+
+
+def default_providers(settings: Settings) -> list:
+    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
+    return [OpenRouterProvider(settings.openrouter_base_url, key, max_attempts=settings.llm_max_attempts,
+                               backoff_base=settings.llm_backoff)]
+
+
+def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
+         listeners=()) -> WakeResult:
+    """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable)."""
+    now = now_utc()
+    wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
+    until = sleeping_until(wake_config, now)
+    if until is not None and not force:
+        return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
+
+    soul, orient_template = check_ready(store, settings)
+    problems: list[str] = []
+    defaults = load_defaults(store, problems)
+    models = load_models(store, problems)
+    budget = Budget(
+        max_cost=clamp(defaults.session_budget.max_cost, settings.max_session_cost, 0.10),
+        max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, 12)),
+        max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds, 600),
+        reserve_fraction=defaults.execution.reflect_reserve_fraction)
+    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    budget.max_cost = min(budget.max_cost, left_today)
+
+    token = _owner_token(uuid.uuid4().hex[:8])
+    acquire_wake_lock(store, token, ttl_ms=int(2 * budget.max_duration * 1000) + 60_000)
+    try:
+        return _session(settings, store, soul, orient_template, defaults, models, budget, wake_config,
+                        problems, providers, listeners, left_today, token)
+    finally:
+        store.release_lock(keys.WAKE_LOCK, token)
+
+
+def _next_number(store: Store) -> int:
+    try:
+        return store.incr(keys.SESSION_COUNTER)
+    except MalformedValue:
+        history = store.get_json(keys.SESSION_HISTORY, default=[])
+        number = (len(history) if isinstance(history, list) else 0) + 1
+        store.put(keys.SESSION_COUNTER, str(number))
+        return number
+
+
+def _session(settings, store, soul, orient_template, defaults: Defaults, models, budget: Budget, wake_config,
+             problems, providers, listeners, left_today, token) -> WakeResult:
+    crumb = karma_mod.unfinished_session(store)
+    number = _next_number(store)
+    sid = f"{number}-{uuid.uuid4().hex[:6]}"
+    k = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
+    karma_mod.begin_session(store, sid)
+    started = now_utc()
+    # Advance the schedule before doing anything that could die.
+    default_sleep = clamp_sleep(defaults.wake.sleep_seconds, 21600)
+    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(started + timedelta(seconds=default_sleep)),
+                                 "set_by": "runtime:pessimistic", "session_id": sid})
+    k.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
+             budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
+             crashed_session=crumb.get("id") if crumb else None)
+    for p in problems:
+        k.record(events.CONFIG_REJECTED, reason=p)
+    if isinstance(wake_config, dict) or wake_config is None:
+        pass
+    else:
+        k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
+
+    outcome, kind, summary, next_wake = "clean", "session", None, None
+    executor = None
+    try:
+        context: dict[str, Any] = {"sessionId": sid, "now": iso(started), "crashData": None}
+        if crumb is not None:
+            context["crashData"] = crash_data(store, crumb)
+            k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"),
+                     entries=context["crashData"].get("entries_total"))
+            append_history(store, {"id": crumb.get("id"), "outcome": "crashed", "started_at": crumb.get("started_at"),
+                                   "detected_by": sid})
+            if crumb.get("id"):
+                Karma(store, crumb["id"]).record(events.SESSION_END, outcome="crashed", detected_by=sid)
+
+        facts = _ground_truth(settings, store, k)
+        context["balances"] = facts["balances"]
+        context["kvUsage"] = facts["kvUsage"]
+        fired = fired_tripwires(defaults.tripwires, facts)
+        for tw in fired:
+            k.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
+        requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
+        effort = effort_for(_max_effort(defaults.wake.default_effort, requested), fired)
+        k.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
+
+        s = Session(id=sid, number=number, settings=settings, store=store, karma=k,
+                    agent_kv=AgentKV(store, k.record), defaults=defaults, models=models, budget=budget,
+                    llm=None, soul=soul, effort=effort,
+                    tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context)
+        s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
+                    providers=providers if providers is not None else default_providers(settings),
+                    fallback_model=defaults.execution.fallback_model or models.fallback_model,
+                    on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout)
+        _load_context(s, context)
+        due, why = deep_reflect_due(store, defaults, number)
+        context["deepReflectDue"] = due
+        if due:
+            kind = "deep_reflect"
+            k.record(events.DEEP_REFLECT, phase="start", reason=why)
+            next_wake = run_deep_reflect(s)
+        else:
+            plan = _orient(s, orient_template)
+            if plan is None:
+                outcome = "no_plan"
+            else:
+                budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, settings,
+                                                                                     left_today)
+                store.refresh_lock(keys.WAKE_LOCK, token, int(2 * budget.max_duration * 1000) + 60_000)
+                executor = Executor(s, plan.mid_session_tripwires,
+                                    reflect=lambda: _reflect(s, executor, plan))
+                executor.run(plan.steps)
+                if executor.stop is not None:
+                    outcome = executor.stop.outcome
+                next_wake = plan.next_wake_config
+                if not executor.reflected:
+                    next_wake = _reflect(s, executor, plan) or next_wake
+                else:
+                    next_wake = s.context.get("_reflect_wake") or next_wake
+    except Exception as exc:  # the one try/except: always an outcome, never a silent death
+        outcome = "error"
+        k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
+                 traceback=traceback.format_exc(limit=8)[-4000:])
+    except BaseException as exc:  # SIGINT/SIGTERM surfaced as exceptions: record, then let them through
+        _finish(store, k, sid, number, started, "killed", kind, budget, executor, None, defaults, summary)
+        raise exc
+    last = store.get_json(keys.LAST_REFLECT, default=None)
+    if isinstance(last, dict) and last.get("session_id") == sid:
+        summary = last.get("session_summary") or last.get("reflection")
+    return _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary)
+
+
+def _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary):
+    next_wake = next_wake if isinstance(next_wake, dict) else {}
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), defaults.wake.sleep_seconds)
+    ended = now_utc()
+    wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep,
+                "set_by": sid}
+    if next_wake.get("effort") in ("low", "medium", "high", "max"):
+        wake_cfg["effort"] = next_wake["effort"]
+    store.put(keys.WAKE_CONFIG, wake_cfg)
+    duration_ms = int((ended - started).total_seconds() * 1000)
+    entry = {"id": sid, "number": number, "kind": kind, "started_at": iso(started), "ended_at": iso(ended),
+             "outcome": outcome, "cost": round(budget.spent, 6), "steps": budget.steps,
+             "steps_failed": executor.steps_failed if executor else 0, "duration_ms": duration_ms}
+    if summary:
+        entry["summary"] = str(summary)[:300]
+    append_history(store, entry)
+    k.record(events.SESSION_END, outcome=outcome, kind=kind, cost=round(budget.spent, 6), steps=budget.steps,
+             duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"])
+    karma_mod.end_session(store, sid)
+    return WakeResult("ran", outcome=outcome, session_id=sid, next_wake_after=wake_cfg["next_wake_after"],
+                      message=f"session {sid}: {outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+                              f"next wake {wake_cfg['next_wake_after']}")
+
+
+def _max_effort(a: str, b: Any) -> str:
+    from .config import max_effort
+
+    return max_effort(a, b if isinstance(b, str) else None)
+
+
+def _ground_truth(settings: Settings, store: Store, k: Karma) -> dict:
+    checks = {"kvUsage": store.usage}
+    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
+    if key or "openrouter.ai" not in settings.openrouter_base_url:
+        from .llm.openrouter import fetch_credit
+
+        checks["openrouter"] = lambda: fetch_credit(base_url=settings.openrouter_base_url, api_key=key,
+                                                    timeout=settings.ground_truth_timeout)
+    if settings.wallet_address:
+        def wallet():
+            from .wallet import usdc_balance
+
+            return usdc_balance(settings.base_rpc_url, settings.wallet_address, timeout=settings.ground_truth_timeout)
+        checks["wallet_usdc"] = wallet
+    values, errors = gather(checks, timeout=settings.ground_truth_timeout + 1)
+    balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
+    k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
+    return {"balances": balances, "kvUsage": values.get("kvUsage")}
+
+
+def _load_context(s: Session, context: dict) -> None:
+    d = s.defaults.memory
+    last = s.store.get_json(keys.LAST_REFLECT, default=None,
+                            on_error=lambda e: s.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
+    names = None
+    if isinstance(last, dict):
+        noc = last.get("next_orient_context")
+        if isinstance(noc, dict) and isinstance(noc.get("load_keys"), list):
+            names = noc["load_keys"]
+    loaded, notes = load_keys(s.store, names if names is not None else d.default_load_keys,
+                              d.max_load_keys, d.max_load_key_bytes)
+    context["additionalContext"] = loaded
+    if notes:
+        context["additionalContextNotes"] = notes
+    context["lastReflect"] = _capped(last, 4000)
+    context["kvIndex"] = kv_index(s.store, d.kv_index_max_keys)
+    context["effort"] = s.effort
+
+
+def _capped(value: Any, chars: int) -> Any:
+    from .templates import to_text
+
+    text = to_text(value) if value is not None else None
+    if text is None or len(text) <= chars:
+        return value
+    return text[:chars] + "... [capped]"
+
+
+def _orient(s: Session, template: str) -> Plan | None:
+    """Ask for a plan; one repair attempt with the validation error; None when there is none."""
+    missing: list[str] = []
+    variables = {"soul": s.soul, "models": s.models_for_prompt(), "resources": s.store.get_json(
+        keys.CONFIG_RESOURCES, default={}), "config": s.defaults.model_dump(), "tools": s.tool_registry,
+        "context": s.context}
+    prompt = render(template, variables, on_missing=missing.append)
+    # {{page}}-style names are plan references the prompt may show as examples; only a path
+    # into a real template variable that does not resolve is a mistake worth recording.
+    missing = [m for m in missing if m.split(".")[0] in variables]
+    if missing:
+        s.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
+    cfg = s.defaults.orient
+    history: list[dict] = []
+    ask = prompt
+    for attempt in (1, 2):
+        try:
+            result = s.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
+                                effort=s.effort if s.effort != "low" else cfg.effort, history=history)
+        except (LLMError, BudgetExceeded) as exc:
+            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
+            return None
+        try:
+            plan = parse_plan(result.content, result.truncated)
+        except PlanError as exc:
+            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
+            history = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
+            ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
+                   "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
+            continue
+        s.record(events.PLAN, steps=len(plan.steps), types=[st.type for st in plan.steps][:50],
+                 session_budget=plan.session_budget.model_dump(exclude_none=True) if plan.session_budget else None)
+        return plan
+    return None
+
+
+def _plan_budget(plan: Plan, budget: Budget, settings: Settings, left_today: float) -> tuple[float, int, float]:
+    pb = plan.session_budget
+    if pb is None:
+        return budget.max_cost, budget.max_steps, budget.max_duration
+    return (min(clamp(pb.max_cost, settings.max_session_cost, budget.max_cost), left_today),
+            int(clamp(pb.max_steps, settings.max_session_steps, budget.max_steps)),
+            clamp(pb.max_duration_seconds, settings.max_session_seconds, budget.max_duration))
+
+
+def _reflect(s: Session, executor: Executor, plan: Plan) -> dict | None:
+    next_wake = run_reflect(s, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
+    s.context["_reflect_wake"] = next_wake
+    return next_wake
