@@ -1,0 +1,185 @@
+"""The fork server: one per runtime process, forks one worker per execution.
+
+Started by :mod:`brainstem.sandbox.runner` as ``python -I -S -c BOOT`` with an
+empty environment and a SOCK_SEQPACKET control socket.  It imports
+RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
+``ready``, then loops:
+
+* a control packet ``{"timeout_ms", "memory_mb"}`` carrying two fds (the
+  worker's channel, whose other end the runtime keeps, and a status socket)
+  makes it fork a worker, which runs :func:`worker.child_main` and never
+  returns; the server closes its copy of the channel at once and writes
+  ``{"pid": N}`` then, after reaping, ``{"exit": {...}}`` lines on the status
+  socket;
+* at ``timeout_ms`` after the spawn it SIGKILLs the worker's process group
+  (the worker called ``setsid``) and marks it ``timed_out``;
+* when the control socket closes (the runtime exited or died) it kills every
+  worker and exits.  ``PR_SET_PDEATHSIG=SIGKILL`` covers the case where it
+  would not even get to read that EOF; each worker has the same death signal
+  towards the server, so killing the runtime with SIGKILL leaves nothing
+  behind.
+
+The server never sees tool code, arguments or secrets: those travel from the
+runtime to the worker over the channel.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+BOOT = (
+    "import sys,json;sys.path[:]=json.loads(sys.argv[1]);"
+    "from brainstem.sandbox.forkserver import main;main(int(sys.argv[2]))"
+)
+
+
+class _Child:
+    __slots__ = ("pid", "deadline", "stat_fd", "timed_out")
+
+    def __init__(self, pid: int, deadline: float, stat_fd: int):
+        self.pid = pid
+        self.deadline = deadline
+        self.stat_fd = stat_fd
+        self.timed_out = False
+
+
+def _write_line(fd: int, obj: dict) -> None:
+    try:
+        os.write(fd, json.dumps(obj).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _kill(pid: int) -> None:
+    for fn in (os.killpg, os.kill):
+        try:
+            fn(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main(control_fd: int) -> None:
+    from . import worker  # also imports policy (RestrictedPython, namespaces)
+
+    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = os.getppid()
+    if parent == 1:
+        sys.exit(0)
+    worker.prctl(worker._PR_SET_NAME, b"brainstem-fsrv")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    worker.policy.warm_up()
+
+    control = socket.socket(fileno=control_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+
+    gc.collect()
+    gc.freeze()
+    server_pid = os.getpid()
+    children: dict[int, _Child] = {}
+    control.send(b"ready")
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = children.pop(pid, None)
+            if child is None:
+                continue
+            info = {"code": None, "signal": None, "timed_out": child.timed_out}
+            if os.WIFSIGNALED(status):
+                info["signal"] = os.WTERMSIG(status)
+            elif os.WIFEXITED(status):
+                info["code"] = os.WEXITSTATUS(status)
+            _write_line(child.stat_fd, {"exit": info})
+            _close(child.stat_fd)
+
+    def spawn(packet: bytes, fds: list[int]) -> None:
+        try:
+            params = json.loads(packet)
+            timeout_ms = int(params["timeout_ms"])
+            memory_mb = int(params["memory_mb"])
+            chan_fd, stat_fd = fds
+        except Exception:  # noqa: BLE001 - malformed request: drop it
+            for fd in fds:
+                _close(fd)
+            return
+        try:
+            pid = os.fork()
+        except OSError as e:
+            _write_line(stat_fd, {"error": f"fork failed: {e}"})
+            _close(chan_fd)
+            _close(stat_fd)
+            return
+        if pid == 0:  # the worker
+            try:
+                worker.child_main(chan_fd, server_pid, timeout_ms, memory_mb)
+            finally:
+                os._exit(1)
+        _close(chan_fd)
+        children[pid] = _Child(pid, time.monotonic() + timeout_ms / 1000.0, stat_fd)
+        _write_line(stat_fd, {"pid": pid})
+
+    try:
+        while True:
+            timeout = None
+            if children:
+                timeout = max(0.0, min(c.deadline for c in children.values()) - time.monotonic())
+            try:
+                ready, _, _ = select.select([control, wake_r], [], [], timeout)
+            except InterruptedError:
+                ready = []
+            if wake_r in ready:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            if control in ready:
+                try:
+                    packet, fds, _flags, _addr = socket.recv_fds(control, 65536, 4)
+                except OSError:
+                    break
+                if not packet:
+                    for fd in fds:
+                        _close(fd)
+                    break
+                spawn(packet, fds)
+            reap()
+            now = time.monotonic()
+            for child in children.values():
+                if not child.timed_out and now >= child.deadline:
+                    child.timed_out = True
+                    _kill(child.pid)
+            if os.getppid() != parent:
+                break
+    finally:
+        for child in list(children.values()):
+            _kill(child.pid)
+        deadline = time.monotonic() + 2.0
+        while children and time.monotonic() < deadline:
+            reap()
+            time.sleep(0.01)
+        os._exit(0)

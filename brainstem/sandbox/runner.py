@@ -1,0 +1,539 @@
+"""``run()``: execute KV-stored code in a fresh, locked-down worker process.
+
+The runtime side of the sandbox.  For each execution it makes two socket
+pairs (the worker's channel and a status line), hands the worker ends to the
+fork server (SCM_RIGHTS over the control socket), sends the job (code, entry
+point, arguments, granted secrets, limits) straight to the worker over the
+channel, then serves the worker's ``ctx`` requests by calling ``services``
+*in this process* until the result arrives or the worker dies.  Nothing but
+JSON text crosses: the worker's result is re-parsed here with ``json.loads``.
+
+A worker's death (timeout kill, signal, memory cap, any exit) is a failed
+``Outcome``, never an exception of the runtime.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import json
+import math
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from .protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
+
+# How long past timeout_ms the runtime waits before it kills the worker itself
+# (the fork server normally does it at timeout_ms).
+GRACE_S = 1.0
+MAX_CTX_CALLS = 1000
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # worker -> runtime ctx request
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # runtime -> worker ctx response
+MAX_SERVICE_ERROR_CHARS = 1000
+START_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout_ms: int = 10_000
+    memory_mb: int = 1024
+    max_result_bytes: int = 1_000_000
+    max_output_bytes: int = 65_536  # captured print/log text cap
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    value: Any  # the JSON-parsed result when ok
+    error: str | None  # one line, operator-readable
+    duration_ms: float
+    output: str = ""  # what the tool printed (capped by Limits.max_output_bytes)
+
+
+class Services(Protocol):
+    """The runtime side of ``ctx``; every call happens in the process that called ``run``."""
+
+    secrets: Mapping[str, str]  # already filtered by the runtime
+    kv_access: str  # "none" | "own" | "read_all"
+
+    def kv_get(self, key: str) -> str | None: ...
+
+    def kv_put(self, key: str, value: str) -> None: ...
+
+    def kv_list(self, prefix: str) -> list[str]: ...
+
+    def kv_delete(self, key: str) -> bool: ...
+
+    def fetch(self, url, method, headers, json, data, timeout) -> dict: ...
+
+    def log(self, message: str) -> None: ...
+
+
+class SandboxUnavailable(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------- fork server handle
+
+
+class _Keeper:
+    """A thread that lives as long as the process and starts fork servers.
+
+    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits,
+    so the fork server must not be started from a short-lived worker thread.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn):
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="brainstem-sandbox-keeper", daemon=True
+                )
+                self._thread.start()
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, future))
+        return future.result()
+
+    def _loop(self) -> None:
+        while True:
+            fn, future = self._queue.get()
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # noqa: BLE001
+                future.set_exception(e)
+
+
+_keeper = _Keeper()
+
+
+class _ForkServer:
+    def __init__(self) -> None:
+        from .forkserver import BOOT
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", BOOT, json.dumps(sys.path), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        finally:
+            theirs.close()
+        self.control = ours
+        self.lock = threading.Lock()
+        ours.settimeout(START_TIMEOUT_S)
+        try:
+            hello = ours.recv(16)
+        except OSError as e:
+            self.stop()
+            raise SandboxUnavailable(f"fork server did not start: {e}") from None
+        if hello != b"ready":
+            self.stop()
+            raise SandboxUnavailable("fork server did not start")
+        ours.settimeout(5.0)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def spawn(self, params: dict, fds: list[int]) -> None:
+        with self.lock:
+            socket.send_fds(self.control, [json.dumps(params).encode()], fds)
+
+    def stop(self) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_server: _ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def _get_server(restart: bool = False) -> _ForkServer:
+    global _server
+    with _server_lock:
+        if restart or _server is None or not _server.alive():
+            if _server is not None:
+                _server.stop()
+                _server = None
+            _server = _keeper.call(_ForkServer)
+        return _server
+
+
+def shutdown() -> None:
+    """Stop the fork server (it kills any worker still running)."""
+    global _server
+    with _server_lock:
+        if _server is not None:
+            _server.stop()
+            _server = None
+
+
+atexit.register(shutdown)
+
+
+def server_pid() -> int | None:
+    """The fork server's pid, if it is running (for diagnostics and tests)."""
+    s = _server
+    return s.proc.pid if s is not None and s.alive() else None
+
+
+def _spawn(params: dict) -> tuple[socket.socket, socket.socket]:
+    """Start one worker; return (channel, status) sockets. Restarts a dead fork server once."""
+    for attempt in (0, 1):
+        server = _get_server(restart=attempt == 1)
+        chan, chan_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stat, stat_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.spawn(params, [chan_child.fileno(), stat_child.fileno()])
+        except OSError:
+            chan.close()
+            stat.close()
+            if attempt == 1:
+                raise SandboxUnavailable("fork server is not responding") from None
+            continue
+        finally:
+            chan_child.close()
+            stat_child.close()
+        return chan, stat
+    raise SandboxUnavailable("fork server is not responding")  # pragma: no cover
+
+
+# --------------------------------------------------------------------------- one execution
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _service_error(e: BaseException) -> str:
+    try:
+        msg = str(e)
+    except Exception:  # noqa: BLE001
+        msg = ""
+    msg = msg or type(e).__name__
+    return msg[:MAX_SERVICE_ERROR_CHARS]
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+class _Status:
+    """Reads the fork server's line-per-event status socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.pid: int | None = None
+        self.exit: dict | None = None
+        self.error: str | None = None
+        self.closed = False
+
+    def poll(self, timeout: float) -> None:
+        """Read what is available (waiting up to timeout for the first bytes)."""
+        if self.closed:
+            return
+        self.sock.settimeout(max(0.0, timeout))
+        try:
+            data = self.sock.recv(4096)
+        except (socket.timeout, BlockingIOError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.closed = True
+        self.buf += data
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "pid" in msg:
+                self.pid = int(msg["pid"])
+            if "exit" in msg:
+                self.exit = msg["exit"]
+            if "error" in msg:
+                self.error = str(msg["error"])
+
+    def wait_exit(self, until: float) -> None:
+        while self.exit is None and not self.closed and self.error is None:
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return
+            self.poll(remaining)
+
+    def kill(self) -> None:
+        self.poll(0.0 if self.pid is not None else 0.2)
+        if self.exit is None and not self.closed:
+            self.poll(0.0)
+        if self.pid is not None and self.exit is None:
+            for fn in (os.killpg, os.kill):
+                try:
+                    fn(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+class _Execution:
+    def __init__(self, services: Services, limits: Limits, kv_granted: bool, start: float):
+        self.services = services
+        self.limits = limits
+        self.kv_granted = kv_granted
+        self.start = start
+        self.deadline = start + limits.timeout_ms / 1000.0
+        self.hard_deadline = self.deadline + GRACE_S
+        self.calls = 0
+        self.max_result_frame = limits.max_result_bytes + 6 * limits.max_output_bytes + 65_536
+
+    def elapsed_ms(self) -> float:
+        return (time.monotonic() - self.start) * 1000.0
+
+    # -- frames
+    def _recv_exact(self, sock: socket.socket, n: int) -> bytes | None:
+        chunks = []
+        while n:
+            remaining = self.hard_deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout()
+            sock.settimeout(remaining)
+            chunk = sock.recv(min(n, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _recv_frame(self, sock: socket.socket) -> Any:
+        head = self._recv_exact(sock, HEADER.size)
+        if head is None:
+            return None
+        (size,) = HEADER.unpack(head)
+        if size > max(MAX_REQUEST_BYTES, self.max_result_frame):
+            raise FrameTooLarge(f"worker sent a {size}-byte message")
+        body = self._recv_exact(sock, size)
+        if body is None:
+            return None
+        return loads(body)
+
+    # -- the loop
+    def serve(self, chan: socket.socket, status: _Status, job: bytes) -> Outcome:
+        try:
+            chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
+            chan.sendall(job)
+        except socket.timeout:
+            return self._timed_out(status)
+        except OSError:
+            return self._dead(status)
+        while True:
+            try:
+                msg = self._recv_frame(chan)
+            except socket.timeout:
+                return self._timed_out(status)
+            except FrameTooLarge as e:
+                status.kill()
+                return self._fail(f"worker protocol error: {e}")
+            except (OSError, ValueError):
+                msg = None
+            if msg is None:
+                return self._dead(status)
+            if type(msg) is not dict:
+                status.kill()
+                return self._fail("worker protocol error: bad message")
+            op = msg.get("op")
+            if op == "result":
+                return self._result(msg)
+            response = self._handle(op, msg)
+            try:
+                frame = encode_frame(response, MAX_RESPONSE_BYTES)
+            except (FrameTooLarge, ValueError, TypeError) as e:
+                frame = encode_frame({"ok": False, "error": f"ctx.{op}: response not sendable: {e}"})
+            try:
+                chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
+                chan.sendall(frame)
+            except socket.timeout:
+                return self._timed_out(status)
+            except OSError:
+                return self._dead(status)
+
+    def _result(self, msg: dict) -> Outcome:
+        output = msg.get("output")
+        output = output if type(output) is str else ""
+        if msg.get("ok") is True:
+            return Outcome(True, msg.get("value"), None, self.elapsed_ms(), output)
+        error = msg.get("error")
+        return Outcome(False, None, _one_line(error) if type(error) is str else "tool failed",
+                       self.elapsed_ms(), output)
+
+    def _fail(self, error: str) -> Outcome:
+        return Outcome(False, None, error, self.elapsed_ms())
+
+    def _timed_out(self, status: _Status) -> Outcome:
+        status.kill()
+        return self._fail(f"timed out after {self.limits.timeout_ms} ms")
+
+    def _dead(self, status: _Status) -> Outcome:
+        """The channel closed without a result: say why the worker died."""
+        status.wait_exit(time.monotonic() + 2.0)
+        if status.error:
+            return self._fail(f"sandbox error: {status.error}")
+        info = status.exit
+        if info is None:
+            status.kill()
+            return self._fail("sandbox worker lost (fork server died)")
+        if info.get("timed_out"):
+            return self._fail(f"timed out after {self.limits.timeout_ms} ms")
+        sig = info.get("signal")
+        if sig == signal.SIGXCPU:
+            return self._fail(f"CPU time limit exceeded (timed out after {self.limits.timeout_ms} ms)")
+        if sig:
+            return self._fail(f"killed by signal {_signal_name(sig)}")
+        code = info.get("code")
+        if code == 71:
+            return self._fail(f"memory limit ({self.limits.memory_mb} MB) exceeded")
+        return self._fail(f"worker exited with status {code} without a result")
+
+    # -- ctx requests
+    def _handle(self, op: Any, msg: dict) -> dict:
+        self.calls += 1
+        if self.calls > MAX_CTX_CALLS:
+            return {"ok": False, "error": f"too many ctx calls (limit {MAX_CTX_CALLS} per execution)"}
+        try:
+            value = self._dispatch(op, msg)
+        except _Refused as e:
+            return {"ok": False, "error": str(e)}
+        except Exception as e:  # noqa: BLE001 - services errors become the tool's RuntimeError
+            return {"ok": False, "error": _service_error(e)}
+        return {"ok": True, "value": value}
+
+    def _dispatch(self, op: Any, msg: dict) -> Any:
+        s = self.services
+        if op in ("kv_get", "kv_put", "kv_list", "kv_delete") and not self.kv_granted:
+            raise _Refused("kv access is not granted to this tool")
+        if op == "kv_get":
+            value = s.kv_get(_str_arg(msg, "key"))
+            if value is not None and type(value) is not str:
+                value = str(value)
+            return value
+        if op == "kv_put":
+            s.kv_put(_str_arg(msg, "key"), _str_arg(msg, "value"))
+            return None
+        if op == "kv_list":
+            keys = s.kv_list(_str_arg(msg, "prefix"))
+            return [str(k) for k in keys]
+        if op == "kv_delete":
+            return bool(s.kv_delete(_str_arg(msg, "key")))
+        if op == "log":
+            s.log(_str_arg(msg, "message"))
+            return None
+        if op == "fetch":
+            remaining = max(0.1, self.deadline - time.monotonic())
+            timeout = msg.get("timeout")
+            if type(timeout) not in (int, float) or not math.isfinite(timeout) or timeout <= 0:
+                timeout = remaining
+            headers = msg.get("headers")
+            result = s.fetch(
+                url=_str_arg(msg, "url"),
+                method=_str_arg(msg, "method"),
+                headers=dict(headers) if type(headers) is dict else None,
+                json=msg.get("json"),
+                data=msg.get("data"),
+                timeout=min(float(timeout), remaining),
+            )
+            try:
+                return to_plain(result, max_bytes=MAX_RESPONSE_BYTES - 1024, what="fetch response")
+            except NotJSON as e:
+                raise _Refused(str(e)) from None
+        raise _Refused(f"unknown ctx operation {str(op)[:40]!r}")
+
+
+class _Refused(Exception):
+    pass
+
+
+def _str_arg(msg: dict, name: str) -> str:
+    value = msg.get(name)
+    if type(value) is not str:
+        raise _Refused(f"{name} must be a str")
+    return value
+
+
+# --------------------------------------------------------------------------- public entry point
+
+
+def run(code: str, entrypoint: str, args: list, *, services: Services, limits: Limits = Limits()) -> Outcome:
+    """Run ``entrypoint(*args, ctx)`` from ``code`` in a fresh sandboxed worker."""
+    start = time.monotonic()
+
+    def fail(error: str) -> Outcome:
+        return Outcome(False, None, error, (time.monotonic() - start) * 1000.0)
+
+    if type(code) is not str:
+        return fail("tool code must be a str")
+    if type(entrypoint) is not str or not entrypoint.isidentifier() or entrypoint.startswith("_"):
+        return fail(f"invalid entry point {str(entrypoint)[:40]!r}")
+    if limits.timeout_ms <= 0 or limits.memory_mb <= 0:
+        return fail("invalid limits")
+    try:
+        kv_granted = getattr(services, "kv_access", "none") in ("own", "read_all")
+        raw_secrets = getattr(services, "secrets", None) or {}
+        secrets = {str(k): str(v) for k, v in dict(raw_secrets).items()}
+        job = encode_frame(
+            {
+                "code": code,
+                "entrypoint": entrypoint,
+                "args": to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args"),
+                "secrets": secrets,
+                "kv": kv_granted,
+                "limits": {
+                    "max_result_bytes": int(limits.max_result_bytes),
+                    "max_output_bytes": int(limits.max_output_bytes),
+                },
+            }
+        )
+    except NotJSON as e:
+        return fail(str(e))
+    except (TypeError, ValueError) as e:
+        return fail(f"bad arguments: {_one_line(e)}")
+
+    try:
+        chan, stat = _spawn({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})
+    except (SandboxUnavailable, OSError) as e:
+        return fail(f"sandbox unavailable: {_one_line(e)}")
+    status = _Status(stat)
+    execution = _Execution(services, limits, kv_granted, start)
+    try:
+        return execution.serve(chan, status, job)
+    except Exception as e:  # noqa: BLE001 - never let a tool break the runtime
+        status.kill()
+        return fail(f"sandbox error: {_one_line(f'{type(e).__name__}: {e}')}")
+    finally:
+        chan.close()
+        stat.close()
