@@ -71,8 +71,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Set the soul from this file when the store has none (an existing soul is never replaced).")
 @click.option("--example-soul", is_flag=True, help="Use the shipped example soul when the store has none.")
 @click.option("--force", is_flag=True, help="Rewrite seeded keys even if present (the soul is still never replaced).")
+@click.option("--with-providers", is_flag=True,
+              help="Also write the editable tier-1 LLM adapter and balance checkers (provider:*). They need "
+                   "OPENROUTER_API_KEY (and WALLET_ADDRESS) in BRAINSTEM_TOOL_SECRETS.")
 @pass_ctx
-def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool) -> None:
+def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_providers: bool) -> None:
     """Write the shipped prompts, config and tools into the store.
 
     Idempotent: keys already present are kept (the agent may have improved
@@ -87,7 +90,8 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool) -> Non
 
     if soul_file and example_soul:
         raise click.UsageError("give --soul FILE or --example-soul, not both")
-    report = do_seed(c.store, soul_file=example_soul_path() if example_soul else soul_file, force=force)
+    report = do_seed(c.store, soul_file=example_soul_path() if example_soul else soul_file, force=force,
+                     with_providers=with_providers)
     click.echo(f"seeded {c.store.display_url}: {len(report.written)} written, {len(report.kept)} already present")
     if report.soul == "set":
         click.echo("soul: set")
@@ -127,6 +131,55 @@ def wake(c: Ctx, force: bool, verbose: bool) -> None:
             click.echo(result.message)
         return
     click.echo(result.message)
+
+
+# --- tool -----------------------------------------------------------------
+
+@cli.group()
+def tool() -> None:
+    """Run and inspect the agent's tools (Python stored in tool:NAME:code)."""
+
+
+@tool.command("run")
+@click.argument("name")
+@click.option("--input", "input_json", default="{}", show_default=True, help="The tool's args, as JSON.")
+@click.option("--verbose", "-v", is_flag=True, help="Print the karma events of the run to stderr.")
+@pass_ctx
+def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
+    """Run one tool in the sandbox, exactly as a session would, and print its result as JSON.
+
+    Secrets, KV access and fetch follow the tool's meta and your settings
+    (BRAINSTEM_TOOL_SECRETS, BRAINSTEM_FETCH_ALLOW). This is not a session:
+    nothing is added to session history and the schedule is untouched.
+
+    \b
+    Examples:
+      brainstem tool run web_fetch --input '{"url": "https://example.org"}'
+      brainstem tool run kv_read --input '{"key": "wisdom"}' -v
+    """
+    from .karma import Redactor, utcnow_iso
+    from .kv.guarded import AgentKV
+    from .timeline import format_entry
+    from .tools import run_tool
+
+    try:
+        args = json.loads(input_json)
+    except ValueError as exc:
+        raise BrainstemError(f"--input is not valid JSON: {exc}") from None
+    redact = Redactor(c.settings.known_secrets())
+
+    def record(event: str, **fields) -> dict:
+        entry = redact({"t": utcnow_iso(), "event": event, **fields})
+        if verbose:
+            click.echo(format_entry(entry), err=True)
+        return entry
+
+    out = run_tool(name, args, store=c.store, agent_kv=AgentKV(c.store, record), record=record,
+                   allowed_env_secrets=c.settings.tool_secrets, fetch_allow=c.settings.fetch_allow,
+                   on_secrets=lambda secrets: [redact.add(k, v) for k, v in secrets.items()])
+    if not out.ok:
+        raise BrainstemError(f"tool {name} failed: {redact(out.error or 'unknown error')}")
+    click.echo(json.dumps(redact(out.value), indent=2, ensure_ascii=False))
 
 
 # --- kv -------------------------------------------------------------------

@@ -119,7 +119,7 @@ class Executor:
             self._succeeded(step, sid, value, source)
             self._check_cost_tripwire()
             return
-        if retries:
+        if attempt > 1:  # retries were made and all failed (a final error is not retried)
             s.record(events.RETRY_FAILED, step_id=sid, attempts=attempt, error=last_error)
         self._failed(step, sid, last_error)
 

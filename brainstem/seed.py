@@ -5,6 +5,7 @@ Files map to keys:
     prompts_seed/NAME.md                 -> prompt:NAME     (soul.example.md excepted)
     prompts_seed/config/NAME.json        -> config:NAME
     tools_seed/NAME.py + NAME.json       -> tool:NAME:code, tool:NAME:meta
+    tools_seed/providers/NAME.py + .json -> provider:NAME:code, provider:NAME:meta  (with_providers)
 
 Seeding writes only keys that are absent, so running it twice changes nothing
 and never undoes what the agent has since learned; ``force`` rewrites them.
@@ -38,7 +39,8 @@ def example_soul_path() -> Path:
     return seed_dirs()[0] / EXAMPLE_SOUL
 
 
-def seed_entries(prompts_dir: Path | None = None, tools_dir: Path | None = None) -> dict[str, str]:
+def seed_entries(prompts_dir: Path | None = None, tools_dir: Path | None = None,
+                 with_providers: bool = False) -> dict[str, str]:
     """Every key the seed files define, with its text value (JSON checked)."""
     if prompts_dir is None or tools_dir is None:
         prompts_dir, tools_dir = seed_dirs()
@@ -54,6 +56,10 @@ def seed_entries(prompts_dir: Path | None = None, tools_dir: Path | None = None)
             raise ConfigError(f"tool {code.stem}: {code.name} has no {meta.name} beside it")
         out[keys.tool_code(code.stem)] = code.read_text()
         out[keys.tool_meta(code.stem)] = _checked_json(meta)
+    if with_providers:
+        for code in sorted((tools_dir / "providers").glob("*.py")):
+            out[f"provider:{code.stem}:code"] = code.read_text()
+            out[f"provider:{code.stem}:meta"] = _checked_json(code.with_suffix(".json"))
     return out
 
 
@@ -73,9 +79,10 @@ class SeedReport:
     soul: str = "absent"  # "set", "kept", "absent"
 
 
-def seed(store: Store, soul_file: Path | None = None, force: bool = False) -> SeedReport:
+def seed(store: Store, soul_file: Path | None = None, force: bool = False,
+         with_providers: bool = False) -> SeedReport:
     report = SeedReport()
-    for key, value in seed_entries().items():
+    for key, value in seed_entries(with_providers=with_providers).items():
         if not force and store.get(key) is not None:
             report.kept.append(key)
             continue

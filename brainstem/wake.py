@@ -144,10 +144,19 @@ def check_ready(store: Store, settings: Settings) -> tuple[str, str]:
     return soul, orient
 
 
-def default_providers(settings: Settings) -> list:
+def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
-    return [OpenRouterProvider(settings.openrouter_base_url, key, max_attempts=settings.llm_max_attempts,
-                               backoff_base=settings.llm_backoff)]
+    return OpenRouterProvider(settings.openrouter_base_url, key, max_attempts=settings.llm_max_attempts,
+                              backoff_base=settings.llm_backoff)
+
+
+def cascade(settings: Settings, s: Session) -> list:
+    """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
+    from .llm.adapters import dynamic_providers
+
+    dynamic = dynamic_providers(s.store, s.agent_kv, s.record, settings.tool_secrets, settings.fetch_allow,
+                                on_secrets=s._learn_secrets)
+    return [*dynamic, hardcoded_provider(settings)]
 
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
@@ -225,7 +234,8 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
             if crumb.get("id"):
                 Karma(store, crumb["id"]).record(events.SESSION_END, outcome="crashed", detected_by=sid)
 
-        facts = _ground_truth(settings, store, k)
+        agent_kv = AgentKV(store, k.record)
+        facts = _ground_truth(settings, store, k, agent_kv)
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
         fired = fired_tripwires(defaults.tripwires, facts)
@@ -236,11 +246,11 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
         k.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
 
         s = Session(id=sid, number=number, settings=settings, store=store, karma=k,
-                    agent_kv=AgentKV(store, k.record), defaults=defaults, models=models, budget=budget,
+                    agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
                     llm=None, soul=soul, effort=effort,
                     tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context)
         s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
-                    providers=providers if providers is not None else default_providers(settings),
+                    providers=providers if providers is not None else cascade(settings, s),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout)
         _load_context(s, context)
@@ -311,20 +321,31 @@ def _max_effort(a: str, b: Any) -> str:
     return max_effort(a, b if isinstance(b, str) else None)
 
 
-def _ground_truth(settings: Settings, store: Store, k: Karma) -> dict:
-    checks = {"kvUsage": store.usage}
+def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV) -> dict:
+    from .llm.adapters import checked_number
+
+    timeout = settings.ground_truth_timeout
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
-    if key or "openrouter.ai" not in settings.openrouter_base_url:
+
+    def credit():
         from .llm.openrouter import fetch_credit
 
-        checks["openrouter"] = lambda: fetch_credit(base_url=settings.openrouter_base_url, api_key=key,
-                                                    timeout=settings.ground_truth_timeout)
-    if settings.wallet_address:
-        def wallet():
-            from .wallet import usdc_balance
+        return fetch_credit(base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
 
-            return usdc_balance(settings.base_rpc_url, settings.wallet_address, timeout=settings.ground_truth_timeout)
-        checks["wallet_usdc"] = wallet
+    def wallet():
+        if not settings.wallet_address:
+            return None
+        from .wallet import usdc_balance
+
+        return usdc_balance(settings.base_rpc_url, settings.wallet_address, timeout=timeout)
+
+    def dynamic_or(name, fallback):
+        # The agent's own checker first (sandboxed), the hard-coded one when it fails.
+        return lambda: checked_number(store, name, fallback, agent_kv, k.record, settings.tool_secrets,
+                                      settings.fetch_allow, timeout)
+
+    checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
+              "wallet_usdc": dynamic_or("wallet_balance", wallet)}
     values, errors = gather(checks, timeout=settings.ground_truth_timeout + 1)
     balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
     k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)

@@ -1,0 +1,35 @@
+# Tier-1 LLM adapter: the agent may rewrite this (another provider, headers, routing).
+# If it breaks, the runtime falls back to the last version that worked, then to
+# its hard-coded OpenRouter client.
+import json
+
+
+def call(request, ctx):
+    key = ctx.secrets.get("OPENROUTER_API_KEY")
+    if not key:
+        raise RuntimeError("OPENROUTER_API_KEY is not granted to provider:llm (add it to BRAINSTEM_TOOL_SECRETS)")
+    base = ctx.secrets.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1"
+    body = {"model": request["model"], "messages": request["messages"], "max_tokens": request["max_tokens"]}
+    if request.get("reasoning"):
+        body["reasoning"] = request["reasoning"]
+    r = ctx.fetch(base.rstrip("/") + "/chat/completions", method="POST", json=body,
+                  headers={"Authorization": "Bearer " + key, "X-Title": "Brainstem"})
+    if r["status"] != 200:
+        raise RuntimeError("HTTP " + str(r["status"]) + ": " + r["text"][:200])
+    data = r["json"]
+    if data is None or not data.get("choices"):
+        raise RuntimeError("response had no choices")
+    choice = data["choices"][0]
+    content = choice.get("message", {}).get("content") or ""
+    usage = data.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    return {
+        "content": content,
+        "finish_reason": choice.get("finish_reason"),
+        "usage": {
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+            "completion_tokens": usage.get("completion_tokens", 0),
+            "reasoning_tokens": details.get("reasoning_tokens", 0),
+            "cost": usage.get("cost"),
+        },
+    }
