@@ -244,8 +244,12 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
             text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
         except ValueError as exc:
             raise MalformedValue(f"value for {key!r} is not valid JSON: {exc}") from None
+    from .versions import record_write
+
+    old = c.store.get(key)
     c.store.put(key, text)
-    click.echo(f"put {key} ({len(text.encode())} bytes)")
+    version = record_write(c.store, key, old, text, source="operator")
+    click.echo(f"put {key} ({len(text.encode())} bytes)" + (f", version {version}" if version else ""))
 
 
 @kv.command("ls")
@@ -270,10 +274,72 @@ def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
     """Delete KEY (a value or a log)."""
     if key == keys.SOUL and not force_soul:
         raise BrainstemError("soul is immutable; to delete it deliberately, add --force-soul")
+    from .versions import record_write
+
+    old = c.store.get(key)
     if c.store.delete(key) or c.store.delete_log(key):
+        record_write(c.store, key, old, None, source="operator")
         click.echo(f"deleted {key}")
     else:
         raise BrainstemError(f"no key {key!r} in {c.store.display_url}")
+
+
+# --- versions -------------------------------------------------------------
+
+@cli.command()
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per version, values included.")
+@pass_ctx
+def history(c: Ctx, key: str, as_json: bool) -> None:
+    """List the recorded versions of a self-modified KEY (prompt:*, config:*, tool:*, provider:*, wisdom).
+
+    \b
+    Examples:
+      brainstem history prompt:orient
+      brainstem diff prompt:orient          # previous version -> current
+      brainstem rollback prompt:orient      # restore the previous version
+    """
+    from .versions import versions
+
+    vs = versions(c.store, key)
+    if not vs:
+        raise BrainstemError(f"no versions recorded for {key!r}")
+    current = c.store.get(key)
+    for v in vs:
+        if as_json:
+            click.echo(json.dumps(v, ensure_ascii=False))
+            continue
+        value = v.get("value")
+        first = "(deleted)" if value is None else (value.strip().splitlines() or [""])[0][:60]
+        mark = "*" if value == current else " "
+        click.echo(f"{mark} v{v['version']:<3} {v.get('at') or 'before history':<24} {v.get('source') or '':<22} "
+                   f"{v.get('session_id') or '-':<12} {0 if value is None else len(value):>7}B  {first}")
+
+
+@cli.command()
+@click.argument("key")
+@click.argument("version", type=int, required=False)
+@pass_ctx
+def diff(c: Ctx, key: str, version: int | None) -> None:
+    """Show what changed in KEY since VERSION (default: the previous version)."""
+    from .versions import diff as version_diff
+
+    text = version_diff(c.store, key, version)
+    click.echo(text if text else f"{key}: no difference")
+
+
+@cli.command()
+@click.argument("key")
+@click.option("--to", "version", type=int, help="The version to restore (default: the previous one).")
+@pass_ctx
+def rollback(c: Ctx, key: str, version: int | None) -> None:
+    """Restore KEY to an earlier version. The restore is recorded as a new version, so it can be undone too."""
+    from .versions import rollback as do_rollback
+
+    if key == keys.SOUL:
+        raise BrainstemError("soul is not versioned; set it deliberately with `kv put soul --force-soul`")
+    out = do_rollback(c.store, key, version)
+    click.echo(f"{key}: restored version {out['restored_version']} (now version {out['new_version']})")
 
 
 # --- karma ----------------------------------------------------------------

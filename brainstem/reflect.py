@@ -98,6 +98,9 @@ def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
         kept = {**kept, "parse_error": {"session_id": s.id, "at": utcnow_iso(), "error": error}}
         s.store.put(keys.LAST_REFLECT, kept)
         return None
+    from .memory import remember_note
+
+    remember_note(s.store, out.note_to_future_self, s.id)
     memory = out.model_dump(exclude={"kv_operations", "model_details_updates"}, exclude_none=True)
     memory.update({"session_id": s.id, "written_at": utcnow_iso()})
     s.store.put(keys.LAST_REFLECT, memory)

@@ -86,8 +86,13 @@ def seed(store: Store, soul_file: Path | None = None, force: bool = False,
         if not force and store.get(key) is not None:
             report.kept.append(key)
             continue
-        if store.get(key) != value:
+        old = store.get(key)
+        if old != value:
             store.put(key, value)
+            if old is not None:
+                from .versions import record_write
+
+                record_write(store, key, old, value, source="seed --force")
         report.written.append(key)
     if store.get(keys.SOUL) is not None:
         report.soul = "kept"

@@ -7,6 +7,7 @@ the session's grants.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,7 @@ class Session:
     effort: str = "low"
     tool_registry: Any = None
     context: dict = field(default_factory=dict)
+    reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.karma.record(event, **fields)
@@ -45,7 +47,7 @@ class Session:
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         allowed_env_secrets=self.settings.tool_secrets, fetch_allow=self.settings.fetch_allow,
                         attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
-                        on_secrets=self._learn_secrets)
+                        on_secrets=self._learn_secrets, on_read=self.reads.update)
 
     def _learn_secrets(self, secrets: dict[str, str]) -> None:
         for name, value in secrets.items():

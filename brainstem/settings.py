@@ -49,6 +49,9 @@ class Settings(BaseSettings):
                                    description="Ceiling on the steps one session may run")
     max_session_seconds: float = Field(1800, gt=0, validation_alias="BRAINSTEM_MAX_SESSION_SECONDS",
                                        description="Ceiling on one session's wall-clock time, in seconds")
+    karma_retention_days: float = Field(30, gt=0, validation_alias="BRAINSTEM_KARMA_RETENTION_DAYS",
+                                        description="Full karma is kept this many days; then only the "
+                                                    "session_history summary remains")
     tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
                                     description="Environment secrets a tool's meta may be granted (comma list)")
     fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",

@@ -72,7 +72,8 @@ class ToolServices:
     """The runtime side of ``ctx`` for one tool execution."""
 
     def __init__(self, name: str, meta: ToolMeta, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
-                 allowed_env_secrets: list[str], fetch_allow: list[str], env: dict[str, str] | None = None):
+                 allowed_env_secrets: list[str], fetch_allow: list[str], env: dict[str, str] | None = None,
+                 on_read: Callable[[list[str]], None] | None = None):
         self.name = name
         self.kv_access = meta.kv_access
         self._store = store
@@ -80,20 +81,22 @@ class ToolServices:
         self._record = record
         self._prefix = keys.tooldata_prefix(name)
         self._fetch_allow = list(fetch_allow)
+        self._on_read = on_read
         env = os.environ if env is None else env
         secrets: dict[str, str] = {}
         for s in meta.secrets:
             if s in allowed_env_secrets and env.get(s):
                 secrets[s] = env[s]
             else:
-                record(events.SECRET_NOT_GRANTED, tool=name, secret=s,
+                # The field is `secret_name`: karma blanks a field called `secret` whatever it holds.
+                record(events.SECRET_NOT_GRANTED, tool=name, secret_name=s,
                        reason="not in BRAINSTEM_TOOL_SECRETS" if s not in allowed_env_secrets else "not set")
         for s in meta.kv_secrets:
             value = store.get(keys.secret(s))
             if value is not None:
                 secrets.setdefault(s, value)
             else:
-                record(events.SECRET_NOT_GRANTED, tool=name, secret=f"secret:{s}", reason="no such key")
+                record(events.SECRET_NOT_GRANTED, tool=name, secret_name=f"secret:{s}", reason="no such key")
         self.secrets = secrets
 
     # --- ctx.kv ---
@@ -113,11 +116,17 @@ class ToolServices:
             raise PermissionError("this tool has no KV access")
         if not isinstance(key, str) or not key:
             raise ValueError("key must be a non-empty string")
-        # Under read_all a full key naming our own prefix is accepted as such.
-        return key if key.startswith(self._prefix) else self._prefix + key
+        # Under read_all (reads take full keys) a full key naming our own prefix is accepted as such;
+        # under own every key is relative, exactly as kv_get and kv_list treat it, so a write reads back.
+        if self.kv_access == "read_all" and key.startswith(self._prefix):
+            return key
+        return self._prefix + key
 
     def kv_get(self, key: str) -> str | None:
-        return self._store.get(self._read_key(key))
+        full = self._read_key(key)
+        if self._on_read is not None:
+            self._on_read([full])
+        return self._store.get(full)
 
     def kv_put(self, key: str, value: str) -> None:
         self._kv.put(self._write_key(key), value, source=f"tool:{self.name}")
@@ -147,7 +156,8 @@ class ToolServices:
 def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
              allowed_env_secrets: list[str], fetch_allow: list[str], attempt: int = 1,
              step_id: str | None = None, max_timeout_ms: int | None = None,
-             on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolOutcome:
+             on_secrets: Callable[[dict[str, str]], None] | None = None,
+             on_read: Callable[[list[str]], None] | None = None) -> ToolOutcome:
     """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
 
     ``on_secrets`` is told the secret values granted, so karma can redact them.
@@ -158,7 +168,8 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     t0 = time.monotonic()
     try:
         code, meta = load_tool(store, name)
-        services = ToolServices(name, meta, store, agent_kv, record, allowed_env_secrets, fetch_allow)
+        services = ToolServices(name, meta, store, agent_kv, record, allowed_env_secrets, fetch_allow,
+                                on_read=on_read)
         if on_secrets is not None:
             on_secrets(services.secrets)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))

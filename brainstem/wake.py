@@ -40,7 +40,8 @@ from .plan import Plan, PlanError, parse_plan
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
 from .settings import Settings
-from .sleep import iso, now_utc, sleeping_until
+from .sleep import iso, now_utc, parse_iso, sleeping_until
+from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 from .templates import render
 
 HISTORY_MAX = 1000
@@ -105,7 +106,32 @@ def append_history(store: Store, entry: dict) -> None:
     if not isinstance(history, list):
         history = []
     history.append(entry)
+    # A session that leaves the history takes its karma with it, so the store stays bounded
+    # however often the agent wakes.
+    for dropped in history[:-HISTORY_MAX]:
+        if isinstance(dropped, dict) and isinstance(dropped.get("id"), str) and not dropped.get("karma_expired"):
+            store.delete_log(keys.karma(dropped["id"]))
     store.put(keys.SESSION_HISTORY, history[-HISTORY_MAX:])
+
+
+def expire_karma(store: Store, retention_days: float, current: str) -> int:
+    """Drop full karma older than the retention age; session_history keeps each session's summary."""
+    history = store.get_json(keys.SESSION_HISTORY, default=[])
+    if not isinstance(history, list):
+        return 0
+    cutoff = now_utc() - timedelta(days=retention_days)
+    expired = 0
+    for h in history:
+        if not isinstance(h, dict) or h.get("karma_expired") or not h.get("id") or h.get("id") == current:
+            continue
+        when = parse_iso(h.get("ended_at") or h.get("started_at"))
+        if when is not None and when < cutoff:
+            store.delete_log(keys.karma(h["id"]))
+            h["karma_expired"] = True
+            expired += 1
+    if expired:
+        store.put(keys.SESSION_HISTORY, history)
+    return expired
 
 
 def crash_data(store: Store, crumb: dict) -> dict:
@@ -223,6 +249,8 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
 
     outcome, kind, summary, next_wake = "clean", "session", None, None
     executor = None
+    s_snapshot = None  # the watched keys as this session found them (for auto-restore)
+    session_built = False
     try:
         context: dict[str, Any] = {"sessionId": sid, "now": iso(started), "crashData": None}
         if crumb is not None:
@@ -234,7 +262,12 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
             if crumb.get("id"):
                 Karma(store, crumb["id"]).record(events.SESSION_END, outcome="crashed", detected_by=sid)
 
-        agent_kv = AgentKV(store, k.record)
+        agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new: record_write(
+            store, key, old, new, source="agent", session_id=sid))
+        restored = auto_restore(store, sid)
+        if restored is not None:
+            k.record(events.AUTO_RESTORE, **restored)
+        s_snapshot = snapshot(store)
         facts = _ground_truth(settings, store, k, agent_kv)
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
@@ -249,6 +282,7 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
                     agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
                     llm=None, soul=soul, effort=effort,
                     tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context)
+        session_built = True
         s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
                     providers=providers if providers is not None else cascade(settings, s),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
@@ -257,6 +291,9 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
         due, why = deep_reflect_due(store, defaults, number)
         context["deepReflectDue"] = due
         if due:
+            from .memory import summary as memory_summary
+
+            context["memoryStats"] = memory_summary(store, number)
             kind = "deep_reflect"
             k.record(events.DEEP_REFLECT, phase="start", reason=why)
             next_wake = run_deep_reflect(s)
@@ -283,15 +320,18 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
         k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc(limit=8)[-4000:])
     except BaseException as exc:  # SIGINT/SIGTERM surfaced as exceptions: record, then let them through
-        _finish(store, k, sid, number, started, "killed", kind, budget, executor, None, defaults, summary)
+        _finish(store, k, sid, number, started, "killed", kind, budget, executor, None, defaults, summary,
+                settings, None)
         raise exc
     last = store.get_json(keys.LAST_REFLECT, default=None)
     if isinstance(last, dict) and last.get("session_id") == sid:
         summary = last.get("session_summary") or last.get("reflection")
-    return _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary)
+    return _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary,
+                   settings, s_snapshot, s.reads if session_built else None)
 
 
-def _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary):
+def _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary,
+            settings, clean_snapshot, reads=None):
     next_wake = next_wake if isinstance(next_wake, dict) else {}
     sleep = clamp_sleep(next_wake.get("sleep_seconds"), defaults.wake.sleep_seconds)
     ended = now_utc()
@@ -302,12 +342,19 @@ def _finish(store, k, sid, number, started, outcome, kind, budget, executor, nex
     store.put(keys.WAKE_CONFIG, wake_cfg)
     duration_ms = int((ended - started).total_seconds() * 1000)
     entry = {"id": sid, "number": number, "kind": kind, "started_at": iso(started), "ended_at": iso(ended),
-             "outcome": outcome, "cost": round(budget.spent, 6), "steps": budget.steps,
+             "outcome": outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
              "steps_failed": executor.steps_failed if executor else 0, "duration_ms": duration_ms}
     if summary:
         entry["summary"] = str(summary)[:300]
     append_history(store, entry)
-    k.record(events.SESSION_END, outcome=outcome, kind=kind, cost=round(budget.spent, 6), steps=budget.steps,
+    expired = expire_karma(store, settings.karma_retention_days, sid)
+    if reads:
+        from .memory import flush_reads
+
+        flush_reads(store, reads, number)
+    if outcome == "clean" and kind == "session" and clean_snapshot is not None:
+        save_clean_snapshot(store, clean_snapshot, sid)
+    k.record(events.SESSION_END, karma_expired=expired or None, outcome=outcome, kind=kind, cost=round(budget.spent, 10), steps=budget.steps,
              duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"])
     karma_mod.end_session(store, sid)
     return WakeResult("ran", outcome=outcome, session_id=sid, next_wake_after=wake_cfg["next_wake_after"],
@@ -363,6 +410,7 @@ def _load_context(s: Session, context: dict) -> None:
             names = noc["load_keys"]
     loaded, notes = load_keys(s.store, names if names is not None else d.default_load_keys,
                               d.max_load_keys, d.max_load_key_bytes)
+    s.reads.update(loaded.keys())
     context["additionalContext"] = loaded
     if notes:
         context["additionalContextNotes"] = notes

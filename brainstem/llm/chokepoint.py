@@ -146,7 +146,9 @@ class LLM:
                              f"the {purpose} call could cost more than the ${left:.4f} left")
 
     def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced) -> LLMResult:
-        cost = self.actual_cost(model_id, resp)
+        # Rounded once, here, to 1e-10 USD: what is added to the budget is exactly what karma records,
+        # so a session's cost is the sum of its llm_call entries.
+        cost = round(self.actual_cost(model_id, resp), 10)
         self.budget.spent += cost
         recorded_request = dict(request)
         # The soul is in every request; karma notes it rather than repeating it each time.
@@ -155,7 +157,7 @@ class LLM:
         self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
                     input_tokens=resp.usage.get("prompt_tokens", 0),
                     output_tokens=resp.usage.get("completion_tokens", 0),
-                    reasoning_tokens=resp.usage.get("reasoning_tokens", 0), cost=round(cost, 8),
+                    reasoning_tokens=resp.usage.get("reasoning_tokens", 0), cost=cost,
                     cost_source="provider" if isinstance(resp.usage.get("cost"), (int, float)) else "price_list",
                     duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
                     finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
