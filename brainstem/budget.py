@@ -9,6 +9,7 @@ session that runs out still ends with memory rather than off a cliff.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ class Budget:
     t0: float = field(default_factory=time.monotonic)
     # Nested limits of running subplans: (absolute cost limit, absolute step limit).
     caps: list[tuple[float | None, int | None]] = field(default_factory=list)
+    # Set from outside (SIGTERM in `brainstem run`): stop at the next step or call.
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     @contextmanager
     def cap(self, cost: float | None = None, steps: int | None = None):
@@ -66,8 +69,13 @@ class Budget:
     def time_left(self, use_reserve: bool = False) -> float:
         return self.time_ceiling(use_reserve) - self.elapsed()
 
+    def check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise BudgetExceeded("interrupted", "the runtime is shutting down")
+
     def before_step(self) -> None:
         """Raise :class:`BudgetExceeded` if another step may not start."""
+        self.check_cancel()
         if self.steps >= self.max_steps:
             raise BudgetExceeded("steps", f"step budget used: {self.steps} of {self.max_steps} steps")
         if self.time_left() <= 0:

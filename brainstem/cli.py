@@ -104,16 +104,40 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_p
 # --- wake -----------------------------------------------------------------
 
 @cli.command()
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the demo's store in this directory (default: a new temporary one).")
+def demo(keep: Path | None) -> None:
+    """Run a whole session offline, with no API key, against recorded LLM answers.
+
+    Seeds a fresh agent on a throwaway embedded store, runs one session
+    (orient, an action, a think, a conditional, reflect) through the real
+    runtime, chokepoint, sandbox and karma, with the model's answers played
+    back from a cassette shipped in the package, then prints the flight
+    recorder and where to go next.
+    """
+    from .demo import run_demo
+
+    code = run_demo(click.echo, keep=keep)
+    if code:
+        raise BrainstemError("the demo session did not end clean; see its karma above")
+
+
+@cli.command()
 @click.option("--force", is_flag=True, help="Run a session even if the agent is meant to be asleep.")
 @click.option("--verbose", "-v", is_flag=True, help="Also say so when the agent is asleep.")
+@click.option("--llm-cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Answer every LLM call from this recorded cassette instead of a provider (replay, tests).")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the one-line summary, not the live progress.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Progress as readable lines, or one JSON karma entry per line (journald, log shippers).")
 @pass_ctx
-def wake(c: Ctx, force: bool, verbose: bool) -> None:
+def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: bool, log_format: str) -> None:
     """Run one wake cycle: what cron or a systemd timer calls.
 
     Sleeps (exit 0, silently) when it is not time yet. Otherwise: notices a
     crashed last session, reads balances, asks the LLM for a plan, runs it
-    under the budgets, reflects, records everything in karma, and prints one
-    summary line. Exit codes: 0 slept or ran a session (even one with failed
+    under the budgets, reflects, records everything in karma, printing each
+    event as it happens (--quiet: only the closing summary line). Exit codes: 0 slept or ran a session (even one with failed
     steps), 2 misconfigured (no soul, no prompt:orient, bad setting), 3 store
     unreachable, 75 another wake holds the lock.
 
@@ -125,12 +149,139 @@ def wake(c: Ctx, force: bool, verbose: bool) -> None:
     """
     from .wake import wake as do_wake
 
-    result = do_wake(c.settings, c.store, force=force)
+    providers = None
+    if llm_cassette is not None:
+        from .llm.cassette import CassetteProvider
+
+        providers = [CassetteProvider(llm_cassette)]
+    listeners = []
+    if not quiet:
+        from .progress import listener
+
+        listeners.append(listener(log_format, click.echo, tty=sys.stdout.isatty() and log_format == "text"))
+    result = do_wake(c.settings, c.store, force=force, providers=providers, listeners=listeners)
     if result.status == "asleep":
         if verbose or sys.stdout.isatty():
             click.echo(result.message)
         return
     click.echo(result.message)
+
+
+# --- run ------------------------------------------------------------------
+
+@cli.command()
+@click.option("--every", help="Wake on an interval: 30s, 5m, 1h, 1d.")
+@click.option("--cron", help='Wake on a crontab expression in UTC, e.g. "*/10 * * * *".')
+@click.option("--agent", "agents", multiple=True,
+              help="Run this agent (its keys live under the prefix NAME:). Repeat for several. "
+                   "Default: the store's agent (BRAINSTEM_KV_PREFIX).")
+@click.option("--jitter", type=click.FloatRange(min=0), help="Spread each fire by up to this many seconds.")
+@click.option("--misfire-grace", type=click.FloatRange(min=1), default=60, show_default=True,
+              help="Seconds a late fire may still run; later than that it is recorded as missed.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30, show_default=True,
+              help="On SIGTERM/SIGINT, seconds a running session gets to stop before it is recorded as interrupted.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@pass_ctx
+def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format) -> None:
+    """Stay running and wake the agent on a schedule (instead of cron).
+
+    Each fire runs `wake`: it sleeps if it is not time yet, else runs a
+    session. Fires never overlap for one agent (and the wake lock keeps two
+    hosts apart). Every fire is recorded in the agent's wake_log. SIGTERM or
+    Ctrl-C stops it cleanly; exit 0.
+
+    \b
+    Examples:
+      brainstem run --every 5m
+      brainstem run --cron "*/10 * * * *" --jitter 30
+      brainstem run --every 1m --agent scout --agent scribe
+    """
+    import logging
+    import os
+
+    from .scheduler import Runner
+
+    _setup_logging(log_format)
+    runner = Runner(c.settings, list(agents) or [None], grace=grace)
+    code = runner.run(every, cron, jitter=jitter, misfire_grace=misfire_grace)
+    if any(a.running for a in runner.agents):
+        logging.shutdown()
+        os._exit(code)  # a session ignored the grace period; it is recorded as interrupted
+
+
+def _setup_logging(fmt: str) -> None:
+    import logging
+
+    class JSONFormatter(logging.Formatter):
+        def format(self, record):
+            return json.dumps({"t": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"), "level": record.levelname,
+                               "logger": record.name, "message": record.getMessage()})
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter() if fmt == "json"
+                         else logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
+    root = logging.getLogger("brainstem")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+# --- status and sessions --------------------------------------------------
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_ctx
+def status(c: Ctx, as_json: bool) -> None:
+    """Where the agent stands: last session, spend today, balances, next wake, crashes in a row."""
+    from .status import status as get_status
+
+    st = get_status(c.store, c.settings)
+    if as_json:
+        click.echo(json.dumps(st, indent=2, ensure_ascii=False))
+        return
+    last = st["last_session"] or {}
+    truth = st["balances_last_seen"] or {}
+    bal = truth.get("balances") or {}
+
+    def money(v):
+        return "unknown" if v is None else f"${v:,.2f}"
+    click.echo(f"store          {st['store']}")
+    click.echo(f"soul           {'present' if st['soul_present'] else 'MISSING (brainstem seed --soul FILE)'}")
+    click.echo(f"sessions       {st['sessions']}")
+    if last:
+        click.echo(f"last session   {last.get('id')}  {last.get('outcome')}  {last.get('ended_at') or last.get('started_at')}"
+                   f"  ${last.get('cost', 0):.4f}  {last.get('steps', 0)} steps")
+    if st["running"]:
+        click.echo(f"running now    {st['running']}")
+    click.echo(f"failing in a row  {st['failing_in_a_row']}")
+    click.echo(f"spent today    ${st['cost_today']:.4f} of ${st['daily_ceiling']:.2f} (per session at most "
+               f"${st['session_ceiling']:.2f})")
+    click.echo(f"balances       LLM credit {money(bal.get('openrouter'))}, wallet USDC {money(bal.get('wallet_usdc'))}"
+               + (f" (as of {truth.get('at')})" if truth else ""))
+    click.echo(f"next wake      {st['next_wake_after'] or 'due now'}{' (asleep)' if st['asleep'] else ''}")
+    click.echo(f"deep reflection  {'due at next wake' if st['deep_reflection_due_next_wake'] else 'not due'} "
+               f"({st['deep_reflection']})")
+    for p in st["config_problems"] or []:
+        click.echo(f"config problem {p}")
+
+
+@cli.command()
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@pass_ctx
+def sessions(c: Ctx, limit: int, as_json: bool) -> None:
+    """Recent sessions, newest last: id, start, outcome, steps, cost, duration."""
+    from .status import history
+
+    rows = history(c.store)[-limit:]
+    if not rows and not as_json:
+        click.echo("no sessions yet")
+    for h in rows:
+        if as_json:
+            click.echo(json.dumps(h, ensure_ascii=False))
+        else:
+            dur = h.get("duration_ms")
+            click.echo(f"{str(h.get('id')):<14} {str(h.get('started_at') or ''):<21} {str(h.get('outcome')):<17} "
+                       f"{h.get('steps', '-'):>4} steps  ${h.get('cost', 0) or 0:.4f}  "
+                       f"{'' if dur is None else f'{dur / 1000:.1f}s'}  {str(h.get('summary') or '')[:60]}")
 
 
 # --- tool -----------------------------------------------------------------

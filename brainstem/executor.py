@@ -286,6 +286,8 @@ class Executor:
 
 def _stop_for(exc: BudgetExceeded) -> StopSession:
     # A subplan's own cap ends only that subplan; any other limit ends the session.
+    if exc.limit == "interrupted":
+        return StopSession("interrupted", str(exc))
     return StopSession("subplan_budget" if exc.limit == "subplan" else "budget_exhausted", str(exc))
 
 

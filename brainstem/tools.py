@@ -56,16 +56,21 @@ def load_tool(store: Store, name: str) -> tuple[str, ToolMeta]:
     code = store.get(keys.tool_code(name))
     if code is None:
         raise ToolError(f"no tool named {name!r} (tool:{name}:code is missing)")
-    raw_meta = store.get(keys.tool_meta(name))
-    if raw_meta is None:
-        return code, ToolMeta()
+    return code, parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
+
+
+def parse_meta(key: str, raw: str | None) -> ToolMeta:
+    """The meta stored at ``key`` (defaults when absent); a bad one is a one-line :class:`ToolError` naming the field."""
+    if raw is None:
+        return ToolMeta()
     try:
-        return code, ToolMeta.model_validate(json.loads(raw_meta))
-    except ValueError as exc:
-        if isinstance(exc, ValidationError):
-            e = exc.errors()[0]
-            raise ToolError(f"tool:{name}:meta is invalid: {'.'.join(map(str, e['loc']))}: {e['msg']}") from None
-        raise ToolError(f"tool:{name}:meta is not valid JSON") from None
+        return ToolMeta.model_validate(json.loads(raw))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(map(str, e["loc"])) or "the value"
+        raise ToolError(f"{key} is invalid: {where}: {e['msg']}") from None
+    except ValueError:
+        raise ToolError(f"{key} is not valid JSON") from None
 
 
 class ToolServices:

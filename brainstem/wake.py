@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 from .templates import render
 
 HISTORY_MAX = 1000
+LAST_GROUND_TRUTH = "stats:last_ground_truth"
 CRASH_ENTRIES = 40
 CRASH_ENTRY_CHARS = 600
 MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
@@ -156,7 +158,7 @@ def crash_data(store: Store, crumb: dict) -> dict:
 
 # --- the wake --------------------------------------------------------------------
 
-def check_ready(store: Store, settings: Settings) -> tuple[str, str]:
+def check_ready(store: Store, settings: Settings, need_key: bool = True) -> tuple[str, str]:
     """The soul and the orient prompt, or a one-line misconfiguration error."""
     soul = store.get(keys.SOUL)
     if not soul or not soul.strip():
@@ -164,7 +166,7 @@ def check_ready(store: Store, settings: Settings) -> tuple[str, str]:
     orient = store.get(keys.PROMPT_ORIENT)
     if not orient or not orient.strip():
         raise ConfigError(f"no prompt:orient in {store.display_url}: run `brainstem seed`")
-    if "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
+    if need_key and "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
         raise ConfigError("OPENROUTER_API_KEY is not set (or point OPENROUTER_BASE_URL at another "
                           "OpenAI-compatible server)")
     return soul, orient
@@ -186,15 +188,18 @@ def cascade(settings: Settings, s: Session) -> list:
 
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
-         listeners=()) -> WakeResult:
+         listeners=(), cancel: threading.Event | None = None) -> WakeResult:
     """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable)."""
     now = now_utc()
-    wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
+    try:
+        wake_config = store.get(keys.WAKE_CONFIG, "json")
+    except MalformedValue:  # not JSON: due now, and the session records it as rejected and repairs it
+        wake_config = store.get(keys.WAKE_CONFIG)
     until = sleeping_until(wake_config, now)
     if until is not None and not force:
         return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
 
-    soul, orient_template = check_ready(store, settings)
+    soul, orient_template = check_ready(store, settings, need_key=providers is None)
     problems: list[str] = []
     defaults = load_defaults(store, problems)
     models = load_models(store, problems)
@@ -203,6 +208,8 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, 12)),
         max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds, 600),
         reserve_fraction=defaults.execution.reflect_reserve_fraction)
+    if cancel is not None:
+        budget.cancel = cancel
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget.max_cost = min(budget.max_cost, left_today)
 
@@ -298,9 +305,12 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
             k.record(events.DEEP_REFLECT, phase="start", reason=why)
             next_wake = run_deep_reflect(s)
         else:
-            plan = _orient(s, orient_template)
+            try:
+                plan = _orient(s, orient_template)
+            except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+                plan, outcome = None, "budget_exhausted"
             if plan is None:
-                outcome = "no_plan"
+                outcome = "no_plan" if outcome == "clean" else outcome
             else:
                 budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, settings,
                                                                                      left_today)
@@ -311,7 +321,9 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
                 if executor.stop is not None:
                     outcome = executor.stop.outcome
                 next_wake = plan.next_wake_config
-                if not executor.reflected:
+                if outcome == "interrupted":
+                    pass  # shutting down: finish fast; the next session reflects on this one's karma
+                elif not executor.reflected:
                     next_wake = _reflect(s, executor, plan) or next_wake
                 else:
                     next_wake = s.context.get("_reflect_wake") or next_wake
@@ -375,6 +387,8 @@ def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV)
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
 
     def credit():
+        if key is None and "openrouter.ai" in settings.openrouter_base_url:
+            return None  # nothing to ask without a key (the offline demo, a cassette)
         from .llm.openrouter import fetch_credit
 
         return fetch_credit(base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
@@ -396,6 +410,7 @@ def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV)
     values, errors = gather(checks, timeout=settings.ground_truth_timeout + 1)
     balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
     k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
+    store.put(LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
     return {"balances": balances, "kvUsage": values.get("kvUsage")}
 
 
@@ -447,7 +462,12 @@ def _orient(s: Session, template: str) -> Plan | None:
         try:
             result = s.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
                                 effort=s.effort if s.effort != "low" else cfg.effort, history=history)
-        except (LLMError, BudgetExceeded) as exc:
+        except BudgetExceeded as exc:
+            if attempt == 1:
+                raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
+            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
+            return None
+        except LLMError as exc:
             s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
             return None
         try:

@@ -53,6 +53,7 @@ class Store:
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]: raise NotImplementedError
     def log_length(self, log_key: str) -> int: raise NotImplementedError
     def delete_log(self, log_key: str) -> bool: raise NotImplementedError
+    def trim_log(self, log_key: str, keep: int) -> None: raise NotImplementedError  # keep the newest ``keep``
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
     def release_lock(self, name: str, owner: str) -> bool: raise NotImplementedError
     def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError

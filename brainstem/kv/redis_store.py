@@ -187,6 +187,10 @@ class RedisStore(Store):
             return False
         return self._r.delete(self._k(log_key)) > 0
 
+    @_guard
+    def trim_log(self, log_key: str, keep: int) -> None:
+        self._r.ltrim(self._k(log_key), -keep, -1) if keep > 0 else self._r.delete(self._k(log_key))
+
     # --- locks ---
     @_guard
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:

@@ -168,6 +168,13 @@ class SQLiteStore(Store):
             return db.execute("DELETE FROM log_keys WHERE key = ?", (k,)).rowcount > 0
         return self._tx(body)
 
+    def trim_log(self, log_key: str, keep: int) -> None:
+        # Sequence numbers keep counting from the log's length, so trimming never reuses one.
+        k = self._k(log_key)
+        self._run(lambda db: db.execute(
+            "DELETE FROM logs WHERE key = ? AND seq < (SELECT length FROM log_keys WHERE key = ?) - ?",
+            (k, k, max(0, keep))))
+
     # --- locks ---
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         def body(db):

@@ -23,18 +23,12 @@ from .. import events, keys
 from ..budget import BudgetExceeded
 from ..kv.base import Store
 from ..kv.guarded import AgentKV
-from ..tools import ToolError, ToolMeta, ToolServices
+from ..tools import ToolError, ToolMeta, ToolServices, parse_meta
 from .openrouter import LLMResponse, ProviderError
 
 
 def _meta(store: Store, key: str) -> ToolMeta:
-    raw = store.get(key)
-    if raw is None:
-        return ToolMeta()
-    try:
-        return ToolMeta.model_validate(json.loads(raw))
-    except ValueError as exc:
-        raise ToolError(f"{key} is invalid: {str(exc).splitlines()[0]}") from None
+    return parse_meta(key, store.get(key))
 
 
 def _usage(raw: Any) -> dict:

@@ -89,6 +89,7 @@ class LLM:
     def call(self, *, purpose: str, model: str, prompt: str, max_tokens: int, effort: str | None = None,
              use_reserve: bool = False, step_id: str | None = None, history: Sequence[dict] = ()) -> LLMResult:
         """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError`."""
+        self.budget.check_cancel()
         model_id = self.resolve(model)
         try:
             return self._call_model(purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history)

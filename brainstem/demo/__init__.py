@@ -1,0 +1,40 @@
+"""``brainstem demo``: a whole session, offline, on a throwaway embedded store, from a recorded cassette."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+CASSETTE = Path(__file__).with_name("cassette.json")
+
+
+def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Path = CASSETTE) -> int:
+    """Seed an agent, run one session against the cassette, show its karma. Returns an exit code."""
+    from ..kv import open_store
+    from ..llm.cassette import CassetteProvider
+    from ..seed import example_soul_path, seed
+    from ..settings import load_settings
+    from ..timeline import format_entry
+    from ..wake import wake
+
+    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="brainstem-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite://{workdir.resolve() / 'demo.db'}"
+    store = open_store(url, prefix="")
+    seed(store, soul_file=example_soul_path())
+    echo(f"seeded a new agent in {url} (example soul, shipped prompts and tools)")
+    echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
+    settings = load_settings(kv=url, openrouter_api_key=None, wallet_address=None)
+    result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
+                  listeners=[lambda e: echo("  " + format_entry(e))])
+    echo(f"\n{result.message}\n")
+    last = store.get_json("last_reflect", default={}) or {}
+    echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
+    echo(f"its note to itself: {last.get('note_to_future_self', '(none)')}\n")
+    echo("where to go next:")
+    echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
+    echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
+    echo("  brainstem seed --soul my_soul.md && OPENROUTER_API_KEY=... brainstem wake   # a real agent")
+    store.close()
+    return 0 if result.outcome == "clean" else 1

@@ -1,0 +1,230 @@
+"""``brainstem run``: a long-running scheduler that wakes one or more agents.
+
+APScheduler 3.x fires a job per agent on an interval or a cron expression,
+coalescing missed fires, never running two instances of one agent's job at
+once (and the wake lock keeps two *hosts* apart too), with a misfire grace
+time and optional jitter. Every fire is written to the agent's bounded
+``wake_log``: ran (with the session's outcome), slept, skipped (locked),
+missed, or error. A store that goes away is retried with backoff and logged
+once per outage, not once per tick. SIGTERM/SIGINT stop the scheduler;
+running sessions stop at their next step and are recorded as ``interrupted``
+(never left looking like a crash they were not).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import keys
+from .errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
+from .karma import utcnow_iso
+from .kv import open_store
+from .kv.base import Store
+from .settings import Settings
+
+log = logging.getLogger("brainstem.run")
+
+WAKE_LOG_KEEP = 500
+BACKOFF_MAX = 300.0
+_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_every(text: str) -> float:
+    """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
+    m = _EVERY.match(text or "")
+    if not m:
+        raise ConfigError(f"--every {text!r} is not an interval: use e.g. 30s, 5m, 1h")
+    seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    if seconds < 1:
+        raise ConfigError(f"--every {text!r} is too short: the smallest interval is 1s")
+    return seconds
+
+
+def make_trigger(every: str | None, cron: str | None, jitter: float | None):
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    if (every is None) == (cron is None):
+        raise ConfigError("give exactly one of --every INTERVAL or --cron EXPRESSION")
+    j = int(jitter) if jitter else None
+    if every is not None:
+        return IntervalTrigger(seconds=parse_every(every), jitter=j)
+    try:
+        trigger = CronTrigger.from_crontab(cron, timezone="UTC")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--cron {cron!r} is not a valid crontab expression: {exc}") from None
+    trigger.jitter = j  # from_crontab() takes no jitter in APScheduler 3.x
+    return trigger
+
+
+@dataclass
+class Agent:
+    name: str | None  # None: the store's own default agent
+    prefix: str | None
+    store: Store | None = None
+    backoff_until: float = 0.0
+    backoff: float = 0.0
+    outage: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    running: bool = False
+
+
+def record_fire(store: Store, entry: dict) -> None:
+    try:
+        store.append(keys.WAKE_LOG, json.dumps({"t": utcnow_iso(), **entry}))
+        if store.log_length(keys.WAKE_LOG) > WAKE_LOG_KEEP * 1.2:
+            store.trim_log(keys.WAKE_LOG, WAKE_LOG_KEEP)
+    except StoreUnavailable:
+        pass  # the outage is logged by the caller
+
+
+class Runner:
+    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0):
+        self.settings = settings
+        self.grace = grace
+        self.agents = [Agent(name=a, prefix=(f"{a}:" if a else (settings.kv_prefix or None))) for a in agents]
+        self.stopping = threading.Event()
+
+    def check_agents(self) -> None:
+        """Refuse to start for an agent that does not exist (no soul under its prefix)."""
+        for a in self.agents:
+            store = open_store(self.settings.kv, prefix=a.prefix)
+            if not (store.get(keys.SOUL) or "").strip():
+                label = a.name or "the default agent"
+                hint = f"BRAINSTEM_KV_PREFIX={a.prefix} " if a.prefix else ""
+                raise ConfigError(f"unknown agent: {label} has no soul in {store.display_url}"
+                                  + (f" under prefix {a.prefix!r}" if a.prefix else "")
+                                  + f"; seed it first: {hint}brainstem seed --soul FILE")
+            a.store = store
+
+    def fire(self, agent: Agent) -> None:
+        """One scheduled fire for one agent. Never raises: the scheduler must keep going."""
+        from .wake import wake
+
+        label = agent.name or "default"
+        if self.stopping.is_set():
+            return
+        if time.monotonic() < agent.backoff_until:
+            return
+        agent.running = True
+        try:
+            if agent.store is None:
+                agent.store = open_store(self.settings.kv, prefix=agent.prefix)
+            result = wake(self.settings, agent.store, cancel=agent.cancel)
+            entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id} \
+                if result.status == "ran" else {"fire": "slept", "until": result.next_wake_after}
+            if result.status == "ran":
+                log.info("%s: %s", label, result.message)
+            self._recovered(agent, label)
+            record_fire(agent.store, entry)
+        except LockHeld as exc:
+            self._recovered(agent, label)
+            log.info("%s: skipped: %s", label, exc)
+            record_fire(agent.store, {"fire": "skipped", "reason": "locked"})
+        except StoreUnavailable as exc:
+            agent.backoff = min(BACKOFF_MAX, max(1.0, agent.backoff * 2))
+            agent.backoff_until = time.monotonic() + agent.backoff
+            if agent.outage is None:  # once per outage, not once per tick
+                log.error("%s: store unavailable, retrying with backoff: %s", label, exc)
+                agent.outage = str(exc)
+        except BrainstemError as exc:
+            log.error("%s: %s", label, exc)
+            record_fire(agent.store, {"fire": "error", "error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - a daemon logs and goes on
+            log.exception("%s: unexpected error: %s", label, exc)
+        finally:
+            agent.running = False
+
+    def _recovered(self, agent: Agent, label: str) -> None:
+        if agent.outage is not None:
+            log.warning("%s: store is back", label)
+        agent.outage, agent.backoff, agent.backoff_until = None, 0.0, 0.0
+
+    def missed(self, agent: Agent, scheduled: str) -> None:
+        log.warning("%s: missed a fire scheduled for %s", agent.name or "default", scheduled)
+        if agent.store is not None:
+            record_fire(agent.store, {"fire": "missed", "scheduled": scheduled})
+
+    def run(self, every: str | None, cron: str | None, jitter: float | None = None,
+            misfire_grace: float = 60.0, run_now: bool = True) -> int:
+        from apscheduler.events import EVENT_JOB_MISSED
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        trigger = make_trigger(every, cron, jitter)
+        self.check_agents()
+        sched = BackgroundScheduler(timezone="UTC",
+                                    executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents)))})
+        by_id = {}
+        for i, agent in enumerate(self.agents):
+            job_id = f"wake-{agent.name or 'default'}-{i}"
+            by_id[job_id] = agent
+            sched.add_job(self.fire, trigger, args=[agent], id=job_id, coalesce=True, max_instances=1,
+                          misfire_grace_time=int(misfire_grace),
+                          next_run_time=None if not run_now else _utcnow())
+
+        def on_missed(event):
+            agent = by_id.get(event.job_id)
+            if agent is not None:
+                self.missed(agent, str(event.scheduled_run_time))
+        sched.add_listener(on_missed, EVENT_JOB_MISSED)
+
+        def stop(signum, _frame):
+            log.info("received %s; stopping (running sessions get %.0fs to finish)",
+                     signal.Signals(signum).name, self.grace)
+            self.stopping.set()
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        sched.start()
+        names = ", ".join(a.name or "default" for a in self.agents)
+        log.info("running %s: %s", names, f"every {every}" if every else f"cron {cron!r} (UTC)")
+        try:
+            while not self.stopping.wait(0.5):
+                pass
+        finally:
+            sched.pause()
+            for agent in self.agents:
+                agent.cancel.set()  # running sessions stop at their next step or LLM call
+            deadline = time.monotonic() + self.grace
+            while any(a.running for a in self.agents) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            sched.shutdown(wait=False)
+            for agent in self.agents:
+                if agent.running:
+                    self._force_interrupted(agent)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        log.info("stopped")
+        return 0
+
+    def _force_interrupted(self, agent: Agent) -> None:
+        """A session that did not stop within the grace period: record it as interrupted, not crashed."""
+        from . import events, karma as karma_mod
+        from .karma import Karma
+
+        try:
+            crumb = karma_mod.unfinished_session(agent.store)
+            if crumb and crumb.get("id"):
+                Karma(agent.store, crumb["id"]).record(events.SESSION_END, outcome="interrupted",
+                                                       reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
+                from .wake import append_history
+
+                append_history(agent.store, {"id": crumb["id"], "outcome": "interrupted",
+                                             "started_at": crumb.get("started_at")})
+                karma_mod.end_session(agent.store, crumb["id"])
+            log.warning("%s: session still running after the grace period; recorded as interrupted",
+                        agent.name or "default")
+        except StoreUnavailable:
+            pass
+
+
+def _utcnow():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
