@@ -155,7 +155,12 @@ def load_model(store: Store, key: str, model: type[BaseModel], problems: list[st
         if raw is None:
             problems.append(f"{key} is missing; using built-in defaults")
             return model()
-        return model.model_validate(raw)
+        value = model.model_validate(raw)
+        if isinstance(raw, dict):
+            missing = sorted(set(model.model_fields) - set(raw))
+            if missing:
+                problems.append(f"{key} lacks {', '.join(missing)}; built-in defaults used for them")
+        return value
     except Exception as exc:  # MalformedValue or ValidationError: both mean "use the defaults"
         problems.append(f"{key} is invalid ({_problem(exc)}); using built-in defaults")
         return model()

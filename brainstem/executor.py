@@ -129,7 +129,7 @@ class Executor:
             args = self._substitute(step.input, for_prompt=False)
             out = self.s.run_tool(step.tool, args, attempt=attempt, step_id=sid)
             if not out.ok:
-                raise _StepFailure(f"tool {step.tool}: {out.error}")
+                raise _StepFailure(f"tool {step.tool}: {out.error}", final=not out.retryable)
             return out.value, f"tool:{step.tool}"
         if isinstance(step, ThinkStep):
             prompt = self._substitute(step.prompt, for_prompt=True)
@@ -141,6 +141,8 @@ class Executor:
         if isinstance(step, SubplanStep):
             return self._subplan(step, sid, depth), None
         if isinstance(step, ReflectStep):
+            if self.reflected:
+                return "already reflected this session", None
             if self.reflect is not None:
                 self.reflect()
                 self.reflected = True
@@ -188,7 +190,14 @@ class Executor:
                                    "depth": depth + 1, "results": self.results_for_prompt(),
                                    "tools": s.tool_registry, "models": s.models_for_prompt()})
         model = step.planner_model or s.defaults.orient.model
-        answer = self._ask("subplan", sid, model, prompt, s.defaults.orient.max_output_tokens)
+        try:
+            with s.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend
+                answer = self._ask("subplan", sid, model, prompt, s.defaults.orient.max_output_tokens)
+        except BudgetExceeded as exc:
+            if exc.limit != "subplan":
+                raise
+            raise _StepFailure(f"planning the subplan would exceed its max_cost of ${step.max_cost}",
+                               final=True) from None
         try:
             sub = parse_plan(answer.content, answer.truncated, model=SubPlan)
         except PlanError as exc:

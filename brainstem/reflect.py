@@ -101,7 +101,9 @@ def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
     from .memory import remember_note
 
     remember_note(s.store, out.note_to_future_self, s.id)
-    memory = out.model_dump(exclude={"kv_operations", "model_details_updates"}, exclude_none=True)
+    # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
+    memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
+                            exclude_none=True)
     memory.update({"session_id": s.id, "written_at": utcnow_iso()})
     s.store.put(keys.LAST_REFLECT, memory)
     unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
@@ -144,8 +146,13 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
 
 def run_deep_reflect(s) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
+    from .memory import NOTES, remember_note
+
     st = s.store
     template = st.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
+    # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
+    notes = st.get_json(NOTES, default=[])
+    context = {**s.context, "notes": notes if isinstance(notes, list) else []}
     variables = {
         "wisdom": st.get(keys.WISDOM) or "",
         "recentKarma": recent_karma(st, s.id),
@@ -153,7 +160,7 @@ def run_deep_reflect(s) -> dict | None:
         "currentDefaults": s.defaults.model_dump(),
         "sessionHistory": (st.get_json(keys.SESSION_HISTORY, default=[]) or [])[-30:],
         "models": s.models_for_prompt(),
-        "context": s.context,
+        "context": context,
     }
     raw, error = _ask_json(s, "deep_reflect", render(template, variables), s.defaults.deep_reflect)
     out = None
@@ -169,6 +176,7 @@ def run_deep_reflect(s) -> dict | None:
         s.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
         st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
         return None
+    remember_note(st, out.note_to_future_self, s.id)
     applied = []
     if out.updated_wisdom is not None:
         if _put(s, keys.WISDOM, out.updated_wisdom):

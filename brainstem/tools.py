@@ -44,6 +44,7 @@ class ToolOutcome:
     value: Any = None
     error: str | None = None
     duration_ms: float = 0.0
+    retryable: bool = True  # False when trying again cannot help (no such tool, invalid meta)
 
 
 class ToolError(Exception):
@@ -60,7 +61,8 @@ def load_tool(store: Store, name: str) -> tuple[str, ToolMeta]:
 
 
 def parse_meta(key: str, raw: str | None) -> ToolMeta:
-    """The meta stored at ``key`` (defaults when absent); a bad one is a one-line :class:`ToolError` naming the field."""
+    """The meta stored at ``key`` (defaults when absent); a bad one is a one-line :class:`ToolError`
+    naming the field, the same for tools, adapters and checkers."""
     if raw is None:
         return ToolMeta()
     try:
@@ -181,7 +183,8 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
         outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)
     except ToolError as exc:
-        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000)
+        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
+                              retryable=False)
     record(events.TOOL_COMPLETE, tool=name, step_id=step_id, attempt=attempt, ok=outcome.ok,
            duration_ms=round(outcome.duration_ms, 1), result=outcome.value if outcome.ok else None,
            error=outcome.error)

@@ -249,9 +249,7 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
              crashed_session=crumb.get("id") if crumb else None)
     for p in problems:
         k.record(events.CONFIG_REJECTED, reason=p)
-    if isinstance(wake_config, dict) or wake_config is None:
-        pass
-    else:
+    if wake_config is not None and not isinstance(wake_config, dict):
         k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
 
     outcome, kind, summary, next_wake = "clean", "session", None, None
@@ -309,6 +307,8 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
                 plan = _orient(s, orient_template)
             except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
                 plan, outcome = None, "budget_exhausted"
+            except LLMError:  # every tier down, the hard-coded one transiently: an outage, not a bad config
+                plan, outcome = None, "llm_unavailable"
             if plan is None:
                 outcome = "no_plan" if outcome == "clean" else outcome
             else:
@@ -468,7 +468,10 @@ def _orient(s: Session, template: str) -> Plan | None:
             s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
             return None
         except LLMError as exc:
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
+            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}",
+                     outage=exc.outage)
+            if exc.outage:
+                raise  # the provider is down: not the agent's fault, so not a failing session for auto-restore
             return None
         try:
             plan = parse_plan(result.content, result.truncated)

@@ -14,7 +14,7 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
     from ..kv import open_store
     from ..llm.cassette import CassetteProvider
     from ..seed import example_soul_path, seed
-    from ..settings import load_settings
+    from ..settings import Settings, load_settings
     from ..timeline import format_entry
     from ..wake import wake
 
@@ -25,7 +25,10 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
     seed(store, soul_file=example_soul_path())
     echo(f"seeded a new agent in {url} (example soul, shipped prompts and tools)")
     echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
-    settings = load_settings(kv=url, openrouter_api_key=None, wallet_address=None)
+    # No key, the default endpoint and no wallet: the balance checks ask nobody (an operator's
+    # OPENROUTER_BASE_URL must not make the offline demo reach for the network).
+    settings = load_settings(kv=url, openrouter_api_key=None, wallet_address=None,
+                             openrouter_base_url=Settings.model_fields["openrouter_base_url"].default)
     result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
                   listeners=[lambda e: echo("  " + format_entry(e))])
     echo(f"\n{result.message}\n")

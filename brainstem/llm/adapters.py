@@ -14,7 +14,6 @@ names *and* the operator allows, and fetch obeys the egress policy.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -123,17 +122,31 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
 
 def checked_number(store: Store, name: str, fallback: Callable[[], float | None], agent_kv: AgentKV,
                    record: Callable[..., Any], allowed_env_secrets: list[str], fetch_allow: list[str],
-                   timeout: float) -> float | None:
-    """A balance from ``provider:{name}:code`` (``check(ctx)``), else from the hard-coded ``fallback``."""
+                   timeout: float, on_secrets: Callable[[dict], None] | None = None) -> float | None:
+    """A balance from ``provider:{name}:code`` (``check(ctx)``), else from the hard-coded ``fallback``.
+
+    What the checker is granted is redacted from what is recorded here (its ``ctx.log`` lines and its
+    error), whether or not the caller's recorder knows those values; ``on_secrets`` is told them too.
+    """
     code = store.get(f"provider:{name}:code")
     if code is not None:
+        from ..karma import Redactor
         from ..sandbox import Limits, run
+
+        granted = Redactor()
+
+        def record_redacted(event: str, **fields: Any) -> Any:
+            return record(event, **granted(fields))
 
         t0 = time.monotonic()
         try:
             meta = _meta(store, f"provider:{name}:meta")
-            services = ToolServices(f"provider:{name}", meta, store, agent_kv, record, allowed_env_secrets,
-                                    fetch_allow)
+            services = ToolServices(f"provider:{name}", meta, store, agent_kv, record_redacted,
+                                    allowed_env_secrets, fetch_allow)
+            for secret_name, value in services.secrets.items():
+                granted.add(secret_name, value)
+            if on_secrets is not None:
+                on_secrets(services.secrets)
             out = run(code, "check", [], services=services,
                       limits=Limits(timeout_ms=max(50, min(meta.timeout_ms, int(timeout * 1000)))))
             if out.ok and (out.value is None or (isinstance(out.value, (int, float))
@@ -145,6 +158,6 @@ def checked_number(store: Store, name: str, fallback: Callable[[], float | None]
                 error = out.error or f"check() returned {type(out.value).__name__}, not a number"
         except ToolError as exc:
             error = str(exc)
-        record(events.PROVIDER_FALLBACK, tier="dynamic", checker=name, error=error,
-               duration_ms=int((time.monotonic() - t0) * 1000))
+        record_redacted(events.PROVIDER_FALLBACK, tier="dynamic", checker=name, error=error,
+                        duration_ms=int((time.monotonic() - t0) * 1000))
     return fallback()

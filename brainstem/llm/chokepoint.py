@@ -33,7 +33,16 @@ EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": 
 
 
 class LLMError(Exception):
-    """Every provider (and the fallback model) failed, or the model is unknown."""
+    """Every provider (and the fallback model) failed, or the model is unknown.
+
+    ``outage`` is True when the hard-coded tier, which the agent cannot break,
+    failed in a transient way (429, 5xx, network): the provider is down, not
+    the agent's config.
+    """
+
+    def __init__(self, message: str, outage: bool = False):
+        super().__init__(message)
+        self.outage = outage
 
 
 @dataclass
@@ -117,18 +126,20 @@ class LLM:
         if effort and info is not None and info.supports_reasoning:
             request["reasoning"] = {"effort": EFFORT_TO_REASONING.get(effort, "medium")}
         errors = []
+        outage = False
         for provider in self.providers:
             t0 = time.monotonic()
             try:
                 resp = provider.complete(request, timeout=min(self.call_timeout, max(1.0, time_left)))
             except ProviderError as exc:
                 errors.append(f"{provider.tier}: {exc}")
+                outage = provider.tier == "hardcoded" and exc.retryable
                 self.record(events.PROVIDER_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
                             tier=provider.tier, error=str(exc),
                             duration_ms=int((time.monotonic() - t0) * 1000))
                 continue
             return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced)
-        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors))
+        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), outage=outage)
 
     def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
         ceiling = self.budget.cost_ceiling(use_reserve)
