@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from . import keys
 from .karma import utcnow_iso
 from .kv.base import Store
 
@@ -47,7 +48,10 @@ def summary(store: Store, session_number: int, stale_after: int = 20, top: int =
     """Hot keys, keys not read in ``stale_after`` sessions (or never), the largest keys, and past notes."""
     stats = store.get_json(READS, default={})
     stats = stats if isinstance(stats, dict) else {}
-    names = [k.name for k in store.list_all(limit=max_keys) if not k.is_log and not k.name.startswith(IGNORED)]
+    # Only keys the agent can act on: the soul and the runtime's own keys (session_history, wake_config...)
+    # cannot be pruned, and a kv_operations batch naming one of them is rejected whole.
+    names = [k.name for k in store.list_all(limit=max_keys)
+             if not k.is_log and not k.name.startswith(IGNORED) and not keys.is_runtime_owned(k.name)]
     hot = sorted(((k, v.get("count", 0)) for k, v in stats.items() if isinstance(v, dict) and k in names),
                  key=lambda kv: -kv[1])[:top]
     stale = [k for k in names

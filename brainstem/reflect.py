@@ -11,6 +11,7 @@ the previous memory and still moves the schedule forward.
 from __future__ import annotations
 
 import copy
+import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -283,7 +284,14 @@ def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> 
 
 
 def _num(v: Any, default: float) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v else float(default)
+    """A finite number, else the default (JSON's 1e999 parses to infinity, and int(inf) raises)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return float(default)
+    try:
+        f = float(v)  # an integer past float's range (JSON allows 10**400) overflows here
+    except OverflowError:
+        return float(default)
+    return f if math.isfinite(f) else float(default)
 
 
 def _parse_time(v: Any) -> datetime | None:

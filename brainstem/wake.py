@@ -402,8 +402,10 @@ def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV)
 
     def dynamic_or(name, fallback):
         # The agent's own checker first (sandboxed), the hard-coded one when it fails.
+        # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
         return lambda: checked_number(store, name, fallback, agent_kv, k.record, settings.tool_secrets,
-                                      settings.fetch_allow, timeout)
+                                      settings.fetch_allow, timeout / 2,
+                                      on_secrets=lambda granted: [k.redact.add(n, v) for n, v in granted.items()])
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}

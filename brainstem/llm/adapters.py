@@ -101,9 +101,11 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
                 if snapshotted["done"]:
                     return
                 snapshotted["done"] = True
-                if store.get(keys.PROVIDER_LLM_LAST_WORKING_CODE) != code:
+                meta_now = store.get(keys.PROVIDER_LLM_META) or "{}"
+                if (store.get(keys.PROVIDER_LLM_LAST_WORKING_CODE) != code
+                        or store.get(keys.PROVIDER_LLM_LAST_WORKING_META) != meta_now):
                     store.put(keys.PROVIDER_LLM_LAST_WORKING_CODE, code)
-                    store.put(keys.PROVIDER_LLM_LAST_WORKING_META, store.get(keys.PROVIDER_LLM_META) or "{}")
+                    store.put(keys.PROVIDER_LLM_LAST_WORKING_META, meta_now)
                     record(events.KV_WRITE, op="put", key=keys.PROVIDER_LLM_LAST_WORKING_CODE, source="runtime",
                            reason="tier-1 adapter worked; snapshotted as last working")
             out.append(SandboxedAdapter("dynamic", "provider:llm", code, meta, services("provider:llm", meta),

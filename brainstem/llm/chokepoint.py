@@ -29,6 +29,7 @@ from .providers import Provider
 CHARS_PER_TOKEN_WORST = 3  # real tokenisers average ~4 chars per token; 3 over-estimates on purpose
 MIN_USEFUL_TOKENS = 256
 DEFAULT_CALL_TIMEOUT = 120.0
+TRUSTED_TIERS = ("hardcoded", "cassette")  # usage reported by code the agent cannot edit
 EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
 
 
@@ -77,12 +78,25 @@ class LLM:
         tokens_in = math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16
         return (tokens_in * p_in + max_tokens * p_out) / 1e6
 
-    def actual_cost(self, model_id: str, resp: LLMResponse) -> float:
-        reported = resp.usage.get("cost")
-        if isinstance(reported, (int, float)) and reported >= 0:
-            return float(reported)
+    def actual_cost(self, model_id: str, resp: LLMResponse, tier: str = "hardcoded", prompt_chars: int = 0) -> float:
+        """What the call cost: the provider's ``usage.cost`` if it reports one, else the price list.
+
+        The hard-coded client's numbers come from the provider itself. An agent-written adapter's
+        come from the agent, so they are never believed below the price list's cost of the text
+        that actually went in and came out (about four characters a token): an adapter that says
+        "free" cannot get around the operator's ceilings.
+        """
         p_in, p_out = self.models.prices(model_id)
-        return (resp.usage.get("prompt_tokens", 0) * p_in + resp.usage.get("completion_tokens", 0) * p_out) / 1e6
+        tokens_in = resp.usage.get("prompt_tokens", 0)
+        tokens_out = resp.usage.get("completion_tokens", 0)
+        if tier not in TRUSTED_TIERS:
+            tokens_in = max(tokens_in, prompt_chars // 4)
+            tokens_out = max(tokens_out, len(resp.content) // 4)
+        listed = (tokens_in * p_in + tokens_out * p_out) / 1e6
+        reported = resp.usage.get("cost")
+        if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0:
+            return float(reported) if tier in TRUSTED_TIERS else max(float(reported), listed)
+        return listed
 
     def resolve(self, name: str) -> str:
         model_id = self.models.resolve(name)
@@ -160,7 +174,8 @@ class LLM:
     def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced) -> LLMResult:
         # Rounded once, here, to 1e-10 USD: what is added to the budget is exactly what karma records,
         # so a session's cost is the sum of its llm_call entries.
-        cost = round(self.actual_cost(model_id, resp), 10)
+        prompt_chars = sum(len(m["content"]) for m in request["messages"])
+        cost = round(self.actual_cost(model_id, resp, tier, prompt_chars), 10)
         self.budget.spent += cost
         recorded_request = dict(request)
         # The soul is in every request; karma notes it rather than repeating it each time.
