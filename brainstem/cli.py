@@ -160,6 +160,12 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
 
         listeners.append(listener(log_format, click.echo, tty=sys.stdout.isatty() and log_format == "text"))
     result = do_wake(c.settings, c.store, force=force, providers=providers, listeners=listeners)
+    if log_format == "json":  # every stdout line is JSON, the closing summary included
+        if result.status == "ran" or verbose:
+            click.echo(json.dumps({"event": "wake_result", "status": result.status, "outcome": result.outcome,
+                                   "session_id": result.session_id, "next_wake_after": result.next_wake_after,
+                                   "message": result.message}))
+        return
     if result.status == "asleep":
         if verbose or sys.stdout.isatty():
             click.echo(result.message)

@@ -67,7 +67,9 @@ def clamp_sleep(value: Any, default: float) -> float:
     """A requested sleep in seconds, made sane: non-numeric or negative -> default; at most 30 days."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
         return max(MIN_SLEEP, min(float(default), MAX_SLEEP))
-    return max(MIN_SLEEP, min(float(value), MAX_SLEEP))
+    if value >= MAX_SLEEP:  # compared before float(): JSON allows integers far past float's range
+        return MAX_SLEEP
+    return max(MIN_SLEEP, float(value))
 
 
 # --- the lock ----------------------------------------------------------------
@@ -203,11 +205,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
     problems: list[str] = []
     defaults = load_defaults(store, problems)
     models = load_models(store, problems)
-    budget = Budget(
-        max_cost=clamp(defaults.session_budget.max_cost, settings.max_session_cost, 0.10),
-        max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, 12)),
-        max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds, 600),
-        reserve_fraction=defaults.execution.reflect_reserve_fraction)
+    budget = make_budget(defaults, settings)
     if cancel is not None:
         budget.cancel = cancel
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
@@ -220,6 +218,15 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
                         problems, providers, listeners, left_today, token)
     finally:
         store.release_lock(keys.WAKE_LOCK, token)
+
+
+def make_budget(defaults: Defaults, settings: Settings) -> Budget:
+    """The agent's configured budget, clamped under the operator's ceilings."""
+    return Budget(
+        max_cost=clamp(defaults.session_budget.max_cost, settings.max_session_cost, 0.10),
+        max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, 12)),
+        max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds, 600),
+        reserve_fraction=defaults.execution.reflect_reserve_fraction)
 
 
 def _next_number(store: Store) -> int:
@@ -267,11 +274,22 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
             if crumb.get("id"):
                 Karma(store, crumb["id"]).record(events.SESSION_END, outcome="crashed", detected_by=sid)
 
-        agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new: record_write(
-            store, key, old, new, source="agent", session_id=sid))
+        agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new, source: record_write(
+            store, key, old, new, source=source, session_id=sid))
         restored = auto_restore(store, sid)
         if restored is not None:
             k.record(events.AUTO_RESTORE, **restored)
+            if restored["restored"]:
+                # This session runs with what was restored, not with what broke the last three.
+                orient_template = store.get(keys.PROMPT_ORIENT) or orient_template
+                problems = []
+                defaults, models = load_defaults(store, problems), load_models(store, problems)
+                for p in problems:
+                    k.record(events.CONFIG_REJECTED, reason=p)
+                fresh = make_budget(defaults, settings)
+                budget.max_cost = min(fresh.max_cost, left_today)
+                budget.max_steps, budget.max_duration = fresh.max_steps, fresh.max_duration
+                budget.reserve_fraction = fresh.reserve_fraction
         s_snapshot = snapshot(store)
         facts = _ground_truth(settings, store, k, agent_kv)
         context["balances"] = facts["balances"]

@@ -141,16 +141,16 @@ def test_privileged_write_records_the_previous_value(agent):
     kv, store, rec = agent
     store.put("prompt:orient", "old prompt")
     versions = []
-    kv2 = AgentKV(store, rec, on_privileged_write=lambda k, old, new: versions.append((k, old, new)))
+    kv2 = AgentKV(store, rec, on_privileged_write=lambda k, old, new, src: versions.append((k, old, new, src)))
     kv2.put("prompt:orient", "new prompt")
     kv2.put("notes", "plain")
     writes = rec.of(events.KV_WRITE)
     assert writes[0]["key"] == "prompt:orient" and writes[0]["old_value"] == "old prompt"
     assert "old_value" not in writes[1]  # ordinary keys are not versioned
-    assert versions == [("prompt:orient", "old prompt", "new prompt")]
+    assert versions == [("prompt:orient", "old prompt", "new prompt", "agent")]
     kv2.delete("prompt:orient")
     assert rec.of(events.KV_WRITE)[-1]["old_value"] == "new prompt"
-    assert versions[-1] == ("prompt:orient", "new prompt", None)
+    assert versions[-1] == ("prompt:orient", "new prompt", None, "agent")
 
 
 def test_oversized_value_refused(agent):

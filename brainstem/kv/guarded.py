@@ -105,12 +105,12 @@ class AgentKV:
     """The guarded store an agent session writes through.
 
     ``record`` is the session's karma recorder. ``on_privileged_write(key, old,
-    new)`` is called before a privileged key changes (the version history hooks
-    in here).
+    new, source)`` is called before a privileged key changes (the version history
+    hooks in here; ``source`` says which path wrote: reflect, deep_reflect, tool:NAME...).
     """
 
     def __init__(self, store: Store, record: Recorder | None = None,
-                 on_privileged_write: Callable[[str, str | None, str | None], None] | None = None):
+                 on_privileged_write: Callable[[str, str | None, str | None, str], None] | None = None):
         self.store = store
         self._record = record or (lambda *a, **k: None)
         self._on_privileged = on_privileged_write
@@ -195,7 +195,7 @@ class AgentKV:
     def _write(self, key: str, text: str, source: str) -> None:
         old = self.store.get(key) if keys.is_privileged(key) else None
         if keys.is_privileged(key) and self._on_privileged is not None:
-            self._on_privileged(key, old, text)
+            self._on_privileged(key, old, text, source)
         self.store.put(key, text)
         fields: dict[str, Any] = {"op": "put", "key": key, "source": source, "bytes": len(text)}
         if keys.is_privileged(key):
@@ -205,7 +205,7 @@ class AgentKV:
     def _delete(self, key: str, source: str) -> bool:
         old = self.store.get(key) if keys.is_privileged(key) else None
         if keys.is_privileged(key) and self._on_privileged is not None and old is not None:
-            self._on_privileged(key, old, None)
+            self._on_privileged(key, old, None, source)
         existed = self.store.delete(key)
         fields: dict[str, Any] = {"op": "delete", "key": key, "source": source, "existed": existed}
         if keys.is_privileged(key):
