@@ -225,9 +225,11 @@ def _setup_logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter() if fmt == "json"
                          else logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%S"))
-    root = logging.getLogger("brainstem")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    for name, level in (("brainstem", logging.INFO), ("apscheduler", logging.WARNING)):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]  # one format for every line, JSON included
+        logger.setLevel(level)
+        logger.propagate = False
 
 
 # --- status and sessions --------------------------------------------------

@@ -24,6 +24,9 @@ def listener(fmt: str, echo: Callable[[str], None], tty: bool) -> Callable[[dict
         if ev == events.SESSION_START and isinstance(entry.get("budget"), dict):
             state["budget"] = entry["budget"].get("max_cost")
             state["max_steps"] = entry["budget"].get("max_steps")
+        elif ev == events.BUDGET:  # the plan's budget, once clamped
+            state["budget"] = entry.get("max_cost", state["budget"])
+            state["max_steps"] = entry.get("max_steps", state["max_steps"])
         elif ev == events.STEP_START:
             state["step"] = entry.get("step_number", state["step"])
             state["max_steps"] = entry.get("max_steps", state["max_steps"])

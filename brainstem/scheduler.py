@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timezone
 
 from . import keys
 from .errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
@@ -173,7 +174,7 @@ class Runner:
         def on_missed(event):
             agent = by_id.get(event.job_id)
             if agent is not None:
-                self.missed(agent, str(event.scheduled_run_time))
+                self.missed(agent, event.scheduled_run_time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
         sched.add_listener(on_missed, EVENT_JOB_MISSED)
 
         def stop(signum, _frame):

@@ -84,6 +84,10 @@ def _holder_is_dead(owner: str) -> bool:
     pid_text = rest.split(":", 1)[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
+    if int(pid_text) == os.getpid():
+        # Our own process: one wake per agent runs at a time here, so this is a lock an earlier
+        # wake could not release (the store went away mid-session).
+        return True
     try:
         os.kill(int(pid_text), 0)
     except ProcessLookupError:
@@ -323,8 +327,8 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
         else:
             try:
                 plan = _orient(s, orient_template)
-            except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-                plan, outcome = None, "budget_exhausted"
+            except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+                plan, outcome = None, "interrupted" if exc.limit == "interrupted" else "budget_exhausted"
             except LLMError:  # every tier down, the hard-coded one transiently: an outage, not a bad config
                 plan, outcome = None, "llm_unavailable"
             if plan is None:
@@ -333,18 +337,21 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
                 budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, settings,
                                                                                      left_today)
                 store.refresh_lock(keys.WAKE_LOCK, token, int(2 * budget.max_duration * 1000) + 60_000)
+                k.record(events.BUDGET, **budget.snapshot())
                 executor = Executor(s, plan.mid_session_tripwires,
                                     reflect=lambda: _reflect(s, executor, plan))
                 executor.run(plan.steps)
                 if executor.stop is not None:
                     outcome = executor.stop.outcome
                 next_wake = plan.next_wake_config
-                if outcome == "interrupted":
+                if outcome == "interrupted" or budget.cancel.is_set():
                     pass  # shutting down: finish fast; the next session reflects on this one's karma
                 elif not executor.reflected:
                     next_wake = _reflect(s, executor, plan) or next_wake
                 else:
                     next_wake = s.context.get("_reflect_wake") or next_wake
+        if budget.cancel.is_set() and outcome in ("clean", "no_plan", "budget_exhausted"):
+            outcome = "interrupted"  # the daemon is stopping: say so, rather than blame the plan or budget
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
         outcome = "error"
         k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",

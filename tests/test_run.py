@@ -1,0 +1,472 @@
+"""``brainstem run``: the scheduler daemon as a subprocess, against a real Redis and the LLM double.
+
+Each test seeds one or more agents under their own key prefix (``NAME:``, as
+``--agent NAME`` expects), starts ``python -m brainstem run`` with its output
+in files, drives it from outside (time, signals, the store, the Redis server
+itself) and reads back what it left behind: the agent's ``wake_log``, session
+history and karma.
+
+The runtime clamps a requested sleep to at least 60 s, so after its first
+session an agent sleeps; a test that needs more sessions deletes
+``wake_config`` to make the agent due again, as an operator could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from brainstem import karma, keys
+from brainstem.kv import open_store
+from brainstem.seed import example_soul_path, seed
+
+from .conftest import free_port, run_cli
+from .doubles import LLMDouble
+from .wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
+
+pytestmark = pytest.mark.redis
+
+DEEP_ANSWER = json.dumps({"reflection": "fine", "note_to_future_self": "carry on"})
+
+
+# --- helpers ---------------------------------------------------------------------
+
+def responder(steps: int = 1, delay: float = 0.0):
+    """A model: orient answers a plan of ``steps`` think steps asking to sleep 1 s (clamped to 60 s);
+    each think answer takes ``delay`` seconds; reflect and deep reflection answer valid JSON."""
+    def respond(req: dict):
+        if is_orient(req):
+            return plan(*[think(f"Think {i}", id=f"t{i}", model="haiku", max_tokens=50) for i in range(steps)],
+                        next_wake={"sleep_seconds": 1})
+        if is_reflect(req):
+            return reflection("ran on schedule", load_keys=[])
+        if is_deep(req):
+            return DEEP_ANSWER
+        return {"content": "ok", "delay": delay} if delay else "ok"
+    return respond
+
+
+def base_env(url: str, llm: LLMDouble | None, **extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+    env.update(BRAINSTEM_KV=url, OPENROUTER_API_KEY="sk-test", BRAINSTEM_LLM_BACKOFF="0.01")
+    if llm is not None:
+        env["OPENROUTER_BASE_URL"] = llm.base_url
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+class Daemon:
+    """One ``brainstem run`` process; stdout and stderr go to files (a chatty daemon never blocks on a pipe)."""
+
+    def __init__(self, env: dict, args: list[str], workdir: Path):
+        tag = uuid.uuid4().hex[:6]
+        self.out_path, self.err_path = workdir / f"run-{tag}.out", workdir / f"run-{tag}.err"
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "brainstem", "run", *args], env=env,
+                                         stdout=out, stderr=err)
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds it took to exit)."""
+        t0 = time.monotonic()
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            pytest.fail(f"brainstem run did not exit within {timeout}s of SIGTERM:\n{self.stderr[-2000:]}")
+        return rc, time.monotonic() - t0
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    """Start daemons with ``daemons(env, *args)``; any still running at teardown is killed (by its pid)."""
+    started: list[Daemon] = []
+
+    def start(env: dict, *args: str) -> Daemon:
+        d = Daemon(env, list(args), tmp_path)
+        started.append(d)
+        return d
+    yield start
+    for d in started:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait(5)
+
+
+@pytest.fixture
+def llm():
+    with LLMDouble() as d:
+        yield d
+
+
+@pytest.fixture
+def agents(redis_url):
+    """``agents(url=None)`` -> (name, store): a new seeded agent under prefix ``NAME:``; removed afterwards."""
+    made = []
+
+    def make(url: str | None = None, soul: bool = True):
+        name = f"run{uuid.uuid4().hex[:8]}"
+        store = open_store(url or redis_url, prefix=f"{name}:")
+        seed(store, soul_file=example_soul_path() if soul else None)
+        made.append(store)
+        return name, store
+    yield make
+    for store in made:
+        try:
+            for k in store._r.scan_iter(match=store.prefix + "*", count=1000):
+                store._r.delete(k)
+            store.close()
+        except Exception:  # noqa: BLE001 - a test may have stopped its own Redis
+            pass
+
+
+def wake_log(store) -> list[dict]:
+    return [json.loads(r) for r in store.read_log(keys.WAKE_LOG)]
+
+
+def fires(store, kind: str) -> list[dict]:
+    return [e for e in wake_log(store) if e.get("fire") == kind]
+
+
+def history(store) -> list[dict]:
+    return store.get_json(keys.SESSION_HISTORY, default=[]) or []
+
+
+def wait_for(pred, timeout: float, what: str, daemon: Daemon | None = None, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        if daemon is not None and not daemon.alive():
+            pytest.fail(f"brainstem run exited ({daemon.proc.returncode}) while waiting for {what}:\n"
+                        f"{daemon.stderr[-2000:]}")
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}"
+                + (f"\nstderr:\n{daemon.stderr[-2000:]}" if daemon is not None else ""))
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def session_in_progress(store, min_completed_steps: int = 1) -> str | None:
+    """The id of the running session once it has completed this many steps."""
+    if store.get(keys.SESSION_CURRENT) is None:
+        return None
+    sid = karma.latest_session_id(store)
+    done = [e for e in karma.read(store, sid) if e.get("event") == "step_complete"]
+    return sid if len(done) >= min_completed_steps else None
+
+
+def start_redis_server(port: int, workdir: Path) -> subprocess.Popen:
+    """A dedicated redis-server that can be stopped (after a SAVE) and restarted on the same port with its data."""
+    import redis
+
+    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", str(workdir),
+                             "--dbfilename", "dump.rdb"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return proc
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"redis-server did not start on port {port}")
+            time.sleep(0.05)
+
+
+# --- refusing bad input ------------------------------------------------------------
+
+@pytest.mark.slow
+def test_bad_schedules_and_unknown_agents_are_refused_with_one_line(redis_url, agents):
+    name, store = agents()
+    env = base_env(redis_url, None)
+    cases = {
+        "every zero": (["--every", "0", "--agent", name], "too short"),
+        "every abc": (["--every", "abc", "--agent", name], "not an interval"),
+        "every under a second": (["--every", "500ms", "--agent", name], "too short"),
+        "bad cron": (["--cron", "bad", "--agent", name], "crontab"),
+        "cron out of range": (["--cron", "61 * * * *", "--agent", name], "crontab"),
+        "neither": (["--agent", name], "exactly one of"),
+        "both": (["--every", "1s", "--cron", "* * * * *", "--agent", name], "exactly one of"),
+        "ghost agent": (["--every", "1s", "--agent", "ghost" + uuid.uuid4().hex[:6]], "unknown agent"),
+        "one ghost among real": (["--every", "1s", "--agent", name, "--agent", "ghost" + uuid.uuid4().hex[:6]],
+                                 "unknown agent"),
+    }
+    # All at once: each must refuse on its own, quickly, without touching the schedule.
+    t0 = time.monotonic()
+    procs = {label: subprocess.Popen([sys.executable, "-m", "brainstem", "run", *args], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for label, (args, _) in cases.items()}
+    for label, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"{label}: brainstem run did not refuse; it kept running")
+        assert proc.returncode != 0, (label, out, err)
+        line = one_line(err)
+        assert line.startswith("brainstem: error:") and cases[label][1] in line, (label, line)
+    assert time.monotonic() - t0 < 45
+    assert store.log_length(keys.WAKE_LOG) == 0 and karma.latest_session_id(store) is None
+
+
+@pytest.mark.slow
+def test_redis_down_at_start_is_a_clear_error():
+    port = free_port()  # nothing listens here
+    t0 = time.monotonic()
+    r = run_cli("run", "--every", "1s", env={"BRAINSTEM_KV": f"redis://:hunter2pw@127.0.0.1:{port}/0"}, timeout=30)
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    line = one_line(r.stderr)
+    assert "cannot reach Redis" in line and str(port) in line, line
+    assert "hunter2pw" not in r.stderr + r.stdout
+    assert time.monotonic() - t0 < 20
+
+
+# --- the schedule -------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_wakes_on_schedule_first_fire_runs_then_later_fires_sleep(redis_url, agents, llm, daemons):
+    llm.responder = responder()
+    name, store = agents()
+    d = daemons(base_env(redis_url, llm), "--every", "1s", "--agent", name)
+    wait_for(lambda: len(fires(store, "slept")) >= 3, 30, "three slept fires", d)
+    rc, took = d.stop()
+    assert rc == 0, d.stderr
+    assert took < 10
+
+    log = wake_log(store)
+    assert log[0]["fire"] == "ran" and log[0]["outcome"] == "clean", log
+    assert [e["fire"] for e in log[1:]] == ["slept"] * (len(log) - 1), log
+    h = history(store)
+    assert len(h) == 1 and h[0]["id"] == log[0]["session_id"] and h[0]["outcome"] == "clean"
+    # The plan asked for 1 s; the runtime sleeps at least 60 s, and every later fire sees that.
+    wc = store.get_json(keys.WAKE_CONFIG)
+    assert wc["sleep_seconds"] == 60
+    assert all(e["until"] == wc["next_wake_after"] for e in log[1:])
+    # About one fire a second (generous bounds: the machine is shared, and a late fire is coalesced).
+    times = [ts(e["t"]) for e in log]
+    gaps = sorted((b - a).total_seconds() for a, b in zip(times[1:], times[2:]))
+    assert 0.6 < gaps[len(gaps) // 2] < 1.6 and gaps[-1] < 5, gaps
+    # One session's worth of LLM calls, however many fires.
+    assert sum(1 for r in llm.requests if is_orient(r)) == 1
+    assert f"running {name}: every 1s" in d.stderr and "stopped" in d.stderr
+
+
+@pytest.mark.slow
+def test_one_process_wakes_several_agents(redis_url, agents, llm, daemons):
+    llm.responder = responder()
+    (a, sa), (b, sb) = agents(), agents()
+    d = daemons(base_env(redis_url, llm), "--every", "1s", "--agent", a, "--agent", b)
+    wait_for(lambda: fires(sa, "slept") and fires(sb, "slept"), 30, "both agents to run and then sleep", d)
+    rc, _ = d.stop()
+    assert rc == 0, d.stderr
+    for store in (sa, sb):
+        assert fires(store, "ran")[0]["outcome"] == "clean"
+        h = history(store)
+        assert len(h) == 1 and h[0]["outcome"] == "clean"
+    # Each agent's session is recorded under its own prefix.
+    assert karma.read(sa, history(sa)[0]["id"])[-1]["event"] == "session_end"
+    assert karma.read(sb, history(sb)[0]["id"])[-1]["event"] == "session_end"
+    assert f"running {a}, {b}" in d.stderr
+
+
+@pytest.mark.slow
+def test_two_daemons_on_one_agent_never_overlap(redis_url, agents, llm, daemons):
+    llm.responder = responder(steps=3, delay=0.4)  # a session takes about 1.5 s: longer than a tick
+    name, store = agents()
+    env = base_env(redis_url, llm)
+    d1 = daemons(env, "--every", "1s", "--agent", name)
+    d2 = daemons(env, "--every", "1s", "--agent", name)
+    # Keep the agent due: whenever a session has set the next wake, take it away again.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        store.delete(keys.WAKE_CONFIG)
+        time.sleep(0.2)
+        assert d1.alive() and d2.alive(), (d1.stderr[-1000:], d2.stderr[-1000:])
+    for d in (d1, d2):
+        rc, _ = d.stop()
+        assert rc == 0, d.stderr
+
+    h = history(store)
+    assert len(h) >= 3, h
+    spans = []
+    for entry in h:
+        entries = karma.read(store, entry["id"])
+        starts, ends = events_of(entries, "session_start"), events_of(entries, "session_end")
+        assert len(starts) == 1 and len(ends) == 1, (entry["id"], [e["event"] for e in entries])
+        spans.append((ts(starts[0]["t"]), ts(ends[0]["t"]), entry["id"]))
+    spans.sort()
+    for (s1, e1, id1), (s2, e2, id2) in zip(spans, spans[1:]):
+        assert s2 >= e1, f"sessions {id1} ({s1}..{e1}) and {id2} ({s2}..{e2}) overlap"
+    ran, skipped = fires(store, "ran"), fires(store, "skipped")
+    assert sorted(e["session_id"] for e in ran) == sorted(x["id"] for x in h)
+    assert skipped and all(e["reason"] == "locked" for e in skipped), wake_log(store)
+    assert not any(x["outcome"] in ("crashed", "error") for x in h), h
+    assert "skipped" in d1.stderr + d2.stderr
+
+
+# --- stopping -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_sigterm_mid_session_interrupts_it_cleanly(redis_url, agents, llm, daemons):
+    llm.responder = responder(steps=8, delay=0.5)
+    name, store = agents()
+    env = base_env(redis_url, llm)
+    d = daemons(env, "--every", "1s", "--agent", name, "--grace", "20")
+    sid = wait_for(lambda: session_in_progress(store, 1), 30, "a session in its steps", d)
+    rc, took = d.stop(timeout=30)
+    assert rc == 0, d.stderr
+    assert took < 10, took  # it stops at the next step, well within the grace period
+
+    entries = karma.read(store, sid)
+    end = entries[-1]
+    assert end["event"] == "session_end" and end["outcome"] == "interrupted", [e["event"] for e in entries]
+    assert not events_of(entries, "reflect")  # shutting down: no reflection
+    assert len(events_of(entries, "step_complete")) < 8
+    h = history(store)
+    assert [x["outcome"] for x in h if x["id"] == sid] == ["interrupted"], h
+    assert store.get(keys.SESSION_CURRENT) is None
+    assert store.lock_owner(keys.WAKE_LOCK) is None
+    assert [e for e in fires(store, "ran") if e["session_id"] == sid][0]["outcome"] == "interrupted"
+    assert "SIGTERM" in d.stderr
+
+    # The next wake sees an interrupted session, not a crash.
+    llm.responder = responder()
+    r = run_cli("wake", "--force", "--quiet", env={**env, "BRAINSTEM_KV_PREFIX": f"{name}:"})
+    assert r.returncode == 0, r.stderr
+    nxt = karma.read(store, karma.latest_session_id(store))
+    assert nxt[0]["event"] == "session_start" and nxt[0].get("crashed_session") is None
+    assert not events_of(nxt, "crash_detected")
+    assert not any(x["outcome"] == "crashed" for x in history(store)), history(store)
+
+
+@pytest.mark.slow
+def test_session_that_outlives_the_grace_period_is_recorded_interrupted(redis_url, agents, llm, daemons):
+    llm.responder = responder(steps=2, delay=30)  # the first think step hangs far past the grace period
+    name, store = agents()
+    env = base_env(redis_url, llm)
+    d = daemons(env, "--every", "1s", "--agent", name, "--grace", "1")
+
+    def thinking():
+        sid = karma.latest_session_id(store)
+        return sid if sid and events_of(karma.read(store, sid), "step_start") else None
+    sid = wait_for(thinking, 30, "a session stuck in a step", d)
+    time.sleep(0.3)
+    rc, took = d.stop(timeout=20)
+    assert rc == 0, d.stderr
+    assert took < 8, took
+    assert "grace period" in d.stderr
+
+    end = karma.read(store, sid)[-1]
+    assert end["event"] == "session_end" and end["outcome"] == "interrupted", end
+    assert [x["outcome"] for x in history(store) if x["id"] == sid] == ["interrupted"]
+    assert store.get(keys.SESSION_CURRENT) is None
+
+    llm.responder = responder()
+    r = run_cli("wake", "--force", "--quiet", env={**env, "BRAINSTEM_KV_PREFIX": f"{name}:"})
+    assert r.returncode == 0, r.stderr  # the dead daemon's lock is reclaimed
+    nxt = karma.read(store, karma.latest_session_id(store))
+    assert not events_of(nxt, "crash_detected")
+    assert nxt[-1]["event"] == "session_end" and nxt[-1]["outcome"] == "clean"
+
+
+# --- the store going away ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, tmp_path):
+    import redis
+
+    llm.responder = responder()
+    port = free_port()
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    server = start_redis_server(port, workdir)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        name, store = agents(url)
+        d = daemons(base_env(url, llm), "--every", "1s", "--agent", name)
+        wait_for(lambda: fires(store, "slept"), 30, "a first session, then a slept fire", d)
+
+        # The store goes away (its data kept on disk for the restart).
+        redis.Redis(port=port).save()
+        server.terminate()
+        server.wait(10)
+        time.sleep(4.5)  # several fires while it is down
+        assert d.alive(), d.stderr
+        server = start_redis_server(port, workdir)
+        back_at = datetime.now().astimezone()
+        wait_for(lambda: [e for e in fires(store, "slept") if ts(e["t"]) > back_at], 30,
+                 "fires after the store came back", d)
+        rc, _ = d.stop()
+        assert rc == 0, d.stderr
+        # It went back to sleeping, not to re-running sessions: one session, fires before and after.
+        assert len(history(store)) == 1
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    err = d.stderr
+    lost = [line for line in err.splitlines() if "store unavailable" in line]
+    back = [line for line in err.splitlines() if "store is back" in line]
+    assert len(lost) == 1, err  # once per outage, not once per tick
+    assert len(back) == 1, err
+    assert "Traceback" not in err
+
+
+# --- missed fires -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_fire_later_than_the_misfire_grace_is_recorded_missed(redis_url, agents, llm, daemons):
+    llm.responder = responder()
+    name, store = agents()
+    every = 4.0
+    d = daemons(base_env(redis_url, llm), "--every", "4s", "--misfire-grace", "1", "--agent", name)
+    first_slept = wait_for(lambda: fires(store, "slept"), 30, "a slept fire", d)[0]
+    # Fires come every 4 s in phase with this one (recorded a little after it was due). Freeze the daemon
+    # across a scheduled fire and wake it about 2.5 s after one: later than the 1 s grace, before the next.
+    phase = ts(first_slept["t"]).timestamp()
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        now = time.time()
+        k = int((now - phase) // every) + 2
+        resume_at = phase + k * every + 2.5
+        time.sleep(max(0.0, resume_at - time.time()))
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    missed = wait_for(lambda: fires(store, "missed"), 10, "a missed fire", d)
+    rc, _ = d.stop()
+    assert rc == 0, d.stderr
+    assert missed[0].get("scheduled"), missed
+    assert "missed a fire" in d.stderr
+    # A missed fire is only recorded: it ran no session.
+    assert len(history(store)) == 1

@@ -1,0 +1,56 @@
+"""Shutdown and stale locks, in-process against the cassette provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+import pytest
+
+from brainstem import karma, keys
+from brainstem.llm.cassette import CassetteProvider
+from brainstem.seed import example_soul_path, seed
+from brainstem.settings import load_settings
+from brainstem.wake import wake
+
+PLAN = json.dumps({"steps": [{"id": "t", "type": "think", "prompt": "hi"}]})
+REFLECT = json.dumps({"session_summary": "s", "note_to_future_self": "n", "next_orient_context": {"load_keys": []}})
+
+
+@pytest.fixture
+def agent(store, tmp_path):
+    seed(store, soul_file=example_soul_path())
+    cassette = tmp_path / "c.json"
+    cassette.write_text(json.dumps({"answers": [{"content": PLAN}, {"content": "ok"}, {"content": REFLECT}]}))
+    return store, load_settings(kv="sqlite:///unused.db"), cassette
+
+
+def test_a_shutdown_before_orient_is_interrupted_not_a_budget_or_plan_failure(agent):
+    store, settings, cassette = agent
+    cancel = threading.Event()
+    cancel.set()
+    provider = CassetteProvider(cassette)
+    result = wake(settings, store, force=True, providers=[provider], cancel=cancel)
+    assert result.outcome == "interrupted"
+    assert provider.served == 0  # not even orient was asked
+    entries = karma.read(store, result.session_id)
+    assert entries[-1]["event"] == "session_end" and entries[-1]["outcome"] == "interrupted"
+    assert store.get(keys.SESSION_CURRENT) is None  # not left looking like a crash
+
+
+def test_a_lock_left_by_this_same_process_is_reclaimed(agent):
+    store, settings, cassette = agent
+    assert store.acquire_lock(keys.WAKE_LOCK, f"{socket.gethostname()}:{os.getpid()}:earlier", 600_000)
+    result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
+    assert result.outcome == "clean"
+
+
+def test_a_live_lock_of_another_process_is_respected(agent):
+    from brainstem.errors import LockHeld
+
+    store, settings, cassette = agent
+    assert store.acquire_lock(keys.WAKE_LOCK, "another-host:1:x", 600_000)
+    with pytest.raises(LockHeld):
+        wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
