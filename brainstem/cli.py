@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__, karma as karma_mod, keys
-from .errors import BrainstemError, ConfigError, MalformedValue
+from .errors import BrainstemError, MalformedValue
 
 
 class Ctx:
@@ -57,9 +57,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     \b
     Start here:
-      brainstem seed --soul prompts_seed/soul.example.md   # write prompts, config, tools, soul
-      brainstem kv ls prompt:                               # look at what is stored
-      brainstem karma                                       # read the last session's flight recorder
+      brainstem demo                         # a whole session, offline, no API key
+      brainstem seed --example-soul          # give the agent prompts, config, tools and a soul
+      brainstem wake --force                 # run a session now (needs OPENROUTER_API_KEY)
+      brainstem status                       # where it stands; then `brainstem karma`
     """
     ctx.obj = Ctx(debug)
 

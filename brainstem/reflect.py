@@ -77,6 +77,17 @@ def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | Non
         return None, str(exc)
 
 
+def _validated(raw: dict | None, error: str | None, model: type[BaseModel], label: str):
+    """(validated output, None) or (None, why not)."""
+    if raw is None:
+        return None, error
+    try:
+        return model.model_validate(raw), None
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        return None, f"{label} does not validate: {e['loc']}: {e['msg']}"
+
+
 # --- reflect ---------------------------------------------------------------
 
 def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
@@ -87,12 +98,7 @@ def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
                  "results": results, "plan": plan,
                  "context": {"lastReflect": previous, "balances": s.context.get("balances")}}
     raw, error = _ask_json(s, "reflect", render(template, variables), s.defaults.reflect)
-    out = None
-    if raw is not None:
-        try:
-            out = ReflectOutput.model_validate(raw)
-        except ValidationError as exc:
-            error = f"reflection does not validate: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+    out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
         s.record(events.REFLECT_PARSE_ERROR, error=error)
         kept = previous if isinstance(previous, dict) else {}
@@ -164,12 +170,7 @@ def run_deep_reflect(s) -> dict | None:
         "context": context,
     }
     raw, error = _ask_json(s, "deep_reflect", render(template, variables), s.defaults.deep_reflect)
-    out = None
-    if raw is not None:
-        try:
-            out = DeepReflectOutput.model_validate(raw)
-        except ValidationError as exc:
-            error = f"deep reflection does not validate: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}"
+    out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
     schedule = {"last_session": s.number, "last_at": utcnow_iso(),
                 "after_sessions": s.defaults.deep_reflect.default_interval_sessions,
                 "after_days": s.defaults.deep_reflect.default_interval_days}

@@ -32,7 +32,7 @@ from .context import kv_index, load_keys
 from .errors import ConfigError, LockHeld, MalformedValue
 from .executor import Executor
 from .ground_truth import effort_for, fired_tripwires, gather
-from .karma import Karma, Redactor, utcnow_iso
+from .karma import Karma, Redactor
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError

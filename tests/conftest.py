@@ -128,3 +128,32 @@ def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeo
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-m", "brainstem", *args], env=full_env, input=input,
                           capture_output=True, text=True, timeout=timeout)
+
+
+# --- a seeded agent, the LLM double, and the environment of a wake against both ---
+
+@pytest.fixture
+def llm():
+    """A scripted OpenAI-compatible server on loopback (tests/doubles/llm_server.py)."""
+    from .doubles import LLMDouble
+
+    with LLMDouble() as d:
+        yield d
+
+
+@pytest.fixture
+def st(real_store_url):
+    """A real store (Redis or SQLite), seeded with the example soul, prompts and tools."""
+    from .wake_helpers import seeded
+
+    store = seeded(real_store_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def env(real_store_url, llm):
+    """The environment of a `brainstem wake` subprocess against ``st`` and ``llm``."""
+    from .wake_helpers import wake_env
+
+    return wake_env(real_store_url, llm)

@@ -22,7 +22,7 @@ from brainstem import keys
 from brainstem.seed import seed, seed_dirs
 
 from .conftest import run_cli
-from .doubles import LLMDouble, RPCDouble
+from .doubles import RPCDouble
 from .wake_helpers import (API_KEY, answers, events_of, finished, llm_calls, plan, reflection, run_wake, seeded,
                            think, wake_env)
 
@@ -62,19 +62,6 @@ def seeded_adapter_code() -> str:
 
 def seeded_adapter_meta() -> str:
     return (seed_dirs()[1] / "providers" / "llm.json").read_text()
-
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
-
-
-@pytest.fixture
-def st(real_store_url):
-    store = seeded(real_store_url)
-    yield store
-    store.close()
 
 
 def one_session(llm, env: dict, store, *, reflect: str | None = None, outcome: str | None = "clean"):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from brainstem import karma, keys
+from brainstem import karma
 from brainstem.kv import open_store
 
 from .conftest import run_cli

@@ -21,29 +21,11 @@ from brainstem import karma, keys
 from brainstem.budget import DAILY_COST_KEY
 
 from .conftest import free_port, run_cli
-from .doubles import LLMDouble, RPCDouble
+from .doubles import RPCDouble
 from .wake_helpers import (API_KEY, action, all_text, answers, event_names, events_of, finished, history,
                            in_future, is_deep, is_orient, is_reflect, iso_in, llm_calls, plan,
                            reflection, run_wake, seeded, set_defaults, start_wake, think, user_text, verbose,
                            wake_env)
-
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
-
-
-@pytest.fixture
-def st(real_store_url):
-    store = seeded(real_store_url)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def env(real_store_url, llm):
-    return wake_env(real_store_url, llm)
 
 
 def one_line(stderr: str) -> str:

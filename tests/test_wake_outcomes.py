@@ -2,31 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from brainstem import keys
 
-from .doubles import LLMDouble
-from .wake_helpers import (events_of, finished, llm_calls, plan, reflection, run_wake, seeded, set_defaults,
-                           think, wake_env)
-
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
-
-
-@pytest.fixture
-def st(real_store_url):
-    store = seeded(real_store_url)
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def env(real_store_url, llm):
-    return wake_env(real_store_url, llm)
+from .wake_helpers import events_of, finished, llm_calls, plan, reflection, run_wake, set_defaults, think, wake_env
 
 
 def test_a_missing_tool_fails_once_without_retries(st, env, llm):

@@ -41,8 +41,10 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
+
+from .loopback import LoopbackDouble, QuietServer
 
 API_PREFIX = "/api/v1"
 
@@ -71,17 +73,9 @@ def _content_len(content: Any) -> int:
     return 0
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    double: "LLMDouble"
-
-    def handle_error(self, request, client_address):  # noqa: D401 - quiet: clients time out on purpose
-        pass
-
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: QuietServer
     server_version = "LLMDouble/1.0"
 
     def log_message(self, format, *args):  # noqa: A002 - keep test output clean
@@ -220,10 +214,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, body, headers)
 
 
-class LLMDouble:
+class LLMDouble(LoopbackDouble):
     """A scripted OpenAI-compatible server on 127.0.0.1 (see the module docstring)."""
 
+    handler = _Handler
+
     def __init__(self, *replies: Any, responder: Callable[[dict], Any] | None = None) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self._queue: list[Any] = list(replies)
         self.responder: Callable[[dict], Any] | None = responder
@@ -240,46 +237,6 @@ class LLMDouble:
         self.total_usage: float = 5.0
         self.credits_status: int = 200
         self.default_cost: float | None = None
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> "LLMDouble":
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.double = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="LLMDouble", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "LLMDouble":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("LLMDouble is not started")
-        return self._server.server_address[1]
 
     @property
     def base_url(self) -> str:

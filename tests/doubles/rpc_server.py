@@ -20,24 +20,18 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .loopback import LoopbackDouble, QuietServer
 
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 BALANCE_OF = "0x70a08231"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    double: "RPCDouble"
-
-    def handle_error(self, request, client_address):
-        pass
-
 
 class _Handler(BaseHTTPRequestHandler):
-    server: _Server
+    server: QuietServer
     server_version = "RPCDouble/1.0"
 
     def log_message(self, format, *args):  # noqa: A002
@@ -96,10 +90,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(out).encode("utf-8"))
 
 
-class RPCDouble:
+class RPCDouble(LoopbackDouble):
     """A scripted Base JSON-RPC server on 127.0.0.1 (see the module docstring)."""
 
+    handler = _Handler
+
     def __init__(self, balances: dict[str, int] | None = None) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         self.balances: dict[str, int] = dict(balances or {})
         self.chain_id = 8453
@@ -109,46 +106,6 @@ class RPCDouble:
         self.reply_body: bytes | str | None = None
         self.calls: list[str] = []
         self.eth_calls: list[Any] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self) -> "RPCDouble":
-        if self._server is not None:
-            return self
-        self._stopping.clear()
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.double = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="RPCDouble", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is None:
-            return
-        self._stopping.set()
-        server.shutdown()
-        server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "RPCDouble":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("RPCDouble is not started")
-        return self._server.server_address[1]
 
     @property
     def url(self) -> str:

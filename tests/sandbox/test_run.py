@@ -468,8 +468,6 @@ def test_server_started_from_short_lived_thread_survives_it():
 
 
 def test_shutdown_stops_the_fork_server():
-    import os
-
     from brainstem.sandbox import server_pid, shutdown
 
     assert go(TRIVIAL).ok
