@@ -16,8 +16,6 @@ the next append to the long one (its 10,000th, 10,001st, ...).
 from __future__ import annotations
 
 import argparse
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -61,24 +59,13 @@ def measure(store) -> tuple[float, float]:
 
 
 def start_redis(workdir: str) -> tuple[subprocess.Popen, str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("no redis-server on PATH; pass --redis-url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir,
-                             "--appendonly", "yes", "--appendfsync", "everysec"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(200):
-        try:
-            open_store(url).ping()
-            return proc, url
-        except Exception:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
+    from tests.redis_server import RedisServerError, start_redis_server
+
+    try:
+        proc, port = start_redis_server(workdir, None, "--appendonly", "yes", "--appendfsync", "everysec")
+    except RedisServerError as exc:
+        sys.exit(f"{exc}; pass --redis-url")
+    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def main() -> int:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,23 +22,17 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 
 def start_redis(workdir: str) -> tuple[subprocess.Popen, str]:
-    binary = shutil.which("redis-server") or sys.exit("no redis-server on PATH; pass --redis-url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", workdir],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
+    from tests.redis_server import RedisServerError, start_redis_server
 
-    for _ in range(200):
-        try:
-            redis.Redis(port=port).ping()
-            return proc, f"redis://127.0.0.1:{port}/0"
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    sys.exit("redis-server did not start")
+    try:
+        proc, port = start_redis_server(workdir)
+    except RedisServerError as exc:
+        sys.exit(f"{exc}; pass --redis-url")
+    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def wake_command() -> list[str]:

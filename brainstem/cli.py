@@ -278,9 +278,9 @@ def status(c: Ctx, as_json: bool) -> None:
 @pass_ctx
 def sessions(c: Ctx, limit: int, as_json: bool) -> None:
     """Recent sessions, newest last: id, start, outcome, steps, cost, duration."""
-    from .status import history
+    from . import history
 
-    rows = history(c.store)[-limit:]
+    rows = history.read(c.store)[-limit:]
     if not rows and not as_json:
         click.echo("no sessions yet")
     for h in rows:

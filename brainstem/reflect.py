@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import events, keys
+from . import events, history, keys
 from .budget import BudgetExceeded
 from .config import Defaults, Models
 from .errors import KVWriteRefused
@@ -165,7 +165,7 @@ def run_deep_reflect(s) -> dict | None:
         "recentKarma": recent_karma(st, s.id),
         "orientPrompt": st.get(keys.PROMPT_ORIENT) or "",
         "currentDefaults": s.defaults.model_dump(),
-        "sessionHistory": (st.get_json(keys.SESSION_HISTORY, default=[]) or [])[-30:],
+        "sessionHistory": history.read(st)[-30:],
         "models": s.models_for_prompt(),
         "context": context,
     }
@@ -275,10 +275,9 @@ def apply_model_details(s, updates: dict, source: str) -> bool:
 
 def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> list[dict]:
     """A compact digest of the last few sessions: outcome and their last lines, bounded."""
-    history = store.get_json(keys.SESSION_HISTORY, default=[]) or []
     out = []
-    for h in history[-sessions:]:
-        if isinstance(h, dict) and isinstance(h.get("id"), str) and h["id"] != current_id:
+    for h in history.read(store)[-sessions:]:
+        if isinstance(h.get("id"), str) and h["id"] != current_id:
             out.append({"session": h["id"], "outcome": h.get("outcome"), "summary": h.get("summary"),
                         "karma": karma_digest(store, h["id"], lines=lines, chars=4000)})
     return out

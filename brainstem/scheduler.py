@@ -206,18 +206,13 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from . import events, karma as karma_mod
-        from .karma import Karma
+        from . import history, karma as karma_mod
 
         try:
             crumb = karma_mod.unfinished_session(agent.store)
             if crumb and crumb.get("id"):
-                Karma(agent.store, crumb["id"]).record(events.SESSION_END, outcome="interrupted",
-                                                       reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
-                from .wake import append_history
-
-                append_history(agent.store, {"id": crumb["id"], "outcome": "interrupted",
-                                             "started_at": crumb.get("started_at")})
+                history.close_dead_session(agent.store, crumb, "interrupted",
+                                           reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 karma_mod.end_session(agent.store, crumb["id"])
             log.warning("%s: session still running after the grace period; recorded as interrupted",
                         agent.name or "default")

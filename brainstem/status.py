@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import keys
+from . import history, keys
 from .budget import daily_spent
 from .config import load_defaults
 from .karma import unfinished_session
@@ -15,15 +15,10 @@ from .sleep import now_utc, sleeping_until
 from .versions import failing_streak
 
 
-def history(store: Store) -> list[dict]:
-    h = store.get_json(keys.SESSION_HISTORY, default=[])
-    return [e for e in h if isinstance(e, dict)] if isinstance(h, list) else []
-
-
 def status(store: Store, settings: Settings) -> dict[str, Any]:
     problems: list[str] = []
     defaults = load_defaults(store, problems)
-    hist = history(store)
+    hist = history.read(store)
     last = hist[-1] if hist else None
     wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
     until = sleeping_until(wake_config, now_utc())

@@ -14,7 +14,7 @@ import difflib
 import hashlib
 from typing import Any
 
-from . import keys
+from . import history, keys
 from .errors import BrainstemError
 from .karma import utcnow_iso
 from .kv.base import Store
@@ -110,10 +110,10 @@ FAILING_OUTCOMES = ("crashed", "no_plan", "error")
 AUTO_RESTORE_MARK = "stats:auto_restore"
 
 
-def failing_streak(history: list) -> list[str]:
+def failing_streak(entries: list) -> list[str]:
     """Ids of the sessions that failed in a row at the end of the history (crash, no plan, error)."""
     streak = []
-    for h in reversed(history):
+    for h in reversed(entries):
         if not isinstance(h, dict):
             continue
         if h.get("outcome") not in FAILING_OUTCOMES:
@@ -124,8 +124,7 @@ def failing_streak(history: list) -> list[str]:
 
 def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | None:
     """After ``threshold`` failing sessions in a row, restore the last clean session's versions, once per streak."""
-    history = store.get_json(keys.SESSION_HISTORY, default=[])
-    streak = failing_streak(history if isinstance(history, list) else [])
+    streak = failing_streak(history.read(store))
     if len(streak) < threshold:
         return None
     mark = store.get_json(AUTO_RESTORE_MARK, default={})

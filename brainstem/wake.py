@@ -3,6 +3,7 @@
 1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once
 2. lock           one wake per agent; a dead holder on this host is reclaimed
 3. crashed?       ``session:current`` still present -> the last session died
+   restore         after three failing sessions, put back what the last clean one ran with
 4. ground truth   LLM credit, USDC balance, store usage, in parallel, each failing to null
 5. effort         tripwires over the facts
 6. context        loaded keys and a bounded index of the store
@@ -21,11 +22,11 @@ import socket
 import threading
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, karma as karma_mod, keys
+from . import events, history, karma as karma_mod, keys
 from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent
 from .config import Defaults, load_defaults, load_models
 from .context import kv_index, load_keys
@@ -41,11 +42,10 @@ from .plan import Plan, PlanError, parse_plan
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
 from .settings import Settings
-from .sleep import iso, now_utc, parse_iso, sleeping_until
+from .sleep import iso, now_utc, sleeping_until
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 from .templates import render
 
-HISTORY_MAX = 1000
 LAST_GROUND_TRUTH = "stats:last_ground_truth"
 CRASH_ENTRIES = 40
 CRASH_ENTRY_CHARS = 600
@@ -107,40 +107,7 @@ def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
     raise LockHeld(f"another wake is running for this agent (lock held by {holder or 'unknown'}); not waking twice")
 
 
-# --- history -------------------------------------------------------------------
-
-def append_history(store: Store, entry: dict) -> None:
-    history = store.get_json(keys.SESSION_HISTORY, default=[])
-    if not isinstance(history, list):
-        history = []
-    history.append(entry)
-    # A session that leaves the history takes its karma with it, so the store stays bounded
-    # however often the agent wakes.
-    for dropped in history[:-HISTORY_MAX]:
-        if isinstance(dropped, dict) and isinstance(dropped.get("id"), str) and not dropped.get("karma_expired"):
-            store.delete_log(keys.karma(dropped["id"]))
-    store.put(keys.SESSION_HISTORY, history[-HISTORY_MAX:])
-
-
-def expire_karma(store: Store, retention_days: float, current: str) -> int:
-    """Drop full karma older than the retention age; session_history keeps each session's summary."""
-    history = store.get_json(keys.SESSION_HISTORY, default=[])
-    if not isinstance(history, list):
-        return 0
-    cutoff = now_utc() - timedelta(days=retention_days)
-    expired = 0
-    for h in history:
-        if not isinstance(h, dict) or h.get("karma_expired") or not h.get("id") or h.get("id") == current:
-            continue
-        when = parse_iso(h.get("ended_at") or h.get("started_at"))
-        if when is not None and when < cutoff:
-            store.delete_log(keys.karma(h["id"]))
-            h["karma_expired"] = True
-            expired += 1
-    if expired:
-        store.put(keys.SESSION_HISTORY, history)
-    return expired
-
+# --- the dead ------------------------------------------------------------------
 
 def crash_data(store: Store, crumb: dict) -> dict:
     """What orient learns of a dead session: its breadcrumb and the tail of its karma, capped."""
@@ -196,105 +163,110 @@ def cascade(settings: Settings, s: Session) -> list:
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
          listeners=(), cancel: threading.Event | None = None) -> WakeResult:
     """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable)."""
-    now = now_utc()
     try:
         wake_config = store.get(keys.WAKE_CONFIG, "json")
     except MalformedValue:  # not JSON: due now, and the session records it as rejected and repairs it
         wake_config = store.get(keys.WAKE_CONFIG)
-    until = sleeping_until(wake_config, now)
+    until = sleeping_until(wake_config, now_utc())
     if until is not None and not force:
         return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
 
-    soul, orient_template = check_ready(store, settings, need_key=providers is None)
-    problems: list[str] = []
-    defaults = load_defaults(store, problems)
-    models = load_models(store, problems)
-    budget = make_budget(defaults, settings)
-    if cancel is not None:
-        budget.cancel = cancel
-    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
-    budget.max_cost = min(budget.max_cost, left_today)
-
+    check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
     token = _owner_token(uuid.uuid4().hex[:8])
-    acquire_wake_lock(store, token, ttl_ms=int(2 * budget.max_duration * 1000) + 60_000)
+    # Held first for the operator's ceiling, then cut to the session's own duration once it is known.
+    acquire_wake_lock(store, token, ttl_ms=_lock_ttl(settings.max_session_seconds))
     try:
-        return _session(settings, store, soul, orient_template, defaults, models, budget, wake_config,
-                        problems, providers, listeners, left_today, token)
+        return _session(settings, store, wake_config, providers, listeners, cancel, token)
     finally:
         store.release_lock(keys.WAKE_LOCK, token)
 
 
-def make_budget(defaults: Defaults, settings: Settings) -> Budget:
-    """The agent's configured budget, clamped under the operator's ceilings."""
-    return Budget(
-        max_cost=clamp(defaults.session_budget.max_cost, settings.max_session_cost, 0.10),
+def _lock_ttl(max_duration: float) -> int:
+    """A dead holder blocks for at most about twice the session's duration."""
+    return int(2 * max_duration * 1000) + 60_000
+
+
+def make_budget(defaults: Defaults, settings: Settings, left_today: float,
+                cancel: threading.Event | None = None) -> Budget:
+    """The agent's configured budget, clamped under the operator's ceilings and what is left of today's."""
+    budget = Budget(
+        max_cost=min(clamp(defaults.session_budget.max_cost, settings.max_session_cost, 0.10), left_today),
         max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, 12)),
         max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds, 600),
         reserve_fraction=defaults.execution.reflect_reserve_fraction)
+    if cancel is not None:
+        budget.cancel = cancel
+    return budget
 
 
 def _next_number(store: Store) -> int:
     try:
         return store.incr(keys.SESSION_COUNTER)
     except MalformedValue:
-        history = store.get_json(keys.SESSION_HISTORY, default=[])
-        number = (len(history) if isinstance(history, list) else 0) + 1
+        number = len(history.read(store)) + 1
         store.put(keys.SESSION_COUNTER, str(number))
         return number
 
 
-def _session(settings, store, soul, orient_template, defaults: Defaults, models, budget: Budget, wake_config,
-             problems, providers, listeners, left_today, token) -> WakeResult:
+@dataclass
+class _Run:
+    """One session's bookkeeping, filled in as it goes; :func:`_finish` closes it from this."""
+    store: Store
+    settings: Settings
+    karma: Karma
+    id: str
+    number: int
+    budget: Budget
+    defaults: Defaults
+    started: Any = field(default_factory=now_utc)
+    outcome: str = "clean"
+    kind: str = "session"
+    next_wake: dict | None = None
+    reflect_wake: dict | None = None  # what reflection asked for; wins over the plan's request
+    executor: Executor | None = None
+    session: Session | None = None
+    clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
+
+
+def _session(settings, store, wake_config, providers, listeners, cancel, token) -> WakeResult:
     crumb = karma_mod.unfinished_session(store)
     number = _next_number(store)
     sid = f"{number}-{uuid.uuid4().hex[:6]}"
+    crash = crash_data(store, crumb) if crumb is not None else None
+    if crumb is not None:
+        history.close_dead_session(store, crumb, "crashed", detected_by=sid)
+    # Restore before anything below reads the keys it may put back, so this session runs with them.
+    restored = auto_restore(store, sid)
+    soul, orient_template = check_ready(store, settings, need_key=providers is None)
+    problems: list[str] = []
+    defaults, models = load_defaults(store, problems), load_models(store, problems)
+    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    budget = make_budget(defaults, settings, left_today, cancel)
+    store.refresh_lock(keys.WAKE_LOCK, token, _lock_ttl(budget.max_duration))
+
     k = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid)
-    started = now_utc()
+    run = _Run(store=store, settings=settings, karma=k, id=sid, number=number, budget=budget, defaults=defaults,
+               clean_snapshot=snapshot(store))
     # Advance the schedule before doing anything that could die.
-    default_sleep = clamp_sleep(defaults.wake.sleep_seconds, 21600)
-    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(started + timedelta(seconds=default_sleep)),
-                                 "set_by": "runtime:pessimistic", "session_id": sid})
+    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(
+        seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))), "set_by": "runtime:pessimistic", "session_id": sid})
     k.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
              budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
              crashed_session=crumb.get("id") if crumb else None)
+    if crash is not None:
+        k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
+    if restored is not None:
+        k.record(events.AUTO_RESTORE, **restored)
     for p in problems:
         k.record(events.CONFIG_REJECTED, reason=p)
     if wake_config is not None and not isinstance(wake_config, dict):
         k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
 
-    outcome, kind, summary, next_wake = "clean", "session", None, None
-    executor = None
-    s_snapshot = None  # the watched keys as this session found them (for auto-restore)
-    session_built = False
     try:
-        context: dict[str, Any] = {"sessionId": sid, "now": iso(started), "crashData": None}
-        if crumb is not None:
-            context["crashData"] = crash_data(store, crumb)
-            k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"),
-                     entries=context["crashData"].get("entries_total"))
-            append_history(store, {"id": crumb.get("id"), "outcome": "crashed", "started_at": crumb.get("started_at"),
-                                   "detected_by": sid})
-            if crumb.get("id"):
-                Karma(store, crumb["id"]).record(events.SESSION_END, outcome="crashed", detected_by=sid)
-
+        context: dict[str, Any] = {"sessionId": sid, "now": iso(run.started), "crashData": crash}
         agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new, source: record_write(
             store, key, old, new, source=source, session_id=sid))
-        restored = auto_restore(store, sid)
-        if restored is not None:
-            k.record(events.AUTO_RESTORE, **restored)
-            if restored["restored"]:
-                # This session runs with what was restored, not with what broke the last three.
-                orient_template = store.get(keys.PROMPT_ORIENT) or orient_template
-                problems = []
-                defaults, models = load_defaults(store, problems), load_models(store, problems)
-                for p in problems:
-                    k.record(events.CONFIG_REJECTED, reason=p)
-                fresh = make_budget(defaults, settings)
-                budget.max_cost = min(fresh.max_cost, left_today)
-                budget.max_steps, budget.max_duration = fresh.max_steps, fresh.max_duration
-                budget.reserve_fraction = fresh.reserve_fraction
-        s_snapshot = snapshot(store)
         facts = _ground_truth(settings, store, k, agent_kv)
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
@@ -305,11 +277,11 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
         effort = effort_for(_max_effort(defaults.wake.default_effort, requested), fired)
         k.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
 
-        s = Session(id=sid, number=number, settings=settings, store=store, karma=k,
-                    agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
-                    llm=None, soul=soul, effort=effort,
-                    tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context)
-        session_built = True
+        s = run.session = Session(id=sid, number=number, settings=settings, store=store, karma=k,
+                                  agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
+                                  llm=None, soul=soul, effort=effort,
+                                  tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
+                                  context=context)
         s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
                     providers=providers if providers is not None else cascade(settings, s),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
@@ -321,81 +293,86 @@ def _session(settings, store, soul, orient_template, defaults: Defaults, models,
             from .memory import summary as memory_summary
 
             context["memoryStats"] = memory_summary(store, number)
-            kind = "deep_reflect"
+            run.kind = "deep_reflect"
             k.record(events.DEEP_REFLECT, phase="start", reason=why)
-            next_wake = run_deep_reflect(s)
+            run.next_wake = run_deep_reflect(s)
         else:
-            try:
-                plan = _orient(s, orient_template)
-            except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-                plan, outcome = None, "interrupted" if exc.limit == "interrupted" else "budget_exhausted"
-            except LLMError:  # every tier down, the hard-coded one transiently: an outage, not a bad config
-                plan, outcome = None, "llm_unavailable"
-            if plan is None:
-                outcome = "no_plan" if outcome == "clean" else outcome
-            else:
-                budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, settings,
-                                                                                     left_today)
-                store.refresh_lock(keys.WAKE_LOCK, token, int(2 * budget.max_duration * 1000) + 60_000)
-                k.record(events.BUDGET, **budget.snapshot())
-                executor = Executor(s, plan.mid_session_tripwires,
-                                    reflect=lambda: _reflect(s, executor, plan))
-                executor.run(plan.steps)
-                if executor.stop is not None:
-                    outcome = executor.stop.outcome
-                next_wake = plan.next_wake_config
-                if outcome == "interrupted" or budget.cancel.is_set():
-                    pass  # shutting down: finish fast; the next session reflects on this one's karma
-                elif not executor.reflected:
-                    next_wake = _reflect(s, executor, plan) or next_wake
-                else:
-                    next_wake = s.context.get("_reflect_wake") or next_wake
-        if budget.cancel.is_set() and outcome in ("clean", "no_plan", "budget_exhausted"):
-            outcome = "interrupted"  # the daemon is stopping: say so, rather than blame the plan or budget
+            _plan_and_execute(run, s, orient_template, token, left_today)
+        if budget.cancel.is_set() and run.outcome in ("clean", "no_plan", "budget_exhausted"):
+            run.outcome = "interrupted"  # the daemon is stopping: say so, rather than blame the plan or budget
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
-        outcome = "error"
+        run.outcome = "error"
         k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc(limit=8)[-4000:])
-    except BaseException as exc:  # SIGINT/SIGTERM surfaced as exceptions: record, then let them through
-        _finish(store, k, sid, number, started, "killed", kind, budget, executor, None, defaults, summary,
-                settings, None)
-        raise exc
-    last = store.get_json(keys.LAST_REFLECT, default=None)
-    if isinstance(last, dict) and last.get("session_id") == sid:
-        summary = last.get("session_summary") or last.get("reflection")
-    return _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary,
-                   settings, s_snapshot, s.reads if session_built else None)
+    except BaseException:  # SIGINT/SIGTERM surfaced as exceptions: record, then let them through
+        run.outcome, run.next_wake, run.clean_snapshot = "killed", None, None
+        _finish(run)
+        raise
+    return _finish(run)
 
 
-def _finish(store, k, sid, number, started, outcome, kind, budget, executor, next_wake, defaults, summary,
-            settings, clean_snapshot, reads=None):
-    next_wake = next_wake if isinstance(next_wake, dict) else {}
-    sleep = clamp_sleep(next_wake.get("sleep_seconds"), defaults.wake.sleep_seconds)
+def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, left_today: float) -> None:
+    """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
+    budget = run.budget
+    try:
+        plan = _orient(s, orient_template)
+    except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+        run.outcome = "interrupted" if exc.limit == "interrupted" else "budget_exhausted"
+        return
+    except LLMError:  # every tier down, the hard-coded one transiently: an outage, not a bad config
+        run.outcome = "llm_unavailable"
+        return
+    if plan is None:
+        run.outcome = "no_plan"
+        return
+    budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, run.settings, left_today)
+    run.store.refresh_lock(keys.WAKE_LOCK, token, _lock_ttl(budget.max_duration))
+    s.record(events.BUDGET, **budget.snapshot())
+
+    def reflect() -> None:
+        run.reflect_wake = run_reflect(s, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
+
+    executor = run.executor = Executor(s, plan.mid_session_tripwires, reflect=reflect)
+    executor.run(plan.steps)
+    if executor.stop is not None:
+        run.outcome = executor.stop.outcome
+    # Shutting down: finish fast; the next session reflects on this one's karma.
+    if not executor.reflected and run.outcome != "interrupted" and not budget.cancel.is_set():
+        reflect()
+    run.next_wake = run.reflect_wake or plan.next_wake_config
+
+
+def _finish(run: _Run) -> WakeResult:
+    store, budget = run.store, run.budget
+    next_wake = run.next_wake if isinstance(run.next_wake, dict) else {}
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), run.defaults.wake.sleep_seconds)
     ended = now_utc()
-    wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep,
-                "set_by": sid}
+    wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep, "set_by": run.id}
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
         wake_cfg["effort"] = next_wake["effort"]
     store.put(keys.WAKE_CONFIG, wake_cfg)
-    duration_ms = int((ended - started).total_seconds() * 1000)
-    entry = {"id": sid, "number": number, "kind": kind, "started_at": iso(started), "ended_at": iso(ended),
-             "outcome": outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
-             "steps_failed": executor.steps_failed if executor else 0, "duration_ms": duration_ms}
-    if summary:
-        entry["summary"] = str(summary)[:300]
-    append_history(store, entry)
-    expired = expire_karma(store, settings.karma_retention_days, sid)
-    if reads:
+    duration_ms = int((ended - run.started).total_seconds() * 1000)
+    entry = {"id": run.id, "number": run.number, "kind": run.kind, "started_at": iso(run.started),
+             "ended_at": iso(ended), "outcome": run.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
+             "steps_failed": run.executor.steps_failed if run.executor else 0, "duration_ms": duration_ms}
+    last = store.get_json(keys.LAST_REFLECT, default=None)
+    if isinstance(last, dict) and last.get("session_id") == run.id:
+        summary = last.get("session_summary") or last.get("reflection")
+        if summary:
+            entry["summary"] = str(summary)[:300]
+    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days)
+    if run.session is not None and run.session.reads:
         from .memory import flush_reads
 
-        flush_reads(store, reads, number)
-    if outcome == "clean" and kind == "session" and clean_snapshot is not None:
-        save_clean_snapshot(store, clean_snapshot, sid)
-    k.record(events.SESSION_END, karma_expired=expired or None, outcome=outcome, kind=kind, cost=round(budget.spent, 10), steps=budget.steps,
-             duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"])
-    karma_mod.end_session(store, sid)
-    return WakeResult("ran", outcome=outcome, session_id=sid, next_wake_after=wake_cfg["next_wake_after"],
-                      message=f"session {sid}: {outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+        flush_reads(store, run.session.reads, run.number)
+    if run.outcome == "clean" and run.kind == "session" and run.clean_snapshot is not None:
+        save_clean_snapshot(store, run.clean_snapshot, run.id)
+    run.karma.record(events.SESSION_END, outcome=run.outcome, kind=run.kind, cost=round(budget.spent, 10),
+                     steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
+                     karma_expired=expired or None)
+    karma_mod.end_session(store, run.id)
+    return WakeResult("ran", outcome=run.outcome, session_id=run.id, next_wake_after=wake_cfg["next_wake_after"],
+                      message=f"session {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
                               f"next wake {wake_cfg['next_wake_after']}")
 
 
@@ -483,12 +460,12 @@ def _orient(s: Session, template: str) -> Plan | None:
     if missing:
         s.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
     cfg = s.defaults.orient
-    history: list[dict] = []
+    turns: list[dict] = []  # the failed answer and its repair request
     ask = prompt
     for attempt in (1, 2):
         try:
             result = s.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
-                                effort=s.effort if s.effort != "low" else cfg.effort, history=history)
+                                effort=s.effort if s.effort != "low" else cfg.effort, history=turns)
         except BudgetExceeded as exc:
             if attempt == 1:
                 raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
@@ -504,7 +481,7 @@ def _orient(s: Session, template: str) -> Plan | None:
             plan = parse_plan(result.content, result.truncated)
         except PlanError as exc:
             s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
-            history = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
+            turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
             ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
                    "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
             continue
@@ -521,9 +498,3 @@ def _plan_budget(plan: Plan, budget: Budget, settings: Settings, left_today: flo
     return (min(clamp(pb.max_cost, settings.max_session_cost, budget.max_cost), left_today),
             int(clamp(pb.max_steps, settings.max_session_steps, budget.max_steps)),
             clamp(pb.max_duration_seconds, settings.max_session_seconds, budget.max_duration))
-
-
-def _reflect(s: Session, executor: Executor, plan: Plan) -> dict | None:
-    next_wake = run_reflect(s, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
-    s.context["_reflect_wake"] = next_wake
-    return next_wake

@@ -9,11 +9,8 @@ missing Redis is a failure.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,10 +19,6 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _require_redis() -> bool:
@@ -38,37 +31,17 @@ def redis_url(tmp_path_factory):
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    binary = shutil.which("redis-server")
-    if binary is None:
-        msg = "no redis-server binary on PATH and no REDIS_URL set"
+    from .redis_server import RedisServerError, start_redis_server, stop
+
+    try:
+        proc, port = start_redis_server(tmp_path_factory.mktemp("redis"), None, "--protected-mode", "yes")
+    except RedisServerError as exc:
+        msg = f"{exc} and no REDIS_URL set"
         if _require_redis():
             pytest.fail(f"BRAINSTEM_REQUIRE_REDIS=1 but {msg}")
         pytest.skip(msg)
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--protected-mode", "yes"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
     yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    stop(proc)
 
 
 def unique_prefix() -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from brainstem.progress import listener
 from brainstem.settings import load_settings
 from brainstem.wake import wake
 
-from .conftest import free_port, run_cli, unique_prefix
+from .conftest import run_cli, unique_prefix
 from .doubles import LLMDouble
 from .wake_helpers import (events_of, history, is_deep, is_orient, is_reflect, plan, reflection, seeded,
                            set_defaults, start_wake, think, wake_env)
@@ -166,29 +165,15 @@ def test_status_reports_where_the_agent_stands(real_store_url, llm):
 @pytest.fixture(scope="module")
 def password_redis(tmp_path_factory):
     """A redis-server that needs a password: (port, password)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server on PATH")
-    import redis
+    from .redis_server import RedisServerError, start_redis_server, stop
 
-    port, password = free_port(), "s3cret-pw-0451"
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                             "no", "--dir", str(tmp_path_factory.mktemp("pwredis")), "--requirepass", password],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port, password=password)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail("password redis-server did not start")
-            time.sleep(0.05)
+    password = "s3cret-pw-0451"
+    try:
+        proc, port = start_redis_server(tmp_path_factory.mktemp("pwredis"), password=password)
+    except RedisServerError as exc:
+        pytest.skip(str(exc))
     yield port, password
-    proc.terminate()
-    proc.wait(10)
+    stop(proc)
 
 
 @pytest.mark.redis

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +29,8 @@ from brainstem import karma, keys
 from brainstem.kv import open_store
 from brainstem.seed import example_soul_path, seed
 
-from .conftest import free_port, run_cli
+from .conftest import run_cli
+from .redis_server import free_port
 from .doubles import LLMDouble
 from .wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
 
@@ -186,22 +186,12 @@ def session_in_progress(store, min_completed_steps: int = 1) -> str | None:
 
 def start_redis_server(port: int, workdir: Path) -> subprocess.Popen:
     """A dedicated redis-server that can be stopped (after a SAVE) and restarted on the same port with its data."""
-    import redis
+    from .redis_server import RedisServerError, start_redis_server as start
 
-    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", str(workdir),
-                             "--dbfilename", "dump.rdb"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            return proc
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
+    try:
+        return start(workdir, port, "--dbfilename", "dump.rdb")[0]
+    except RedisServerError as exc:
+        pytest.fail(str(exc))
 
 
 # --- refusing bad input ------------------------------------------------------------

@@ -20,7 +20,8 @@ import pytest
 from brainstem import karma, keys
 from brainstem.budget import DAILY_COST_KEY
 
-from .conftest import free_port, run_cli
+from .conftest import run_cli
+from .redis_server import free_port
 from .doubles import RPCDouble
 from .wake_helpers import (API_KEY, action, all_text, answers, event_names, events_of, finished, history,
                            in_future, is_deep, is_orient, is_reflect, iso_in, llm_calls, plan,

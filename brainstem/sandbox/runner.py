@@ -345,13 +345,9 @@ class _Execution:
 
     # -- the loop
     def serve(self, chan: socket.socket, status: _Status, job: bytes) -> Outcome:
-        try:
-            chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
-            chan.sendall(job)
-        except socket.timeout:
-            return self._timed_out(status)
-        except OSError:
-            return self._dead(status)
+        failed = self._send(chan, status, job)
+        if failed is not None:
+            return failed
         while True:
             try:
                 msg = self._recv_frame(chan)
@@ -375,13 +371,20 @@ class _Execution:
                 frame = encode_frame(response, MAX_RESPONSE_BYTES)
             except (FrameTooLarge, ValueError, TypeError) as e:
                 frame = encode_frame({"ok": False, "error": f"ctx.{op}: response not sendable: {e}"})
-            try:
-                chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
-                chan.sendall(frame)
-            except socket.timeout:
-                return self._timed_out(status)
-            except OSError:
-                return self._dead(status)
+            failed = self._send(chan, status, frame)
+            if failed is not None:
+                return failed
+
+    def _send(self, chan: socket.socket, status: _Status, data: bytes) -> Outcome | None:
+        """Send within the hard deadline; the failed Outcome if the worker is too slow or gone."""
+        try:
+            chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
+            chan.sendall(data)
+        except socket.timeout:
+            return self._timed_out(status)
+        except OSError:
+            return self._dead(status)
+        return None
 
     def _result(self, msg: dict) -> Outcome:
         output = msg.get("output")
