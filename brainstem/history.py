@@ -9,7 +9,7 @@ agent lives.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import events, keys
@@ -25,8 +25,9 @@ def read(store: Store) -> list[dict]:
     return [e for e in h if isinstance(e, dict)] if isinstance(h, list) else []
 
 
-def append(store: Store, entry: dict, retention_days: float | None = None) -> int:
-    """Add ``entry``; drop the karma of sessions that leave the history or pass the retention age.
+def append(store: Store, entry: dict, retention_days: float | None = None, now: datetime | None = None) -> int:
+    """Add ``entry``; drop the karma of sessions that leave the history or pass the retention age
+    (counted back from ``now``, the end of the session being added).
 
     One read and one write of the history, however much is trimmed. Returns how many
     sessions' karma expired by age.
@@ -40,7 +41,7 @@ def append(store: Store, entry: dict, retention_days: float | None = None) -> in
     history = history[-HISTORY_MAX:]
     expired = 0
     if retention_days is not None:
-        cutoff = now_utc() - timedelta(days=retention_days)
+        cutoff = (now or now_utc()) - timedelta(days=retention_days)
         for h in history:
             if h is entry or h.get("karma_expired") or not isinstance(h.get("id"), str):
                 continue

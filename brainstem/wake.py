@@ -360,7 +360,7 @@ def _finish(run: _Run) -> WakeResult:
         summary = last.get("session_summary") or last.get("reflection")
         if summary:
             entry["summary"] = str(summary)[:300]
-    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days)
+    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended)
     if run.session is not None and run.session.reads:
         from .memory import flush_reads
 
