@@ -7,7 +7,7 @@ retention (30 days = 720 sessions) and the 1,000-entry session history both
 come into play. Printed at checkpoints: the orient prompt's size and the
 store's size (live payload bytes and file size).
 
-Targets (issue 5): orient prompt at 10,000 / at 10 <= 1.2; the store grows no
+Targets : orient prompt at 10,000 / at 10 <= 1.2; the store grows no
 faster than linearly inside the retained window and is flat beyond it.
 
     python bench/growth.py                 # 10,000 sessions (~10 minutes)

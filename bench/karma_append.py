@@ -1,6 +1,6 @@
 """Cost of a karma append at the start of a log and at its 10,000th entry.
 
-Target (issue 2): the 10,000th append costs at most 1.5x the 1st, on Redis and
+Target : the 10,000th append costs at most 1.5x the 1st, on Redis and
 on SQLite, i.e. appending is O(1) in the log's length.
 
 Each figure is the median of 200 single appends, each a real ``Karma.record``

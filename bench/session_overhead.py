@@ -11,7 +11,7 @@ session whose plan has no steps (ground truth, context, breadcrumbs,
 history): paid once per session, so it is reported on its own rather than
 smeared over the steps. A warm-up session runs first.
 
-Targets (issue 3): <= 3 ms per step; the 500-step figure / the 50-step figure <= 1.2.
+Targets : <= 3 ms per step; the 500-step figure / the 50-step figure <= 1.2.
 
     python bench/session_overhead.py             # starts its own redis-server
     python bench/session_overhead.py --redis-url redis://127.0.0.1:6379/0

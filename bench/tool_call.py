@@ -1,11 +1,18 @@
 """Benchmark: the cost of a sandboxed tool call.
 
 Prints the median wall time of
-  * a trivial sandboxed call,
+  * a trivial sandboxed call, with the kernel isolation of the workers on
+    (network namespace, seccomp, Landlock, reduced capabilities: see
+    brainstem/sandbox/isolation.py) and, for comparison, with it switched off
+    (BRAINSTEM_SANDBOX_ISOLATION=off, which only the bench and the tests use:
+    it weakens the sandbox); the two are measured in alternating rounds so
+    that machine load affects both alike,
   * a sandboxed call that does ctx.fetch of a loopback http.server page
     (through brainstem.sandbox.egress.fetch with allow=["127.0.0.1"]),
+    isolation on,
   * the same trivial function called in-process (baseline),
-and the ratio.  Target: trivial sandboxed call <= 15 ms median.
+and the ratio.  Target: trivial sandboxed call, isolation on, <= 5 ms median.
+Exits non-zero on a miss.
 
     python bench/tool_call.py [RUNS]
 """
@@ -13,6 +20,7 @@ and the ratio.  Target: trivial sandboxed call <= 15 ms median.
 from __future__ import annotations
 
 import http.server
+import os
 import statistics
 import sys
 import threading
@@ -23,6 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from brainstem.sandbox import Limits, run, shutdown  # noqa: E402
 from brainstem.sandbox.egress import fetch  # noqa: E402
+from brainstem.sandbox.isolation import ENV_SWITCH, report  # noqa: E402
+
+TARGET_MS = 5.0
+ROUNDS = 10
 
 TRIVIAL = "def execute(args, ctx):\n    return {'n': args['n'] + 1}\n"
 FETCHING = "def execute(args, ctx):\n    r = ctx.fetch(args['url'])\n    return {'status': r['status'], 'len': len(r['text'])}\n"
@@ -66,13 +78,26 @@ class Services:
         pass
 
 
-def median_ms(fn, runs: int) -> float:
+def samples_ms(fn, runs: int) -> list[float]:
     samples = []
     for _ in range(runs):
         t = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t) * 1000.0)
-    return statistics.median(samples)
+    return samples
+
+
+def median_ms(fn, runs: int) -> float:
+    return statistics.median(samples_ms(fn, runs))
+
+
+def use_isolation(on: bool) -> None:
+    """Restart the fork server with the isolation on or off (it reads the switch at start)."""
+    shutdown()
+    if on:
+        os.environ.pop(ENV_SWITCH, None)
+    else:
+        os.environ[ENV_SWITCH] = "off"
 
 
 def main() -> None:
@@ -97,19 +122,36 @@ def main() -> None:
     def baseline():
         assert ns["execute"]({"n": 1}, None) == {"n": 2}
 
-    trivial()  # start the fork server outside the measurement
+    on: list[float] = []
+    off: list[float] = []
+    per_round = max(1, runs // ROUNDS)
+    for _ in range(ROUNDS):
+        for isolated, bucket in ((True, on), (False, off)):
+            use_isolation(isolated)
+            trivial()  # start the fork server outside the measurement
+            bucket.extend(samples_ms(trivial, per_round))
+    use_isolation(True)
+    trivial()
     fetching()
-    t_trivial = median_ms(trivial, runs)
+    active = [name for name, p in report()["protections"].items() if p["state"] == "on"]
+    t_trivial = statistics.median(on)
+    t_off = statistics.median(off)
     t_fetch = median_ms(fetching, runs)
     t_base = median_ms(baseline, runs)
-    print(f"runs per case:              {runs}")
-    print(f"sandboxed trivial call:     {t_trivial:8.3f} ms median")
-    print(f"sandboxed ctx.fetch call:   {t_fetch:8.3f} ms median (loopback http.server)")
+    print(f"runs per case:              {len(on)}")
+    print(f"sandboxed trivial call:     {t_trivial:8.3f} ms median (isolation on)")
+    print(f"  same, isolation off:      {t_off:8.3f} ms median ({ENV_SWITCH}=off; "
+          f"on costs {t_trivial - t_off:+.3f} ms)")
+    print(f"sandboxed ctx.fetch call:   {t_fetch:8.3f} ms median (loopback http.server, isolation on)")
     print(f"in-process baseline call:   {t_base:8.4f} ms median")
     print(f"ratio trivial / baseline:   {t_trivial / t_base:8.0f}x")
-    print(f"target trivial <= 15 ms:    {'met' if t_trivial <= 15 else 'MISSED'}")
+    print(f"isolation on:               {', '.join(active)}")
+    met = t_trivial <= TARGET_MS
+    print(f"target trivial <= {TARGET_MS:g} ms:     {'met' if met else 'MISSED'}")
     server.shutdown()
     shutdown()
+    if not met:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Whole-process cost of ``brainstem wake`` when it is not yet time to wake.
 
 cron runs ``brainstem wake`` every few minutes; most runs find the agent
-asleep. Target (issue 3): at most 1.2x the floor, a ``python -c`` that imports
+asleep. Target : at most 1.2x the floor, a ``python -c`` that imports
 redis and does one GET, measured in the same run against the same Redis.
 
 Runs are interleaved (wake, floor, wake, floor...) so machine load drifts
@@ -62,6 +62,7 @@ def main() -> int:
             import redis
 
             r = redis.Redis.from_url(url)
+            r.sadd("__agents__", prefix[:-1])  # the registry of agent names sharing the store
             r.set(prefix + "wake_config", '{"next_wake_after": "2099-01-01T00:00:00Z"}')
             r.set(prefix + "soul", "bench")
             env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from .kv.base import Store
 
 DAILY_COST_KEY = "stats:daily_cost"
+ANOMALIES_KEY = "stats:cost_anomalies"
+MAX_ANOMALIES_KEPT = 20
 
 
 class BudgetExceeded(Exception):
@@ -116,3 +118,22 @@ def add_daily(store: Store, usd: float) -> float:
     store.put(DAILY_COST_KEY, {"date": today(), "usd": round(total, 8)})
     return total
 
+
+
+def note_anomaly(store: Store, anomaly: dict, session_id: str | None = None) -> None:
+    """Keep a call whose reported cost exceeded its worst case where ``status`` shows it (today's, newest last).
+
+    The cost itself is already in today's spend: it was billed. This is so the operator sees why.
+    """
+    rec = store.get_json(ANOMALIES_KEY, default=None)
+    items = rec.get("items", []) if isinstance(rec, dict) and rec.get("date") == today() else []
+    items = [*items, {**anomaly, "session_id": session_id,
+                      "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}][-MAX_ANOMALIES_KEPT:]
+    store.put(ANOMALIES_KEY, {"date": today(), "items": items})
+
+
+def anomalies_today(store: Store) -> list[dict]:
+    rec = store.get_json(ANOMALIES_KEY, default=None)
+    if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("items"), list):
+        return [i for i in rec["items"] if isinstance(i, dict)]
+    return []

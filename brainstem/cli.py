@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__, karma as karma_mod, keys
-from .errors import BrainstemError, MalformedValue
+from .errors import BrainstemError, MalformedValue, NotText
 
 
 class Ctx:
@@ -74,7 +74,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--force", is_flag=True, help="Rewrite seeded keys even if present (the soul is still never replaced).")
 @click.option("--with-providers", is_flag=True,
               help="Also write the editable tier-1 LLM adapter and balance checkers (provider:*). They need "
-                   "OPENROUTER_API_KEY (and WALLET_ADDRESS) in BRAINSTEM_TOOL_SECRETS.")
+                   "OPENROUTER_API_KEY in BRAINSTEM_TOOL_SECRETS (bound to the LLM endpoint's host) to work; "
+                   "without it the hard-coded client answers.")
 @pass_ctx
 def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_providers: bool) -> None:
     """Write the shipped prompts, config and tools into the store.
@@ -139,8 +140,9 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     crashed last session, reads balances, asks the LLM for a plan, runs it
     under the budgets, reflects, records everything in karma, printing each
     event as it happens (--quiet: only the closing summary line). Exit codes: 0 slept or ran a session (even one with failed
-    steps), 2 misconfigured (no soul, no prompt:orient, bad setting), 3 store
-    unreachable, 75 another wake holds the lock.
+    steps, or one the operator must look at: its line then says what to do), 2 misconfigured (no soul,
+    no prompt:orient, bad setting), 3 store unreachable, 75 another wake holds the lock, 143 / 130
+    stopped by SIGTERM / SIGINT (the session is recorded as interrupted and the lock released).
 
     \b
     Examples:
@@ -160,18 +162,29 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
         from .progress import listener
 
         listeners.append(listener(log_format, click.echo, tty=sys.stdout.isatty() and log_format == "text"))
-    result = do_wake(c.settings, c.store, force=force, providers=providers, listeners=listeners)
+    from .outcomes import operator_action
+    from .wake import SignalGuard, WakeInterrupted
+
+    with SignalGuard() as guard:
+        try:
+            result = do_wake(c.settings, c.store, force=force, providers=providers, listeners=listeners,
+                             cancel=guard.cancel)
+        except WakeInterrupted as exc:  # before a session began: nothing to record
+            click.echo(f"wake stopped by {exc} before a session began", err=True)
+            sys.exit(128 + exc.signum)
     if log_format == "json":  # every stdout line is JSON, the closing summary included
         if result.status == "ran" or verbose:
             click.echo(json.dumps({"event": "wake_result", "status": result.status, "outcome": result.outcome,
                                    "session_id": result.session_id, "next_wake_after": result.next_wake_after,
+                                   "operator_action": operator_action(result.outcome),
                                    "message": result.message}))
-        return
-    if result.status == "asleep":
+    elif result.status == "asleep":
         if verbose or sys.stdout.isatty():
             click.echo(result.message)
-        return
-    click.echo(result.message)
+    else:
+        click.echo(result.message)
+    if guard.signum is not None:
+        sys.exit(128 + guard.signum)
 
 
 # --- run ------------------------------------------------------------------
@@ -253,13 +266,30 @@ def status(c: Ctx, as_json: bool) -> None:
     def money(v):
         return "unknown" if v is None else f"${v:,.2f}"
     click.echo(f"store          {st['store']}")
-    click.echo(f"soul           {'present' if st['soul_present'] else 'MISSING (brainstem seed --soul FILE)'}")
+    soul = st["soul_present"]
+    click.echo("soul           " + ("present" if soul is True else "MISSING (brainstem seed --soul FILE)" if not soul
+                                    else "NOT TEXT (brainstem kv put soul --file FILE --force-soul)"))
     click.echo(f"sessions       {st['sessions']}")
     if last:
         click.echo(f"last session   {last.get('id')}  {last.get('outcome')}  {last.get('ended_at') or last.get('started_at')}"
                    f"  ${last.get('cost', 0):.4f}  {last.get('steps', 0)} steps")
-    if st["running"]:
-        click.echo(f"running now    {st['running']}")
+    if last and st.get("operator_action"):
+        click.echo(f"OPERATOR       {st['operator_action']}")
+    run_ = st["running"]
+    if run_:
+        where = f" (pid {run_.get('pid')} on {run_.get('host')})" if run_.get("pid") else ""
+        if run_["state"] == "running":
+            click.echo(f"running now    session {run_.get('id')} since {run_.get('started_at')}{where}")
+        elif run_["state"] == "locked":
+            click.echo(f"running now    a wake holds the lock ({run_.get('lock_holder')}), no session begun yet")
+        else:
+            click.echo(f"died           session {run_.get('id') or '(unknown id)'} started {run_.get('started_at')}"
+                       f"{where} and is gone (its lock expired or its process exited); the next wake records "
+                       f"it as crashed")
+    if st.get("session_history_rejected"):
+        r = st["session_history_rejected"]
+        click.echo(f"history problem {r.get('at')}: {r.get('reason')} (its raw text is kept in "
+                   f"{r.get('raw_kept_at')})")
     click.echo(f"failing in a row  {st['failing_in_a_row']}")
     click.echo(f"spent today    ${st['cost_today']:.4f} of ${st['daily_ceiling']:.2f} (per session at most "
                f"${st['session_ceiling']:.2f})")
@@ -270,6 +300,26 @@ def status(c: Ctx, as_json: bool) -> None:
                f"({st['deep_reflection']})")
     for p in st["config_problems"] or []:
         click.echo(f"config problem {p}")
+    for a in st["cost_anomalies_today"] or []:
+        click.echo(f"COST ANOMALY   {a.get('at')} session {a.get('session_id')}: the endpoint reported "
+                   f"${a.get('reported', 0):.4f} for a {a.get('model')} call that could cost at most "
+                   f"${a.get('worst_case', 0):.4f}. It counts towards today's ceiling as billed; check the "
+                   f"provider's activity page, and if it was not billed, `brainstem kv del stats:daily_cost` "
+                   f"resets today's tally.")
+    sandbox = st.get("sandbox") or {}
+    if sandbox.get("error"):
+        click.echo(f"sandbox        {sandbox['error']}")
+    else:
+        prot = sandbox.get("protections") or {}
+        on = [k for k, v in prot.items() if v.get("state") == "on"]
+        off = [k for k, v in prot.items() if v.get("state") == "off"]
+        click.echo(f"sandbox        runtime as {sandbox.get('runtime')}; on: {', '.join(on) or 'none'}"
+                   + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else ""))
+    bindings = st["secret_bindings"]
+    if not bindings:
+        click.echo("secrets        none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)")
+    for label, b in bindings.items():
+        click.echo(f"secret         {label} -> {', '.join(b['hosts'])}{'' if b['set'] else '  (NOT SET)'}")
 
 
 @cli.command()
@@ -309,8 +359,10 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     """Run one tool in the sandbox, exactly as a session would, and print its result as JSON.
 
     Secrets, KV access and fetch follow the tool's meta and your settings
-    (BRAINSTEM_TOOL_SECRETS, BRAINSTEM_FETCH_ALLOW). This is not a session:
-    nothing is added to session history and the schedule is untouched.
+    (BRAINSTEM_TOOL_SECRETS, BRAINSTEM_FETCH_ALLOW). Requests it sends to
+    the LLM endpoint are metered under BRAINSTEM_MAX_SESSION_COST and count
+    towards today's spend. This is not a session: nothing is added to session
+    history and the schedule is untouched.
 
     \b
     Examples:
@@ -320,7 +372,7 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     from .karma import Redactor, utcnow_iso
     from .kv.guarded import AgentKV
     from .timeline import format_entry
-    from .tools import run_tool
+    from .tools import run_tool, standalone_tool_policy
 
     try:
         args = json.loads(input_json)
@@ -334,12 +386,60 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
             click.echo(format_entry(entry), err=True)
         return entry
 
-    out = run_tool(name, args, store=c.store, agent_kv=AgentKV(c.store, record), record=record,
-                   allowed_env_secrets=c.settings.tool_secrets, fetch_allow=c.settings.fetch_allow,
-                   on_secrets=lambda secrets: [redact.add(k, v) for k, v in secrets.items()])
+    policy = standalone_tool_policy(c.store, c.settings, record,
+                                    on_secrets=lambda secrets: [redact.add(k, v) for k, v in secrets.items()])
+    out = run_tool(name, args, store=c.store, agent_kv=AgentKV(c.store, record), record=record, policy=policy)
     if not out.ok:
         raise BrainstemError(f"tool {name} failed: {redact(out.error or 'unknown error')}")
     click.echo(json.dumps(redact(out.value), indent=2, ensure_ascii=False))
+
+
+# --- agents ---------------------------------------------------------------
+
+@cli.group()
+def agents() -> None:
+    """The agents sharing one store, each confined to its own keys.
+
+    \b
+    An agent is named by BRAINSTEM_KV_PREFIX=NAME: (or run --agent NAME) and
+    registers its name the first time it uses the store; after that no other
+    agent, the default one included, can read, list or write its keys.
+
+    \b
+    Examples:
+      brainstem agents list
+      brainstem agents register bob            # before giving bob its own Redis ACL user
+      brainstem agents register bob --adopt    # keys already under bob: are bob's own
+    """
+
+
+@agents.command("list")
+@pass_ctx
+def agents_list(c: Ctx) -> None:
+    """Every registered agent name, one a line (the default agent has none)."""
+    from .kv import open_store
+
+    with open_store(c.settings.kv, prefix="") as store:
+        for name in sorted(store.registered_agents()):
+            click.echo(name)
+
+
+@agents.command("register")
+@click.argument("name")
+@click.option("--adopt", is_flag=True,
+              help="Accept keys already under NAME: as NAME's own (an agent from before names were registered).")
+@pass_ctx
+def agents_register(c: Ctx, name: str, adopt: bool) -> None:
+    """Register NAME, as opening the store as NAME does on first use."""
+    from .kv import open_store
+    from .kv.names import agent_prefix
+
+    bare = agent_prefix(name, "agent name")[:-1]
+    if not bare:
+        raise BrainstemError("the default agent needs no registration; give a NAME")
+    with open_store(c.settings.kv, prefix="") as store:
+        store.register_agent(bare, adopt=adopt)
+        click.echo(f"registered agent {bare} in {store.display_url}")
 
 
 # --- kv -------------------------------------------------------------------
@@ -406,10 +506,19 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
             raise MalformedValue(f"value for {key!r} is not valid JSON: {exc}") from None
     from .versions import record_write
 
-    old = c.store.get(key)
+    old = _previous(c.store, key)
     c.store.put(key, text)
     version = record_write(c.store, key, old, text, source="operator")
     click.echo(f"put {key} ({len(text.encode())} bytes)" + (f", version {version}" if version else ""))
+
+
+def _previous(store, key: str) -> str | None:
+    """The value an operator write replaces, for its version history; a value that is not text
+    (the reason for the write, often) is replaced without being recorded."""
+    try:
+        return store.get(key)
+    except NotText:
+        return None
 
 
 @kv.command("ls")
@@ -436,7 +545,7 @@ def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
         raise BrainstemError("soul is immutable; to delete it deliberately, add --force-soul")
     from .versions import record_write
 
-    old = c.store.get(key)
+    old = _previous(c.store, key)
     if c.store.delete(key) or c.store.delete_log(key):
         record_write(c.store, key, old, None, source="operator")
         click.echo(f"deleted {key}")

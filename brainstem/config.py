@@ -10,6 +10,8 @@ nothing here can raise them.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -161,9 +163,31 @@ def load_model(store: Store, key: str, model: type[BaseModel], problems: list[st
             if missing:
                 problems.append(f"{key} lacks {', '.join(missing)}; built-in defaults used for them")
         return value
-    except Exception as exc:  # MalformedValue or ValidationError: both mean "use the defaults"
-        problems.append(f"{key} is invalid ({_problem(exc)}); using built-in defaults")
+    except Exception as exc:  # MalformedValue or ValidationError: the last valid version, else the defaults
+        why = _problem(exc)
+        found = _last_valid_version(store, key, model)
+        if found is not None:
+            number, value = found
+            problems.append(f"{key} is invalid ({why}); using version {number}, the last valid one "
+                            f"(`brainstem diff {key}` shows what changed, `brainstem rollback {key}` restores it)")
+            return value
+        problems.append(f"{key} is invalid ({why}); using built-in defaults")
         return model()
+
+
+def _last_valid_version(store: Store, key: str, model: type[BaseModel]) -> tuple[int, Any] | None:
+    """(version, value) of the newest recorded version of ``key`` that validates, if any."""
+    from .versions import versions
+
+    for v in reversed(versions(store, key)):
+        text = v.get("value")
+        if not isinstance(text, str):
+            continue
+        try:
+            return v["version"], model.model_validate(json.loads(text))
+        except Exception:  # noqa: BLE001 - not valid either: try an older one
+            continue
+    return None
 
 
 def load_defaults(store: Store, problems: list[str]) -> Defaults:

@@ -3,6 +3,18 @@
 Both are bounded, so a prompt stays the same size after 10,000 sessions as
 after 10: each loaded value is capped, the number of loaded keys is capped,
 secrets are never loaded, and past a cap the index is summarised by prefix.
+
+Both are untrusted, and marked so as they are read (rendered in a trust
+boundary, see :mod:`brainstem.untrusted`). Every loaded value is, whoever
+wrote it: a ``tooldata:*`` key is tool output; ``notes:*`` and ``wisdom`` are
+the agent's own words, written by a model that had tool output and fetched
+text in front of it and may quote it; and the store keeps no trustworthy
+record of who last wrote a key (a tool under ``read_all`` reads everything,
+the agent's ``kv_operations`` write almost anything). The orient prompt
+already tells the model that loaded keys are data, never orders; the wrapper
+makes that hold for the text itself. Key names are untrusted too: a tool
+chooses the names under its prefix, and a name may carry up to 512
+characters of any text, so the index is marked as a whole.
 """
 
 from __future__ import annotations
@@ -11,16 +23,23 @@ from collections import Counter
 from typing import Any
 
 from . import keys
+from .errors import NotText
 from .kv.base import Store
+from .untrusted import PLAIN_NAME, Untrusted
 
 NEVER_LOADED_PREFIXES = ("secret:", "karma:", "__")
 INDEX_HIDDEN = ("stats:", "history:")
 
 
-def load_keys(store: Store, names: list[Any], max_keys: int, max_bytes: int) -> tuple[dict[str, Any], list[str]]:
-    """(values by key, notes). Values are text, capped at ``max_bytes`` characters."""
+def load_keys(store: Store, names: list[Any], max_keys: int, max_bytes: int) -> tuple[dict[str, Any], list[Any]]:
+    """(values by key, notes). Values are text, capped at ``max_bytes`` characters, each marked
+    ``Untrusted(value, "kv:NAME")``; a note that names a key with odd characters is marked too."""
     out: dict[str, Any] = {}
-    notes: list[str] = []
+    notes: list[Any] = []
+
+    def note(name: str, text: str) -> None:
+        notes.append(text if PLAIN_NAME.fullmatch(name) else Untrusted(text, "kv:load_keys"))
+
     seen = []
     for name in names:
         if isinstance(name, str) and name not in seen:
@@ -30,20 +49,27 @@ def load_keys(store: Store, names: list[Any], max_keys: int, max_bytes: int) -> 
         seen = seen[:max_keys]
     for name in seen:
         if name.startswith(NEVER_LOADED_PREFIXES) or name == keys.SOUL:
-            notes.append(f"{name}: not loadable into a prompt")
+            note(name, f"{name}: not loadable into a prompt")
             continue
-        value = store.get(name)
+        try:
+            value = store.get(name)
+        except NotText as exc:  # a key the agent cannot read must not stop it from planning
+            note(name, f"{name}: {exc}")
+            continue
         if value is None:
-            notes.append(f"{name}: no such key")
+            note(name, f"{name}: no such key")
             continue
         if len(value) > max_bytes:
             value = value[:max_bytes] + f"... [{len(value) - max_bytes} more chars; read the key with kv_read]"
-        out[name] = value
+        out[name] = Untrusted(value, f"kv:{name}")
     return out, notes
 
 
-def kv_index(store: Store, max_keys: int) -> dict[str, Any]:
-    """Key names (no values). Past ``max_keys`` names, counts by first segment instead."""
+def kv_index(store: Store, max_keys: int) -> Untrusted:
+    """Key names (no values). Past ``max_keys`` names, counts by first segment instead.
+
+    Marked untrusted as a whole (``.value`` is the index itself): tools choose key names.
+    """
     names = [k.name for k in store.list_all(limit=max_keys * 50) if not k.name.startswith(INDEX_HIDDEN)]
     logs = [n for n in names if n.startswith("karma:")]
     others = [n for n in names if not n.startswith("karma:")]
@@ -53,4 +79,4 @@ def kv_index(store: Store, max_keys: int) -> dict[str, Any]:
     else:
         index["keys_by_prefix"] = dict(Counter(n.split(":", 1)[0] + (":*" if ":" in n else "") for n in others))
         index["note"] = f"{len(others)} keys; summarised by prefix. List one prefix with a tool to see names."
-    return index
+    return Untrusted(index, "kv:key-index")

@@ -35,7 +35,25 @@ class SoulImmutable(KVWriteRefused):
     """Something tried to change ``soul`` without the operator override."""
 
 
+class ForeignAgentKey(KVWriteRefused):
+    """A key belongs to another agent sharing the store (or to the store's internals): this agent
+    cannot write, delete, append to or lock it."""
+
+
 class LockHeld(BrainstemError):
     """Another wake holds the agent's lock."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+class NotText(MalformedValue, ConfigError):
+    """A stored value (or its metadata) is not text: bytes that are not valid UTF-8. The message names
+    the key; the agent cannot wake on such a soul or prompt, so this is a misconfiguration (exit 2)."""
+
+
+class StoreReadOnly(StoreUnavailable):
+    """The store refuses writes (a file or directory without write permission, a Redis replica)."""
+
+
+class StoreFull(StoreUnavailable):
+    """The store has no room left for a write (its disk is full, or Redis hit maxmemory)."""

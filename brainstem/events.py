@@ -1,7 +1,7 @@
 """Karma event names: the flight recorder's vocabulary, in one place.
 
-These strings are part of the external contract (DESIGN.md section 2.7);
-operators grep for them and tests outside the repo rely on them.
+These strings are part of the external contract: operators grep karma for
+them and their scripts rely on them, so a name never changes once released.
 """
 
 SESSION_START = "session_start"
@@ -26,6 +26,10 @@ TOOL_START = "tool_start"
 TOOL_COMPLETE = "tool_complete"
 TOOL_LOG = "tool_log"
 SECRET_NOT_GRANTED = "secret_not_granted"
+SECRET_REFUSED = "secret_refused"  # a request would have carried a secret to a host it is not bound to
+FETCH = "fetch"  # one ctx.fetch: method, scheme, host, port, path, status or error, bytes, ms, secrets put in
+COST_ANOMALY = "cost_anomaly"  # a host reported more than the request could cost
+QUOTA_EXCEEDED = "quota_exceeded"  # a tool write refused by the write quota
 BUDGET_EXCEEDED = "budget_exceeded"
 TRIPWIRE_FIRED = "tripwire_fired"
 SUBPLAN_DEPTH_EXCEEDED = "subplan_depth_exceeded"
@@ -36,6 +40,10 @@ KV_WRITE_REFUSED = "kv_write_refused"
 KV_OPERATIONS_REJECTED = "kv_operations_rejected"
 REFLECT = "reflect"
 REFLECT_PARSE_ERROR = "reflect_parse_error"
+REFLECT_CALL_FAILED = "reflect_call_failed"  # the reflection's LLM call failed (provider, budget): no answer to parse
+LLM_FAULT = "llm_fault"  # the LLM endpoint failed for a reason that is the operator's or the provider's, not the agent's
+STORE_ERROR = "store_error"  # the store became unreachable mid-session
+SIGNAL = "signal"  # SIGTERM/SIGINT received by a wake: the session stops and is recorded as interrupted
 DEEP_REFLECT = "deep_reflect"
 CONFIG_REJECTED = "config_rejected"
 AUTO_RESTORE = "auto_restore"

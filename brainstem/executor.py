@@ -14,12 +14,16 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from . import events, keys
+from . import events, keys, outcomes
 from .budget import BudgetExceeded
 from .llm.chokepoint import LLMError
 from .plan import (ActionStep, ConditionalStep, MidSessionTripwire, PlanError, ReflectStep, SubPlan,
                    SubplanStep, ThinkStep, UnknownStep, parse_plan)
 from .templates import references, render, substitute, to_text
+from .untrusted import Untrusted
+
+# Internal: a subplan that ran out of its own budget ends the subplan, not the session.
+SUBPLAN_BUDGET = "subplan_budget"
 
 _TRAILING = re.compile(r"[\s.!?,;:'\"`*)\]]+$")
 _LEADING = re.compile(r"^[\s'\"`*(\[]+")
@@ -55,7 +59,9 @@ class Executor:
         self.tripwires = tripwires or []
         self.reflect = reflect
         self.results: dict[str, Any] = {}
-        self.sources: dict[str, str] = {}  # result name -> "tool:NAME" for untrusted results
+        # result name -> where an untrusted result came from: "tool:NAME", or "step:ID" for a model's answer
+        # to a prompt that held untrusted text. Prompts show these results wrapped (_prompt_results).
+        self.sources: dict[str, str] = {}
         self.failed_names: set[str] = set()
         self.failed_ids: set[str] = set()
         self.done_ids: set[str] = set()
@@ -135,9 +141,10 @@ class Executor:
             prompt = self._substitute(step.prompt, for_prompt=True)
             model = step.model or self.s.defaults.orient.model
             max_tokens = step.max_tokens or self.s.defaults.execution.think_max_tokens
-            return self._ask("think", sid, model, to_text(prompt), max_tokens, step.effort).content, None
+            answer = self._ask("think", sid, model, to_text(prompt), max_tokens, step.effort).content
+            return answer, self._derived_source(step.prompt, sid)
         if isinstance(step, ConditionalStep):
-            return self._conditional(step, sid, depth), None
+            return self._conditional(step, sid, depth), self._derived_source(step.prompt, sid)
         if isinstance(step, SubplanStep):
             return self._subplan(step, sid, depth), None
         if isinstance(step, ReflectStep):
@@ -205,7 +212,7 @@ class Executor:
         steps = sub.steps[:max_steps]
         with s.budget.cap(cost=step.max_cost, steps=max_steps):
             self.run(steps, depth + 1)
-        if self.stop is not None and self.stop.outcome == "subplan_budget":
+        if self.stop is not None and self.stop.outcome == SUBPLAN_BUDGET:
             s.record(events.BUDGET_EXCEEDED, limit="subplan", step_id=sid, reason=str(self.stop))
             self.stop = None
         return {"steps_planned": len(sub.steps), "steps_run": len(steps)}
@@ -231,18 +238,18 @@ class Executor:
         on_fail = (step.failure.on_fail if step.failure and step.failure.on_fail
                    else self.s.defaults.failure_handling.on_fail)
         if on_fail == "stop_session":
-            raise StopSession("stopped", f"step {sid} failed and asks to stop the session: {error}")
+            raise StopSession(outcomes.STOPPED, f"step {sid} failed and asks to stop the session: {error}")
         for tw in self.tripwires:
             if tw.condition == "step_fails":
                 self.s.record(events.TRIPWIRE_FIRED, condition="step_fails", step_id=sid)
-                raise StopSession("stopped", f"tripwire step_fails fired at step {sid}")
+                raise StopSession(outcomes.STOPPED, f"tripwire step_fails fired at step {sid}")
 
     def _check_cost_tripwire(self) -> None:
         for tw in self.tripwires:
             if tw.condition == "cost_above" and tw.value is not None and self.s.budget.spent > tw.value:
                 self.s.record(events.TRIPWIRE_FIRED, condition="cost_above", value=tw.value,
                               spent=round(self.s.budget.spent, 6))
-                raise StopSession("stopped", f"tripwire cost_above {tw.value} fired")
+                raise StopSession(outcomes.STOPPED, f"tripwire cost_above {tw.value} fired")
 
     def _blocked_by(self, step) -> str | None:
         for dep in step.depends_on:
@@ -258,26 +265,30 @@ class Executor:
 
     def _substitute(self, obj: Any, for_prompt: bool) -> Any:
         if not for_prompt:
-            return substitute(obj, self.results)
-        from .sandbox.sanitize import wrap_untrusted
+            return substitute(obj, self.results)  # a tool's input: the raw values
+        return render(obj, self._prompt_results()) if isinstance(obj, str) else obj
 
-        def transform(name: str, value: Any) -> str:
-            source = self.sources.get(name.split(".")[0])
-            text = to_text(value)
-            return wrap_untrusted(text, source.split(":", 1)[1]) if source else text
-        return render(obj, self.results, transform=transform) if isinstance(obj, str) else obj
+    def _prompt_results(self) -> dict[str, Any]:
+        """Stored results as prompt variables: untrusted ones marked with their source."""
+        return {name: Untrusted(value, self.sources[name]) if name in self.sources else value
+                for name, value in self.results.items()}
+
+    def _derived_source(self, prompt: Any, sid: str) -> str | None:
+        """A model's answer to a prompt that showed untrusted results is untrusted too (it may repeat them)."""
+        return f"step:{sid}" if references(prompt) & self.sources.keys() else None
 
     def results_for_prompt(self, max_chars: int | None = None) -> dict[str, Any]:
-        """Stored results, each capped, tool results sanitised: safe and bounded for any prompt."""
-        from .sandbox.sanitize import sanitize_value
+        """Stored results, each capped and marked: bounded for any prompt, and shown there as data.
 
+        Tool results (and answers derived from them) name their source; every other result is a record
+        of this session's work (a model's answer, a branch taken) and is marked as a step result.
+        """
         cap = max_chars or self.s.defaults.execution.max_result_chars
         out = {}
         for name, value in self.results.items():
-            if name in self.sources:
-                value = sanitize_value(value, self.sources[name])
             text = to_text(value)
-            out[name] = value if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+            value = value if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+            out[name] = Untrusted(value, self.sources.get(name) or f"result:{name}")
         return out
 
     def _retries(self, step) -> int:
@@ -296,8 +307,8 @@ class Executor:
 def _stop_for(exc: BudgetExceeded) -> StopSession:
     # A subplan's own cap ends only that subplan; any other limit ends the session.
     if exc.limit == "interrupted":
-        return StopSession("interrupted", str(exc))
-    return StopSession("subplan_budget" if exc.limit == "subplan" else "budget_exhausted", str(exc))
+        return StopSession(outcomes.INTERRUPTED, str(exc))
+    return StopSession(SUBPLAN_BUDGET if exc.limit == "subplan" else outcomes.BUDGET_EXHAUSTED, str(exc))
 
 
 class _StepFailure(Exception):

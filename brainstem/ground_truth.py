@@ -8,8 +8,8 @@ fires no tripwire.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import operator
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,23 +22,52 @@ Check = Callable[[], Any]
 _OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 
 
+class Unknown(Exception):
+    """A balance could not be read; the message says why (recorded in the ground_truth entry)."""
+
+
+def known(read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``read(*args, why=[...], **kwargs)``, raising :class:`Unknown` with the reason when it gives None."""
+    why: list[str] = []
+    value = read(*args, why=why, **kwargs)
+    if value is None and why:
+        raise Unknown(why[-1])
+    return value
+
+
 def gather(checks: dict[str, Check], timeout: float) -> tuple[dict[str, Any], dict[str, str]]:
-    """Run every check at once; (values, errors). A slow check is abandoned at ``timeout``."""
+    """Run every check at once; (values, errors). A slow check is abandoned at ``timeout``.
+
+    Each runs in a daemon thread: an abandoned check (a server that never answers) can neither
+    hold the wake past its deadline nor keep the process from exiting afterwards.
+    """
     values: dict[str, Any] = {name: None for name in checks}
     errors: dict[str, str] = {}
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, len(checks)), thread_name_prefix="ground-truth")
-    try:
-        futures = {pool.submit(fn): name for name, fn in checks.items()}
-        deadline = time.monotonic() + timeout
-        for fut, name in futures.items():
-            try:
-                values[name] = fut.result(timeout=max(0.0, deadline - time.monotonic()))
-            except cf.TimeoutError:
-                errors[name] = f"timed out after {timeout:g}s"
-            except Exception as exc:  # a check must never take the wake down
-                errors[name] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    results: dict[str, tuple[bool, Any]] = {}
+
+    def run(name: str, fn: Check) -> None:
+        try:
+            results[name] = (True, fn())
+        except Unknown as exc:
+            results[name] = (False, str(exc)[:300])
+        except Exception as exc:  # a check must never take the wake down
+            results[name] = (False, f"{type(exc).__name__}: {exc}"[:300])
+
+    threads = {name: threading.Thread(target=run, args=(name, fn), name=f"ground-truth-{name}", daemon=True)
+               for name, fn in checks.items()}
+    for t in threads.values():
+        t.start()
+    deadline = time.monotonic() + timeout
+    for name, t in threads.items():
+        t.join(max(0.0, deadline - time.monotonic()))
+        if name not in results:
+            errors[name] = f"timed out after {timeout:g}s"
+            continue
+        ok, value = results[name]
+        if ok:
+            values[name] = value
+        else:
+            errors[name] = value
     return values, errors
 
 

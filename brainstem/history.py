@@ -9,30 +9,93 @@ agent lives.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from . import events, keys
 from .karma import Karma
 from .kv.base import Store
-from .sleep import now_utc, parse_iso
+from .sleep import iso, now_utc, parse_iso
 
 HISTORY_MAX = 1000
 
 
+REJECTED_HISTORY = "stats:rejected_session_history"  # the raw text of a history that could not be read whole
+
+
 def read(store: Store) -> list[dict]:
-    h = store.get_json(keys.SESSION_HISTORY, default=[])
-    return [e for e in h if isinstance(e, dict)] if isinstance(h, list) else []
+    return read_checked(store)[0]
 
 
-def append(store: Store, entry: dict, retention_days: float | None = None, now: datetime | None = None) -> int:
+def read_checked(store: Store) -> tuple[list[dict], str | None]:
+    """(the entries that could be read, why the stored history was not read whole, or None).
+
+    A history that is not valid JSON, or not a list, or has items that are not objects, keeps
+    whatever entries can be recovered from it: never silently nothing.
+    """
+    raw = store.get(keys.SESSION_HISTORY)
+    if raw is None:
+        return [], None
+    try:
+        h = json.loads(raw)
+    except ValueError as exc:
+        recovered = _salvage(raw)
+        return recovered, (f"session_history is not valid JSON ({exc}); recovered {len(recovered)} "
+                           f"entries from its text")
+    if not isinstance(h, list):
+        return [], f"session_history is a JSON {type(h).__name__}, not a list"
+    good = [e for e in h if isinstance(e, dict)]
+    if len(good) != len(h):
+        return good, f"session_history had {len(h) - len(good)} entries that were not objects; dropped them"
+    return good, None
+
+
+def _salvage(text: str) -> list[dict]:
+    """Session entries (objects with an ``id``) found in a damaged history's text, in order."""
+    decoder = json.JSONDecoder()
+    out, i = [], text.find("{")
+    while i != -1:
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except ValueError:
+            i = text.find("{", i + 1)
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("id"), str):
+            out.append(obj)
+            i = text.find("{", end)
+        else:
+            i = text.find("{", i + 1)
+    return out
+
+
+def has(store: Store, session_id: str | None) -> bool:
+    return session_id is not None and any(h.get("id") == session_id for h in read(store))
+
+
+def append(store: Store, entry: dict, retention_days: float | None = None, now: datetime | None = None,
+           on_reject: Callable[[str], None] | None = None) -> int:
     """Add ``entry``; drop the karma of sessions that leave the history or pass the retention age
     (counted back from ``now``, the end of the session being added).
 
     One read and one write of the history, however much is trimmed. Returns how many
     sessions' karma expired by age.
+
+    Keyed by session id: a session already in the history is not added twice (the first record
+    of it stands). A damaged history is not silently replaced: what can be read of it is kept,
+    its raw text is saved under ``stats:rejected_session_history`` and ``on_reject`` is told why.
     """
-    history = read(store)
+    history, problem = read_checked(store)
+    if problem is not None:
+        raw = store.get(keys.SESSION_HISTORY)
+        store.put(REJECTED_HISTORY, {"at": now_iso(), "reason": problem, "raw": raw})
+        if on_reject is not None:
+            on_reject(problem)
+    if entry.get("id") is not None and any(h.get("id") == entry.get("id") for h in history):
+        if problem is not None:
+            store.put(keys.SESSION_HISTORY, history)
+        return 0
     history.append(entry)
     # A session that leaves the history takes its karma with it.
     for dropped in history[:-HISTORY_MAX]:
@@ -54,10 +117,37 @@ def append(store: Store, entry: dict, retention_days: float | None = None, now: 
     return expired
 
 
-def close_dead_session(store: Store, crumb: dict, outcome: str, **fields: Any) -> None:
+def now_iso() -> str:
+    return iso(now_utc())
+
+
+def close_dead_session(store: Store, crumb: dict, outcome: str, **fields: Any) -> dict | None:
     """Record the end of a session that cannot record it itself (it crashed, or was cut off):
-    an entry in the history and a ``session_end`` in its own karma."""
+    an entry in the history and a ``session_end`` in its own karma. Idempotent: a session already
+    in the history is left as it is (None is returned); one that recorded its own ``session_end``
+    before dying is entered with the outcome it recorded. Its cost is the sum of its ``llm_call``
+    entries."""
+    from . import karma as karma_mod
+
     sid = crumb.get("id")
-    append(store, {"id": sid, "outcome": outcome, "started_at": crumb.get("started_at"), **fields})
-    if sid:
-        Karma(store, sid).record(events.SESSION_END, outcome=outcome, **fields)
+    if has(store, sid):
+        return None
+    entry: dict[str, Any] = {"id": sid, "outcome": outcome, "started_at": crumb.get("started_at"), **fields}
+    entries = karma_mod.read(store, sid) if sid else []
+    ended = [e for e in entries if e.get("event") == events.SESSION_END]
+    if ended:  # it closed itself, then died before the history had it: its own word stands
+        end = ended[-1]
+        entry.update({k: end[k] for k in ("outcome", "kind", "cost", "steps", "duration_ms", "reason",
+                                          "operator_action") if k in end})
+        entry["ended_at"] = end.get("t")
+    else:
+        calls = [e for e in entries if e.get("event") == events.LLM_CALL]
+        if calls:
+            entry["cost"] = round(sum(c["cost"] for c in calls if isinstance(c.get("cost"), (int, float))
+                                      and not isinstance(c.get("cost"), bool)), 10)
+            entry["steps"] = len([e for e in entries if e.get("event") == events.STEP_START])
+    append(store, entry)
+    if sid and not ended:
+        extra = {k: entry[k] for k in ("cost", "steps") if k in entry}
+        Karma(store, sid).record(events.SESSION_END, outcome=outcome, **extra, **fields)
+    return entry

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import events, keys
 from .kv.base import Store
+from .secrets import replacer, secret_forms
 
 MAX_FIELD_CHARS = 100_000  # one string field of one entry; keeps a runaway answer from bloating karma
 MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary words
@@ -39,27 +40,34 @@ class Redactor:
     """Replaces every known secret value, wherever it appears in an entry.
 
     Values are matched as substrings (a key inside a URL or an error message
-    is still caught); fields with sensitive names are blanked whatever they hold.
+    is still caught), and so are their common encodings (URL and JSON
+    escaping, base64 at any alignment, hex, reversed), so a value passed
+    through one of them is caught too. Fields with sensitive names are blanked
+    whatever they hold.
     """
 
     def __init__(self, secrets: Mapping[str, str] | None = None):
-        self._secrets: dict[str, str] = {}
+        self._secrets: dict[str, str] = {}  # form -> name
+        self._replace: Callable[[str], str] | None = None
         for name, value in (secrets or {}).items():
             self.add(name, value)
 
     def add(self, name: str, value: str | None) -> None:
         if isinstance(value, str) and len(value) >= MIN_SECRET_LEN:
-            self._secrets[value] = name
+            for form in secret_forms(value):
+                if len(form) >= MIN_SECRET_LEN and form not in self._secrets:
+                    self._secrets[form] = name
+                    self._replace = None
 
     def __len__(self) -> int:
-        return len(self._secrets)
+        return len(set(self._secrets.values()))
 
     def text(self, s: str) -> str:
-        # Longest first, so a secret containing another is replaced whole.
-        for value in sorted(self._secrets, key=len, reverse=True):
-            if value in s:
-                s = s.replace(value, f"[REDACTED:{self._secrets[value]}]")
-        return s
+        if not self._secrets:
+            return s
+        if self._replace is None:
+            self._replace = replacer({form: f"[REDACTED:{name}]" for form, name in self._secrets.items()})
+        return self._replace(s)
 
     def __call__(self, obj: Any) -> Any:
         if isinstance(obj, str):

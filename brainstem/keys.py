@@ -1,4 +1,4 @@
-"""Every KV key name the runtime uses, in one place (DESIGN.md section 2.3).
+"""Every KV key name the runtime uses, in one place.
 
 Names here are part of the external contract: operators and tools outside the
 repo read them. Functions build the parameterised ones.
@@ -73,3 +73,14 @@ def is_runtime_owned(key: str) -> bool:
 
 def is_privileged(key: str) -> bool:
     return key in PRIVILEGED_KEYS or key.startswith(PRIVILEGED_PREFIXES)
+
+
+# First segments of the default agent's own keys (``soul``, ``config:*``, ``karma:*``...). An agent
+# sharing the store is named by its key prefix ``NAME:``, and no agent may be named one of these:
+# its keys would be indistinguishable from the default agent's. Keys starting with one of them are
+# also the default agent's without a registry lookup, which keeps its hot paths free of round trips.
+DEFAULT_AGENT_SEGMENTS = frozenset({
+    "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
+    "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
+    "deep_reflect_schedule",
+})

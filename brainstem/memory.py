@@ -5,6 +5,10 @@ Reads are counted in the session (a Counter, no I/O) and merged into
 by the number of keys. Notes the agent leaves itself are kept with the time
 each was written (``stats:notes``), so deep reflection treats them as memory,
 not as truth.
+
+Notes and the summary's key names reach prompts only marked untrusted
+(:func:`notes_for_prompt`, and deep reflection marks :func:`summary`): a note
+is the agent's own words but may quote tool output, and tools choose key names.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 from . import keys
 from .karma import utcnow_iso
 from .kv.base import Store
+from .untrusted import Untrusted
 
 READS = "stats:reads"
 NOTES = "stats:notes"
@@ -41,6 +46,12 @@ def remember_note(store: Store, note: str, session_id: str) -> None:
     notes = notes if isinstance(notes, list) else []
     notes.append({"session_id": session_id, "written_at": utcnow_iso(), "note": note[:2000]})
     store.put(NOTES, notes[-MAX_NOTES:])
+
+
+def notes_for_prompt(store: Store) -> Untrusted:
+    """The notes of past selves, each with when it was written, marked untrusted for a prompt."""
+    notes = store.get_json(NOTES, default=[])
+    return Untrusted(notes if isinstance(notes, list) else [], "memory:notes")
 
 
 def summary(store: Store, session_number: int, stale_after: int = 20, top: int = 10,

@@ -1,4 +1,4 @@
-"""The plan orient returns (DESIGN.md section 2.4), and reading one out of an LLM's answer.
+"""The plan orient returns, and reading one out of an LLM's answer.
 
 Parsing is lenient about packaging (code fences, prose around the object:
 the first balanced JSON object is taken) and strict about content (pydantic
@@ -147,35 +147,24 @@ def first_json_object(text: str) -> Any:
 
 
 def _balanced_object(text: str) -> dict | None:
-    """Scan for the first ``{`` that opens a complete, parsable JSON object."""
+    """The first ``{`` at which a complete JSON object starts (``raw_decode`` at each one, so a
+    stray brace or quote in the prose before it does not matter)."""
+    decoder = json.JSONDecoder()
+    end = len(text.rstrip())
     start = text.find("{")
     while start != -1:
-        depth, in_str, esc = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_str:
-                if esc:
-                    esc = False
-                elif ch == "\\":
-                    esc = True
-                elif ch == '"':
-                    in_str = False
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        value = json.loads(text[start:i + 1])
-                    except ValueError:
-                        break
-                    if isinstance(value, dict):
-                        return value
-                    break
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            if exc.pos >= end or exc.msg.startswith("Unterminated string"):
+                # It ran out of text: everything after is inside it, so no later brace can be the answer.
+                raise PlanError(f"the JSON object starting at character {start} is never closed "
+                                f"(the answer may be cut off)") from None
+        except RecursionError:
+            pass  # nested deeper than any plan: not the answer
         else:
-            raise PlanError(f"the JSON object starting at character {start} is never closed (the answer may be cut off)")
+            if isinstance(value, dict):
+                return value
         start = text.find("{", start + 1)
     return None
 

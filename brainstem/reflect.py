@@ -6,6 +6,14 @@ long-term memory (``wisdom``), config, model details and the orient prompt.
 Everything they ask to write goes through the guarded view; anything invalid
 is rejected and recorded while the rest still applies; a parse failure keeps
 the previous memory and still moves the schedule forward.
+
+What their prompts show is marked by where it came from
+(:mod:`brainstem.untrusted`): karma (tool logs, results, errors, fetched
+text), step results, the plan, the last reflection, notes, wisdom and session
+summaries (the agent's own words, which may quote tool output) are rendered
+in trust boundaries; costs, balances, the current config and the orient
+prompt under review are the runtime's and the agent's configuration, shown
+as they are.
 """
 
 from __future__ import annotations
@@ -20,14 +28,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import events, history, keys
 from .budget import BudgetExceeded
 from .config import Defaults, Models
-from .errors import KVWriteRefused
+from .errors import KVWriteRefused, NotText
 from .karma import read as read_karma, utcnow_iso
 from .llm.chokepoint import LLMError
 from .plan import PlanError, parse_object
 from .templates import render
 from .timeline import format_entry
+from .untrusted import Untrusted, untrusted
 
 KARMA_LINES_FOR_REFLECT = 150
+CALL_FAILED = "\x00call_failed:"  # marks an error from _ask_json that is a failed call, not a bad answer
 KARMA_CHARS_FOR_REFLECT = 20_000
 
 
@@ -55,22 +65,37 @@ class DeepReflectOutput(BaseModel):
 
 
 def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
-                 chars: int = KARMA_CHARS_FOR_REFLECT) -> str:
-    """The session's flight recorder as readable lines, the newest kept when it is too long."""
+                 chars: int = KARMA_CHARS_FOR_REFLECT) -> Untrusted:
+    """The session's flight recorder as readable lines, the newest kept when it is too long.
+
+    Marked untrusted as a whole (``.value`` is the text): tool logs, results and errors, fetched text
+    and key names are in it, beside the runtime's own fields, so it is only ever shown as data.
+    """
     entries = read_karma(store, session_id)
     text = "\n".join(format_entry(e) for e in entries[-lines:])
     if len(entries) > lines:
         text = f"[{len(entries) - lines} earlier entries omitted]\n" + text
-    return text[-chars:]
+    return Untrusted(text[-chars:], f"karma:{session_id}")
 
 
 def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
-    """(object, None) or (None, why it failed). Uses the budget's reserved slice."""
+    """(object, None) or (None, why it failed). Uses the budget's reserved slice.
+
+    A call that could not be made (the provider failed, the budget refused) is recorded here as
+    ``reflect_call_failed``, with the fault when it is the provider's; the caller then records only
+    that the reflection is missing, not a parse error the model never made.
+    """
     try:
         result = s.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
                             effort=cfg.effort, use_reserve=True)
     except (BudgetExceeded, LLMError) as exc:
-        return None, f"{purpose} call failed: {exc}"
+        fields = {"kind": "deep"} if purpose == "deep_reflect" else {}
+        if isinstance(exc, LLMError):
+            fields.update(fault=exc.fault, status=exc.status)
+        else:
+            fields["limit"] = exc.limit
+        s.record(events.REFLECT_CALL_FAILED, error=f"{purpose} call failed: {exc}", **fields)
+        return None, CALL_FAILED + f"{purpose} call failed: {exc}"
     try:
         return parse_object(result.content, result.truncated), None
     except PlanError as exc:
@@ -94,15 +119,22 @@ def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
     """Reflect on this session; returns the ``next_wake_config`` it asked for (or None)."""
     previous = s.store.get_json(keys.LAST_REFLECT, default=None)
     template = s.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
+    # results come marked from the executor (results_for_prompt); the plan and the last reflection are
+    # model output that may quote what the model read.
     variables = {"karma": karma_digest(s.store, s.id), "sessionCost": round(s.budget.spent, 6),
-                 "results": results, "plan": plan,
-                 "context": {"lastReflect": previous, "balances": s.context.get("balances")}}
+                 "results": results, "plan": untrusted(plan, f"plan:{s.id}"),
+                 "context": {"lastReflect": untrusted(previous, "memory:last_reflect"),
+                             "balances": s.context.get("balances")}}
     raw, error = _ask_json(s, "reflect", render(template, variables), s.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
-        s.record(events.REFLECT_PARSE_ERROR, error=error)
+        failed_call = error.startswith(CALL_FAILED)
+        error = error.removeprefix(CALL_FAILED)
+        if not failed_call:
+            s.record(events.REFLECT_PARSE_ERROR, error=error)
         kept = previous if isinstance(previous, dict) else {}
-        kept = {**kept, "parse_error": {"session_id": s.id, "at": utcnow_iso(), "error": error}}
+        kept = {**kept, ("call_error" if failed_call else "parse_error"): {"session_id": s.id, "at": utcnow_iso(),
+                                                                          "error": error}}
         s.store.put(keys.LAST_REFLECT, kept)
         return None
     from .memory import remember_note
@@ -123,11 +155,13 @@ def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
     return out.next_wake_config
 
 
-def _apply_operations(s, ops: list, source: str) -> None:
+def _apply_operations(s, ops: list, source: str) -> bool:
+    """True when the batch was applied; a rejected batch (nothing written) is False."""
     try:
         s.agent_kv.apply_operations(ops, source=source)
     except KVWriteRefused:
-        pass  # recorded by the guarded view; the rest of the reflection still applies
+        return False  # recorded by the guarded view; the rest of the reflection still applies
+    return True
 
 
 # --- deep reflect ------------------------------------------------------------
@@ -153,19 +187,22 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
 
 def run_deep_reflect(s) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
-    from .memory import NOTES, remember_note
+    from .memory import notes_for_prompt, remember_note
 
     st = s.store
     template = st.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
-    notes = st.get_json(NOTES, default=[])
-    context = {**s.context, "notes": notes if isinstance(notes, list) else []}
+    context = {**s.context, "notes": notes_for_prompt(st)}
+    if "memoryStats" in context:  # key names (tools choose them) and past notes
+        context["memoryStats"] = untrusted(context["memoryStats"], "memory:statistics")
+    # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked. The orient
+    # prompt and the defaults are its configuration, under review: shown as they are.
     variables = {
-        "wisdom": st.get(keys.WISDOM) or "",
+        "wisdom": untrusted(_text_or_none(st, keys.WISDOM), "memory:wisdom") or "",
         "recentKarma": recent_karma(st, s.id),
         "orientPrompt": st.get(keys.PROMPT_ORIENT) or "",
         "currentDefaults": s.defaults.model_dump(),
-        "sessionHistory": history.read(st)[-30:],
+        "sessionHistory": Untrusted(history.read(st)[-30:], "memory:session_history"),
         "models": s.models_for_prompt(),
         "context": context,
     }
@@ -175,7 +212,8 @@ def run_deep_reflect(s) -> dict | None:
                 "after_sessions": s.defaults.deep_reflect.default_interval_sessions,
                 "after_days": s.defaults.deep_reflect.default_interval_days}
     if out is None:
-        s.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
+        if not error.startswith(CALL_FAILED):
+            s.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
         st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
         return None
     remember_note(st, out.note_to_future_self, s.id)
@@ -184,8 +222,8 @@ def run_deep_reflect(s) -> dict | None:
         if _put(s, keys.WISDOM, out.updated_wisdom):
             applied.append("wisdom")
     if out.kv_operations:
-        _apply_operations(s, out.kv_operations, "deep_reflect")
-        applied.append("kv_operations")
+        if _apply_operations(s, out.kv_operations, "deep_reflect"):
+            applied.append("kv_operations")
     if out.updated_defaults:
         if apply_defaults_update(s, out.updated_defaults):
             applied.append("defaults")
@@ -274,11 +312,15 @@ def apply_model_details(s, updates: dict, source: str) -> bool:
 
 
 def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> list[dict]:
-    """A compact digest of the last few sessions: outcome and their last lines, bounded."""
+    """A compact digest of the last few sessions: outcome and their last lines, bounded.
+
+    The summary and the karma are marked untrusted; the id and outcome are the runtime's.
+    """
     out = []
     for h in history.read(store)[-sessions:]:
         if isinstance(h.get("id"), str) and h["id"] != current_id:
-            out.append({"session": h["id"], "outcome": h.get("outcome"), "summary": h.get("summary"),
+            out.append({"session": h["id"], "outcome": h.get("outcome"),
+                        "summary": untrusted(h.get("summary"), f"memory:summary-{h['id']}"),
                         "karma": karma_digest(store, h["id"], lines=lines, chars=4000)})
     return out
 
@@ -312,3 +354,11 @@ DEFAULT_DEEP_PROMPT = (
     "Deep reflection. Answer with one JSON object: reflection, note_to_future_self, optionally "
     "updated_wisdom, kv_operations, updated_defaults, next_deep_reflect.\n\nWisdom: {{wisdom}}\n"
     "History: {{sessionHistory}}\nRecent karma: {{recentKarma}}")
+
+
+def _text_or_none(store, key: str) -> str | None:
+    """A key's text, or None when it is absent or not text (the latter recorded by the reader's caller)."""
+    try:
+        return store.get(key) or None
+    except NotText:
+        return None

@@ -4,7 +4,8 @@ APScheduler 3.x fires a job per agent on an interval or a cron expression,
 coalescing missed fires, never running two instances of one agent's job at
 once (and the wake lock keeps two *hosts* apart too), with a misfire grace
 time and optional jitter. Every fire is written to the agent's bounded
-``wake_log``: ran (with the session's outcome), slept, skipped (locked),
+``wake_log``: ran (with the session's outcome), slept, skipped (locked by another wake, or
+still_running: this daemon's previous fire for the agent has not ended),
 missed, or error. A store that goes away is retried with backoff and logged
 once per outage, not once per tick. SIGTERM/SIGINT stop the scheduler;
 running sessions stop at their next step and are recorded as ``interrupted``
@@ -27,6 +28,7 @@ from .errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
 from .karma import utcnow_iso
 from .kv import open_store
 from .kv.base import Store
+from .kv.names import agent_prefix
 from .settings import Settings
 
 log = logging.getLogger("brainstem.run")
@@ -77,6 +79,16 @@ class Agent:
     running: bool = False
 
 
+def _agent(name: str | None, settings: Settings) -> Agent:
+    """``--agent NAME`` (or ``NAME:``) -> its Agent; a bad name is a one-line ConfigError. None: the default."""
+    if name is None:
+        return Agent(name=None, prefix=settings.kv_prefix or None)
+    prefix = agent_prefix(name, "--agent")
+    if not prefix:
+        raise ConfigError(f"--agent {name!r} is empty: give an agent name, or leave --agent out for the default agent")
+    return Agent(name=prefix[:-1], prefix=prefix)
+
+
 def record_fire(store: Store, entry: dict) -> None:
     try:
         store.append(keys.WAKE_LOG, json.dumps({"t": utcnow_iso(), **entry}))
@@ -90,7 +102,13 @@ class Runner:
     def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0):
         self.settings = settings
         self.grace = grace
-        self.agents = [Agent(name=a, prefix=(f"{a}:" if a else (settings.kv_prefix or None))) for a in agents]
+        self.agents: list[Agent] = []
+        for a in agents:  # `--agent x --agent x` is one agent: two jobs would run overlapping sessions
+            agent = _agent(a, settings)
+            if any(x.prefix == agent.prefix for x in self.agents):
+                log.warning("%s: given more than once; running it once", agent.name or "default")
+                continue
+            self.agents.append(agent)
         self.stopping = threading.Event()
 
     def check_agents(self) -> None:
@@ -153,9 +171,16 @@ class Runner:
         if agent.store is not None:
             record_fire(agent.store, {"fire": "missed", "scheduled": scheduled})
 
+    def still_running(self, agent: Agent, scheduled: list[str]) -> None:
+        """A tick that found the agent's last fire still running: recorded, not only logged."""
+        log.info("%s: skipped a fire: the previous session is still running", agent.name or "default")
+        if agent.store is not None:
+            record_fire(agent.store, {"fire": "skipped", "reason": "still_running",
+                                      "scheduled": scheduled[0] if scheduled else None})
+
     def run(self, every: str | None, cron: str | None, jitter: float | None = None,
             misfire_grace: float = 60.0, run_now: bool = True) -> int:
-        from apscheduler.events import EVENT_JOB_MISSED
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -176,6 +201,13 @@ class Runner:
             if agent is not None:
                 self.missed(agent, event.scheduled_run_time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
         sched.add_listener(on_missed, EVENT_JOB_MISSED)
+
+        def on_max_instances(event):
+            agent = by_id.get(event.job_id)
+            if agent is not None:
+                self.still_running(agent, [t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                                           for t in event.scheduled_run_times or []])
+        sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
 
         def stop(signum, _frame):
             log.info("received %s; stopping (running sessions get %.0fs to finish)",
@@ -206,12 +238,12 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from . import history, karma as karma_mod
+        from . import history, karma as karma_mod, outcomes
 
         try:
             crumb = karma_mod.unfinished_session(agent.store)
             if crumb and crumb.get("id"):
-                history.close_dead_session(agent.store, crumb, "interrupted",
+                history.close_dead_session(agent.store, crumb, outcomes.INTERRUPTED,
                                            reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 karma_mod.end_session(agent.store, crumb["id"])
             log.warning("%s: session still running after the grace period; recorded as interrupted",

@@ -18,7 +18,7 @@ from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM
 from .settings import Settings
-from .tools import ToolOutcome, run_tool
+from .tools import ToolOutcome, ToolPolicy, run_tool
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Session:
     tool_registry: Any = None
     context: dict = field(default_factory=dict)
     reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
+    tool_policy: ToolPolicy | None = None  # secrets, egress, metering and write quotas of this session's tools
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.karma.record(event, **fields)
@@ -45,11 +46,15 @@ class Session:
     def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
         left_ms = int(self.budget.time_left() * 1000)
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
-                        allowed_env_secrets=self.settings.tool_secrets, fetch_allow=self.settings.fetch_allow,
-                        attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
-                        on_secrets=self._learn_secrets, on_read=self.reads.update)
+                        policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
+                        on_read=self.reads.update)
 
-    def _learn_secrets(self, secrets: dict[str, str]) -> None:
+    def policy(self) -> ToolPolicy:
+        if self.tool_policy is None:
+            self.tool_policy = ToolPolicy.from_settings(self.settings, on_secrets=self.learn_secrets)
+        return self.tool_policy
+
+    def learn_secrets(self, secrets: dict[str, str]) -> None:
         for name, value in secrets.items():
             self.karma.redact.add(name, value)
 

@@ -1,9 +1,9 @@
 """Operator settings: the environment (or an env file), never the store.
 
-Principle 2 of DESIGN.md: operator policy never lives in KV. The agent can
-rewrite its own config, but its budgets are clamped under the ceilings here,
-tools get only secrets named here, and fetch reaches private hosts only when
-they are listed here.
+Operator policy never lives in the store. The agent can rewrite its own
+config, but its budgets are clamped under the ceilings here, tools use only
+the secrets bound here (and only towards the hosts they are bound to), and
+fetch reaches private hosts only when they are listed here.
 
 Load with :func:`load_settings`; ``BRAINSTEM_ENV_FILE`` names an optional
 dotenv file whose values the real environment overrides.
@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .errors import ConfigError
 from .kv import default_store_url
+from .secrets import Binding, parse_bindings
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -32,7 +33,8 @@ class Settings(BaseSettings):
                     description="Store URL: redis://[:password@]host:port/db or sqlite:///path "
                                 "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
     kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
-                           description="Key prefix, so several agents can share one store")
+                           description="Agent name (keys under NAME:), so several agents can share one store, "
+                                       "each confined to its own keys")
     openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
                                                  description="Key of the hard-coded tier-3 LLM provider")
     openrouter_base_url: str = Field("https://openrouter.ai/api/v1", validation_alias="OPENROUTER_BASE_URL",
@@ -53,7 +55,9 @@ class Settings(BaseSettings):
                                         description="Full karma is kept this many days; then only the "
                                                     "session_history summary remains")
     tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
-                                    description="Environment secrets a tool's meta may be granted (comma list)")
+                                    description="Secrets tools may use, each bound to the hosts it may reach: "
+                                                "NAME@HOST (environment) or secret:NAME@HOST (store), comma list; "
+                                                "a bare OPENROUTER_API_KEY is bound to the LLM endpoint's host")
     fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
                                    description="Extra hosts/CIDRs tool fetch may reach despite being private (comma list)")
     ground_truth_timeout: float = Field(10.0, gt=0, validation_alias="BRAINSTEM_GROUND_TRUTH_TIMEOUT",
@@ -73,9 +77,29 @@ class Settings(BaseSettings):
             return [part.strip() for part in v.split(",") if part.strip()]
         return v
 
+    tool_write_quota: int = Field(10 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_TOOL_WRITE_QUOTA",
+                                  description="Bytes one tool call may write to the store")
+    session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
+                                     description="Bytes all tool calls of one session may write to the store")
+
+    @model_validator(mode="after")
+    def _check_bindings(self):
+        self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
+        return self
+
+    def bindings(self) -> dict[str, Binding]:
+        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``)."""
+        return parse_bindings(self.tool_secrets, self.openrouter_base_url)
+
+    def public_settings(self) -> dict[str, str | None]:
+        """Operator settings that are not credentials, handed as plain values to code that asks."""
+        return {"OPENROUTER_BASE_URL": self.openrouter_base_url, "WALLET_ADDRESS": self.wallet_address,
+                "BASE_RPC_URL": self.base_rpc_url}
+
     def allowed_secret_values(self) -> dict[str, str]:
-        """The environment secrets a tool could ever be granted, by name (present ones only)."""
-        return {name: os.environ[name] for name in self.tool_secrets if os.environ.get(name)}
+        """The bound environment secrets that are set, by name."""
+        return {b.label: os.environ[b.label] for b in self.bindings().values()
+                if not b.from_store and os.environ.get(b.label)}
 
     def known_secrets(self) -> dict[str, str]:
         """Every secret value this process knows of, for redaction."""

@@ -48,7 +48,9 @@ def asleep_fast() -> datetime | None:
     try:
         from .kv import open_store
 
-        store = open_store(check=False)
+        # No retries here: an unreachable store or a value that is not text (or not JSON) means
+        # "due", and the full path reports it in one line.
+        store = open_store(check=False, retry_seconds=0)
         try:
             raw = store.get_text("wake_config")
         finally:

@@ -2,37 +2,68 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from . import history, keys
-from .budget import daily_spent
-from .config import load_defaults
+from .budget import anomalies_today, daily_spent
+from .config import load_defaults, load_models
 from .karma import unfinished_session
+from .errors import NotText
 from .kv.base import Store
 from .reflect import deep_reflect_due
 from .settings import Settings
 from .sleep import now_utc, sleeping_until
 from .versions import failing_streak
+from .outcomes import operator_action
+
+
+def _running(store: Store) -> dict[str, Any] | None:
+    """The session in progress, if any: its id, when it started, where, and whether it is still alive.
+
+    ``state`` is ``running`` (its lock is held by a live holder), ``died`` (the lock expired or was
+    released, or its process on this host is gone: the next wake records it as crashed) or
+    ``locked`` (a wake holds the lock but has not started its session yet).
+    """
+    from .wake import _holder_is_dead
+
+    crumb = unfinished_session(store)
+    lock = store.lock_owner(keys.WAKE_LOCK)
+    if crumb is None and lock is None:
+        return None
+    alive = lock is not None and not _holder_is_dead(lock)
+    if crumb is None:
+        return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lock_holder": lock}
+    out = {"state": "running" if alive else "died", "id": crumb.get("id"), "started_at": crumb.get("started_at"),
+           "pid": crumb.get("pid"), "host": crumb.get("host"), "lock_holder": lock}
+    if crumb.get("id") is None:
+        out["note"] = "its breadcrumb was unreadable"
+    return out
 
 
 def status(store: Store, settings: Settings) -> dict[str, Any]:
     problems: list[str] = []
     defaults = load_defaults(store, problems)
+    load_models(store, problems)  # an invalid price list is named here, not only in the next session's karma
     hist = history.read(store)
     last = hist[-1] if hist else None
     wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
     until = sleeping_until(wake_config, now_utc())
     number = store.get_json(keys.SESSION_COUNTER, default=0)
     due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
-    running = unfinished_session(store)
-    lock = store.lock_owner(keys.WAKE_LOCK)
+    running = _running(store)
+    rejected = store.get_json(history.REJECTED_HISTORY, default=None)
     truth = store.get_json("stats:last_ground_truth", default=None)
     return {
         "store": store.display_url,
-        "soul_present": bool((store.get(keys.SOUL) or "").strip()),
+        "soul_present": _soul_state(store),
         "sessions": number,
         "last_session": last,
-        "running": {"session": running, "lock_holder": lock} if (running or lock) else None,
+        "running": running,
+        "operator_action": operator_action(last.get("outcome")) if last else None,
+        "session_history_rejected": ({"at": rejected.get("at"), "reason": rejected.get("reason"),
+                                      "raw_kept_at": history.REJECTED_HISTORY}
+                                     if isinstance(rejected, dict) else None),
         "failing_in_a_row": len(failing_streak(hist)),
         "cost_today": round(daily_spent(store), 6),
         "daily_ceiling": settings.max_daily_cost,
@@ -43,4 +74,30 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "deep_reflection_due_next_wake": due,
         "deep_reflection": why,
         "config_problems": problems or None,
+        # Names and hosts only: never a value. A name bound but not set is shown as such.
+        "secret_bindings": {b.label: {"hosts": sorted(b.hosts),
+                                      "set": bool(os.environ.get(b.label)) if not b.from_store
+                                      else store.get(b.label) is not None}
+                            for b in settings.bindings().values()},
+        "fetch_allow": list(settings.fetch_allow),
+        "cost_anomalies_today": anomalies_today(store) or None,
+        "sandbox": _sandbox_report(),
     }
+
+
+def _soul_state(store: Store) -> bool | str:
+    """True, False, or "not text" (the store holds bytes that are not UTF-8: see `brainstem kv get soul`)."""
+    try:
+        return bool((store.get(keys.SOUL) or "").strip())
+    except NotText:
+        return "not text"
+
+
+def _sandbox_report() -> dict[str, Any]:
+    """Which kernel protections the sandbox's workers run under here, and why any is off."""
+    try:
+        from .sandbox.isolation import report
+
+        return report()
+    except Exception as exc:  # noqa: BLE001 - status must show the rest even if the sandbox cannot start
+        return {"error": f"the sandbox could not be checked: {type(exc).__name__}: {exc}"[:300]}

@@ -4,18 +4,20 @@ Scope is enforced here, on the runtime side of the sandbox channel, where
 tool code cannot reach: ``ctx.kv`` under ``own`` reads and writes only
 ``tooldata:{name}:``; under ``read_all`` it reads anything but ``secret:*``
 and still writes only under its own prefix; every write goes through the
-agent's guarded view. ``ctx.secrets`` holds only what the meta asks for *and*
-the operator allows (``BRAINSTEM_TOOL_SECRETS``), plus ``secret:{name}`` keys
-named in ``kv_secrets``; an omission is noted in karma and the tool still runs.
+agent's guarded view and counts against the write quotas. ``ctx.secrets``
+holds placeholders for what the meta asks for *and* the operator bound
+(``BRAINSTEM_TOOL_SECRETS``); the values stay here and go on the wire only
+to their bound hosts (see :mod:`brainstem.secrets`). An omission is noted in
+karma and the tool still runs. Every ``ctx.fetch`` is a ``fetch`` entry.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from . import events, keys
 from .kv.base import Store
 from .kv.guarded import AgentKV
+from .secrets import Binding
 
 MAX_TIMEOUT_MS = 300_000
 
@@ -75,36 +78,76 @@ def parse_meta(key: str, raw: str | None) -> ToolMeta:
         raise ToolError(f"{key} is not valid JSON") from None
 
 
+class QuotaExceeded(Exception):
+    """A tool write would pass the operator's write quota (message for the tool)."""
+
+
+@dataclass
+class ToolPolicy:
+    """What the operator allows every run of code from the store, in one process or session.
+
+    ``bindings`` decide which secrets a meta may be granted and where they may go, ``fetch_allow``
+    which private hosts fetch may reach, ``meter`` (a :class:`~brainstem.llm.meter.WireMeter`)
+    prices and charges requests to the LLM host, and the quotas bound what tools write.
+    ``on_secrets`` is told the values granted (label -> value), so karma can redact them.
+    """
+
+    bindings: Mapping[str, Binding] = field(default_factory=dict)
+    fetch_allow: list[str] = field(default_factory=list)
+    public: Mapping[str, str | None] = field(default_factory=dict)
+    meter: Any = None
+    tool_write_quota: int = 10 * 1024 * 1024
+    session_write_quota: int = 50 * 1024 * 1024
+    # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
+    session_written: list[int] = field(default_factory=lambda: [0])
+    on_secrets: Callable[[dict[str, str]], None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kwargs: Any) -> "ToolPolicy":
+        return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
+                   public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
+                   session_write_quota=settings.session_write_quota, **kwargs)
+
+
+def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
+                           on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolPolicy:
+    """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
+    requests metered under one session's ceiling and today's, counted towards today's spend."""
+    from .budget import Budget, add_daily, daily_spent
+    from .config import load_models
+    from .llm.meter import WireMeter
+
+    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
+                    max_duration=settings.max_session_seconds, reserve_fraction=0.0)
+    meter = WireMeter(models=load_models(store, []), budget=budget, record=record,
+                      llm_base_url=settings.openrouter_base_url, on_cost=lambda c: add_daily(store, c))
+    return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
+
+
 class ToolServices:
-    """The runtime side of ``ctx`` for one tool execution."""
+    """The runtime side of ``ctx`` for one execution of code from the store."""
 
     def __init__(self, name: str, meta: ToolMeta, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
-                 allowed_env_secrets: list[str], fetch_allow: list[str], env: dict[str, str] | None = None,
+                 policy: ToolPolicy, env: Mapping[str, str] | None = None,
                  on_read: Callable[[list[str]], None] | None = None):
+        from .secrets import grant
+
         self.name = name
         self.kv_access = meta.kv_access
         self._store = store
         self._kv = agent_kv
         self._record = record
         self._prefix = keys.tooldata_prefix(name)
-        self._fetch_allow = list(fetch_allow)
+        self._policy = policy
         self._on_read = on_read
-        env = os.environ if env is None else env
-        secrets: dict[str, str] = {}
-        for s in meta.secrets:
-            if s in allowed_env_secrets and env.get(s):
-                secrets[s] = env[s]
-            else:
-                # The field is `secret_name`: karma blanks a field called `secret` whatever it holds.
-                record(events.SECRET_NOT_GRANTED, tool=name, secret_name=s,
-                       reason="not in BRAINSTEM_TOOL_SECRETS" if s not in allowed_env_secrets else "not set")
-        for s in meta.kv_secrets:
-            value = store.get(keys.secret(s))
-            if value is not None:
-                secrets.setdefault(s, value)
-            else:
-                record(events.SECRET_NOT_GRANTED, tool=name, secret_name=f"secret:{s}", reason="no such key")
-        self.secrets = secrets
+        self._written = 0
+        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
+                            read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
+                            public=policy.public)
+        if policy.on_secrets is not None:
+            policy.on_secrets(self.grants.values())
+        self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
 
     # --- ctx.kv ---
     def _read_key(self, key: str) -> str:
@@ -136,7 +179,24 @@ class ToolServices:
         return self._store.get(full)
 
     def kv_put(self, key: str, value: str) -> None:
-        self._kv.put(self._write_key(key), value, source=f"tool:{self.name}")
+        full = self._write_key(key)
+        size = len(full.encode("utf-8")) + len(str(value).encode("utf-8"))
+        self._charge_quota(full, size)
+        self._kv.put(full, value, source=f"tool:{self.name}")
+
+    def _charge_quota(self, key: str, size: int) -> None:
+        p = self._policy
+        if self._written + size > p.tool_write_quota:
+            limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
+        elif p.session_written[0] + size > p.session_write_quota:
+            limit, used, which = p.session_write_quota, p.session_written[0], "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
+        else:
+            self._written += size
+            p.session_written[0] += size
+            return
+        self._record(events.QUOTA_EXCEEDED, tool=self.name, key=key, bytes=size, written=used, quota=limit)
+        raise QuotaExceeded(f"write quota exceeded: writing {size} bytes to {key} would pass {limit} bytes "
+                            f"({which}; {used} written so far)")
 
     def kv_delete(self, key: str) -> bool:
         return self._kv.delete(self._write_key(key), source=f"tool:{self.name}")
@@ -151,34 +211,138 @@ class ToolServices:
 
     # --- ctx.fetch / ctx.log ---
     def fetch(self, url, method="GET", headers=None, json=None, data=None, timeout=None) -> dict:
-        from .sandbox.egress import fetch
+        from .sandbox.egress import FetchError, fetch
 
-        return fetch(url, method=method, headers=headers, json=json, data=data, timeout=timeout,
-                     allow=self._fetch_allow)
+        trace: list = []
+        t0 = time.monotonic()
+        try:
+            result = fetch(url, method=method, headers=headers, json=json, data=data, timeout=timeout,
+                           allow=self._policy.fetch_allow, guard=_FetchGuard(self), trace=trace)
+        except FetchError as exc:
+            self._record_fetch(url, method, trace, t0, error=str(exc))
+            raise
+        self._record_fetch(url, method, trace, t0)
+        return result
+
+    def _record_fetch(self, url: Any, method: Any, trace: list, t0: float, error: str | None = None) -> None:
+        fields: dict[str, Any] = {"tool": self.name, "method": str(method).upper()[:10]}
+        if trace:
+            last = trace[-1]
+            fields.update(scheme=last.scheme, host=last.host, port=last.port, path=last.path,
+                          status=last.note.get("status"))
+            if len(trace) > 1:
+                fields["redirects"] = [f"{h.scheme}://{h.host}:{h.port}{h.path}" for h in trace[:-1]]
+            names = sorted({n for h in trace for n in h.note.get("secrets", ())})
+            fields["secrets"] = names or None
+            fields["bytes"] = last.note.get("bytes", 0)
+            cost = sum(h.note.get("cost", 0.0) for h in trace)
+            if any("cost" in h.note for h in trace):
+                fields["cost"] = round(cost, 10)
+        else:
+            fields.update(_url_fields(url))
+        fields["duration_ms"] = int((time.monotonic() - t0) * 1000)
+        if error is not None:
+            fields["error"] = error
+        self._record(events.FETCH, **fields)
 
     def log(self, message: str) -> None:
         self._record(events.TOOL_LOG, tool=self.name, message=str(message)[:2000])
 
 
-def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
-             allowed_env_secrets: list[str], fetch_allow: list[str], attempt: int = 1,
-             step_id: str | None = None, max_timeout_ms: int | None = None,
-             on_secrets: Callable[[dict[str, str]], None] | None = None,
-             on_read: Callable[[list[str]], None] | None = None) -> ToolOutcome:
-    """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
+def _url_fields(url: Any) -> dict[str, Any]:
+    """Where a refused URL pointed, for karma: never its query string."""
+    from urllib.parse import urlsplit
 
-    ``on_secrets`` is told the secret values granted, so karma can redact them.
-    """
+    try:
+        parts = urlsplit(str(url)[:2048])
+        return {"scheme": parts.scheme or None, "host": parts.hostname, "port": parts.port, "path": parts.path or "/"}
+    except ValueError:
+        return {"host": None}
+
+
+class _FetchGuard:
+    """Between a tool's fetch and the wire: secrets put in only for their hosts, values scrubbed from
+    what comes back, requests to the LLM host metered."""
+
+    def __init__(self, services: ToolServices):
+        self.s = services
+        self.grants = services.grants
+        self.meter = services._policy.meter
+
+    def outgoing(self, hop):
+        from urllib.parse import quote, quote_plus
+
+        from .sandbox.egress import EgressDenied
+        from .secrets import PCHAR_SAFE, SecretRefused
+
+        headers = dict(hop.headers)
+        basic = {k: _basic_decode(v) for k, v in headers.items()}
+        body_text = hop.body.decode("utf-8", "surrogateescape") if hop.body is not None else ""
+        texts = [hop.url, *headers.keys(), *headers.values(), *[b for b in basic.values() if b], body_text]
+        try:
+            found = self.grants.check(hop.host, *texts)
+        except SecretRefused as exc:
+            self.s._record(events.SECRET_REFUSED, tool=self.s.name, host=hop.host, port=hop.port, path=hop.path,
+                           secrets=sorted(g.name for g in self.grants.present(*texts)))
+            raise EgressDenied(str(exc)) from None
+        hop.note["secrets"] = [g.name for g in found]
+        body = hop.body
+        if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found]):
+            from .llm.meter import MeterRefused
+
+            try:
+                body = self.meter.before(hop.method, hop.path, body, hop.note)
+            except MeterRefused as exc:
+                raise EgressDenied(str(exc)) from None
+        if not found:
+            return hop.url, headers, body
+        url = self.grants.put_in(hop.url, found, lambda v: quote(v, safe=PCHAR_SAFE))
+        for k, v in list(headers.items()):
+            if basic[k] is not None and any(g.placeholder in basic[k] for g in found):
+                v = "Basic " + base64.b64encode(self.grants.put_in(basic[k], found).encode("utf-8")).decode("ascii")
+            else:
+                v = self.grants.put_in(v, found)
+            if "\r" in v or "\n" in v:
+                raise EgressDenied(f"refused: header {k} would carry a line break")
+            headers[k] = v
+        if body is not None:
+            text = body.decode("utf-8", "surrogateescape")
+            quoting = {"json": lambda v: json.dumps(v)[1:-1], "form": quote_plus}.get(hop.body_kind,
+                                                                                          lambda v: v)
+            body = self.grants.put_in(text, found, quoting).encode("utf-8", "surrogateescape")
+        return url, headers, body
+
+    def incoming(self, hop, status, headers, text, error=None):
+        hop.note["status"] = status
+        if error is not None:
+            hop.note["error"] = error
+        if "worst_case" in hop.note and self.meter is not None:
+            self.meter.after(hop.note, status, text, error, self.s.name)
+        scrub = self.grants.scrub
+        return {k: scrub(v) for k, v in headers.items()}, (scrub(text) if text is not None else None)
+
+
+def _basic_decode(value: str) -> str | None:
+    """The decoded credentials of an ``Authorization: Basic`` value, so a placeholder inside is found."""
+    if not value[:6].lower() == "basic ":
+        return None
+    try:
+        return base64.b64decode(value[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
+             policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
+             on_read: Callable[[list[str]], None] | None = None) -> ToolOutcome:
+    """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``."""
     from .sandbox import Limits, run
 
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     t0 = time.monotonic()
     try:
         code, meta = load_tool(store, name)
-        services = ToolServices(name, meta, store, agent_kv, record, allowed_env_secrets, fetch_allow,
-                                on_read=on_read)
-        if on_secrets is not None:
-            on_secrets(services.secrets)
+        services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
         outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)

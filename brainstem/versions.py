@@ -11,10 +11,9 @@ lost. Version numbers only grow; the oldest versions are dropped past the cap.
 from __future__ import annotations
 
 import difflib
-import hashlib
 from typing import Any
 
-from . import history, keys
+from . import history, keys, outcomes
 from .errors import BrainstemError
 from .karma import utcnow_iso
 from .kv.base import Store
@@ -93,10 +92,6 @@ def rollback(store: Store, key: str, version: int | None = None, *, source: str 
     return {"key": key, "restored_version": target["version"], "new_version": new_version}
 
 
-def fingerprint(value: str | None) -> str | None:
-    return None if value is None else hashlib.sha256(value.encode()).hexdigest()[:16]
-
-
 def snapshot(store: Store) -> dict[str, Any]:
     """The watched keys as a session starts with them."""
     return {k: store.get(k) for k in WATCHED}
@@ -106,7 +101,10 @@ def save_clean_snapshot(store: Store, snap: dict[str, Any], session_id: str) -> 
     store.put(LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": utcnow_iso(), "values": snap})
 
 
-FAILING_OUTCOMES = ("crashed", "no_plan", "error")
+# The agent's own failures. Interruptions and operator/infrastructure faults (a bad key, no credit,
+# an outage, the store going away) are never the agent's: they neither count nor break a streak's count.
+FAILING_OUTCOMES = outcomes.FAILING
+NEUTRAL_OUTCOMES = (outcomes.INTERRUPTED, *outcomes.OPERATOR_FAULTS)
 AUTO_RESTORE_MARK = "stats:auto_restore"
 
 
@@ -114,7 +112,7 @@ def failing_streak(entries: list) -> list[str]:
     """Ids of the sessions that failed in a row at the end of the history (crash, no plan, error)."""
     streak = []
     for h in reversed(entries):
-        if not isinstance(h, dict):
+        if not isinstance(h, dict) or h.get("outcome") in NEUTRAL_OUTCOMES:
             continue
         if h.get("outcome") not in FAILING_OUTCOMES:
             break

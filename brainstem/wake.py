@@ -1,8 +1,10 @@
 """One wake: the lifecycle of ``brainstem wake``, top to bottom.
 
 1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once
-2. lock           one wake per agent; a dead holder on this host is reclaimed
-3. crashed?       ``session:current`` still present -> the last session died
+2. lock           one wake per agent; a dead holder on this host is reclaimed (never a live one,
+                  even in this process); "due?" is decided again under the lock
+3. crashed?       ``session:current`` still present -> the last session died (closing it is
+                  idempotent: a session already in the history is not recorded twice)
    restore         after three failing sessions, put back what the last clean one ran with
 4. ground truth   LLM credit, USDC balance, store usage, in parallel, each failing to null
 5. effort         tripwires over the facts
@@ -12,39 +14,48 @@
 
 Before any work, the schedule is advanced pessimistically (next wake = now +
 the default sleep), so even a session that is SIGKILLed never leaves the agent
-waking every tick. One try/except around the session always records an outcome.
+waking every tick. One try/except around the session always records an outcome
+(:mod:`brainstem.outcomes`). Faults that are the operator's or the infrastructure's (the LLM key,
+credit or endpoint, the store) get outcomes of their own, never count towards auto-restore, and
+retry on a short growing backoff (1, 2, 4 ... minutes, at most the default sleep). SIGTERM/SIGINT
+to ``brainstem wake`` (see :class:`SignalGuard`) end the session as ``interrupted``, lock released.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
+import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, history, karma as karma_mod, keys
-from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent
+from . import events, history, karma as karma_mod, keys, outcomes
+from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
 from .config import Defaults, load_defaults, load_models
 from .context import kv_index, load_keys
-from .errors import ConfigError, LockHeld, MalformedValue
+from .errors import ConfigError, LockHeld, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
 from .executor import Executor
-from .ground_truth import effort_for, fired_tripwires, gather
+from .ground_truth import effort_for, fired_tripwires, gather, known
 from .karma import Karma, Redactor
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
+from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
 from .plan import Plan, PlanError, parse_plan
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
+from .tools import ToolPolicy
 from .settings import Settings
 from .sleep import iso, now_utc, sleeping_until
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 from .templates import render
+from .untrusted import untrusted
 
 LAST_GROUND_TRUTH = "stats:last_ground_truth"
 CRASH_ENTRIES = 40
@@ -74,20 +85,26 @@ def clamp_sleep(value: Any, default: float) -> float:
 
 # --- the lock ----------------------------------------------------------------
 
+# Lock tokens held by wakes running in this process (the daemon runs several agents in threads).
+_LIVE_TOKENS: set[str] = set()
+_LIVE_LOCK = threading.Lock()
+
+
 def _owner_token(session_hint: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{session_hint}"
 
 
 def _holder_is_dead(owner: str) -> bool:
-    """True when the lock holder ran on this host and its process is gone."""
+    """True when the lock holder ran on this host and is gone: its process has exited, or (our own
+    process) no wake here holds that token any more (an earlier wake could not release it because
+    the store went away). A live holder is never reclaimed."""
     host, _, rest = owner.partition(":")
     pid_text = rest.split(":", 1)[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
     if int(pid_text) == os.getpid():
-        # Our own process: one wake per agent runs at a time here, so this is a lock an earlier
-        # wake could not release (the store went away mid-session).
-        return True
+        with _LIVE_LOCK:
+            return owner not in _LIVE_TOKENS
     try:
         os.kill(int(pid_text), 0)
     except ProcessLookupError:
@@ -98,13 +115,85 @@ def _holder_is_dead(owner: str) -> bool:
 
 
 def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
-    if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
-        return
-    holder = store.lock_owner(keys.WAKE_LOCK)
-    if holder and _holder_is_dead(holder) and store.release_lock(keys.WAKE_LOCK, holder):
+    with _LIVE_LOCK:
+        _LIVE_TOKENS.add(token)  # ours from before the store has it: never mistaken for a dead holder
+    try:
         if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
             return
+        holder = store.lock_owner(keys.WAKE_LOCK)
+        if holder and _holder_is_dead(holder) and store.release_lock(keys.WAKE_LOCK, holder):
+            if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
+                return
+    except BaseException:
+        _forget_token(token)
+        raise
+    _forget_token(token)
     raise LockHeld(f"another wake is running for this agent (lock held by {holder or 'unknown'}); not waking twice")
+
+
+def _forget_token(token: str) -> None:
+    with _LIVE_LOCK:
+        _LIVE_TOKENS.discard(token)
+
+
+# --- signals -------------------------------------------------------------------
+
+class WakeInterrupted(BaseException):
+    """SIGTERM/SIGINT reached a ``brainstem wake`` mid-session: the session is recorded as interrupted."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalGuard:
+    """SIGTERM and SIGINT for a one-shot ``brainstem wake``, as the daemon handles them.
+
+    The first signal sets ``cancel`` (the budget's: the session stops at its next step or LLM call)
+    and, while the session's work is running, raises :class:`WakeInterrupted` in the main thread
+    so a call blocked on the network ends now, not when it times out. While the runtime records
+    the end of the session (or takes or releases the lock) nothing is raised: the signal only
+    sets ``cancel``, and the wake finishes its bookkeeping, releases the lock and returns.
+    ``signum`` is the signal received (None: none), for the exit status 128 + signum.
+    """
+
+    def __init__(self):
+        self.cancel = threading.Event()
+        self.signum: int | None = None
+        self.interruptible = False
+        self._previous: dict = {}
+
+    def _handle(self, signum, _frame) -> None:
+        first = self.signum is None
+        if first:
+            self.signum = signum
+        self.cancel.set()
+        if first and self.interruptible:
+            self.interruptible = False
+            raise WakeInterrupted(signum)
+
+    def __enter__(self) -> "SignalGuard":
+        global _GUARD
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        _GUARD = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        global _GUARD
+        _GUARD = None
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+_GUARD: SignalGuard | None = None
+
+
+def _interruptible(on: bool) -> None:
+    """Mark the session's work (on) or the runtime's bookkeeping (off) for the signal guard, if any."""
+    guard = _GUARD
+    if guard is not None and threading.current_thread() is threading.main_thread():
+        guard.interruptible = on and guard.signum is None
 
 
 # --- the dead ------------------------------------------------------------------
@@ -114,7 +203,7 @@ def crash_data(store: Store, crumb: dict) -> dict:
     dead_id = crumb.get("id")
     if not dead_id:
         return {"session_id": None, "note": "the last session died; its breadcrumb was unreadable",
-                "breadcrumb": crumb.get("raw")}
+                "breadcrumb": untrusted(crumb.get("raw"), "karma:breadcrumb")}
     entries = karma_mod.read(store, dead_id, start=-CRASH_ENTRIES)
     total = store.log_length(keys.karma(dead_id))
     capped = []
@@ -122,8 +211,9 @@ def crash_data(store: Store, crumb: dict) -> dict:
         text = karma_mod.encode_entry(e)
         capped.append(e if len(text) <= CRASH_ENTRY_CHARS else {"event": e.get("event"), "t": e.get("t"),
                                                                  "truncated": text[:CRASH_ENTRY_CHARS]})
+    # Its karma holds what its tools returned, logged and raised: untrusted, wrapped when rendered.
     data = {"session_id": dead_id, "started_at": crumb.get("started_at"), "entries_total": total,
-            "last_entries": capped}
+            "last_entries": untrusted(capped, f"karma:{dead_id}")}
     if total == 0:
         data["note"] = "the last session died before recording anything"
     return data
@@ -155,18 +245,17 @@ def cascade(settings: Settings, s: Session) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     from .llm.adapters import dynamic_providers
 
-    dynamic = dynamic_providers(s.store, s.agent_kv, s.record, settings.tool_secrets, settings.fetch_allow,
-                                on_secrets=s._learn_secrets)
+    from .secrets import public_url
+
+    dynamic = dynamic_providers(s.store, s.agent_kv, s.record, s.policy(),
+                                base_url=public_url(settings.openrouter_base_url))
     return [*dynamic, hardcoded_provider(settings)]
 
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
          listeners=(), cancel: threading.Event | None = None) -> WakeResult:
     """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable)."""
-    try:
-        wake_config = store.get(keys.WAKE_CONFIG, "json")
-    except MalformedValue:  # not JSON: due now, and the session records it as rejected and repairs it
-        wake_config = store.get(keys.WAKE_CONFIG)
+    wake_config = _read_wake_config(store)
     until = sleeping_until(wake_config, now_utc())
     if until is not None and not force:
         return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
@@ -176,9 +265,28 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
     # Held first for the operator's ceiling, then cut to the session's own duration once it is known.
     acquire_wake_lock(store, token, ttl_ms=_lock_ttl(settings.max_session_seconds))
     try:
+        # Due is decided again under the lock: a wake that stalled after its first look (while
+        # another ran a session and moved the schedule) must not run a second one.
+        wake_config = _read_wake_config(store)
+        until = sleeping_until(wake_config, now_utc())
+        if until is not None and not force:
+            return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
         return _session(settings, store, wake_config, providers, listeners, cancel, token)
     finally:
-        store.release_lock(keys.WAKE_LOCK, token)
+        _interruptible(False)
+        try:
+            store.release_lock(keys.WAKE_LOCK, token)
+        finally:
+            _forget_token(token)
+
+
+def _read_wake_config(store: Store) -> Any:
+    try:
+        return store.get(keys.WAKE_CONFIG, "json")
+    except NotText:  # not even text: due now, and the session records it as rejected and repairs it
+        return "<not text>"
+    except MalformedValue:  # not JSON: due now, and the session records it as rejected and repairs it
+        return store.get(keys.WAKE_CONFIG)
 
 
 def _lock_ttl(max_duration: float) -> int:
@@ -219,7 +327,8 @@ class _Run:
     budget: Budget
     defaults: Defaults
     started: Any = field(default_factory=now_utc)
-    outcome: str = "clean"
+    outcome: str = outcomes.CLEAN
+    reason: str | None = None  # why it ended so, when the outcome alone does not say (faults, interruptions)
     kind: str = "session"
     next_wake: dict | None = None
     reflect_wake: dict | None = None  # what reflection asked for; wins over the plan's request
@@ -232,9 +341,19 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     crumb = karma_mod.unfinished_session(store)
     number = _next_number(store)
     sid = f"{number}-{uuid.uuid4().hex[:6]}"
-    crash = crash_data(store, crumb) if crumb is not None else None
+    crash = None
     if crumb is not None:
-        history.close_dead_session(store, crumb, "crashed", detected_by=sid)
+        data = crash_data(store, crumb)
+        # Idempotent: a session already in the history (it closed itself, or an earlier wake closed
+        # it and was then killed) is not recorded again, and one that wrote its own session_end
+        # keeps the outcome it recorded.
+        closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=sid)
+        if closed is not None and closed.get("outcome") == outcomes.CRASHED:
+            crash = data
+        elif closed is None and crumb.get("id") is None:
+            crash = data
+        if crash is None:
+            crumb = None
     # Restore before anything below reads the keys it may put back, so this session runs with them.
     restored = auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
@@ -264,10 +383,21 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
 
     try:
+        _interruptible(True)
+        if budget.cancel.is_set():  # a signal arrived while the lock was being taken
+            budget.check_cancel()
         context: dict[str, Any] = {"sessionId": sid, "now": iso(run.started), "crashData": crash}
         agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new, source: record_write(
             store, key, old, new, source=source, session_id=sid))
-        facts = _ground_truth(settings, store, k, agent_kv)
+        # Every request sandboxed code sends to the LLM host, from the balance checkers on, is metered.
+        def on_anomaly(anomaly: dict) -> None:
+            note_anomaly(store, anomaly, sid)
+
+        meter = WireMeter(models=models, budget=budget, record=k.record, llm_base_url=settings.openrouter_base_url,
+                          on_cost=lambda c: add_daily(store, c), on_anomaly=on_anomaly)
+        # Ground truth is part of the session's time: at most a quarter of it.
+        facts = _ground_truth(settings, store, k, agent_kv, meter,
+                              timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
         fired = fired_tripwires(defaults.tripwires, facts)
@@ -282,10 +412,12 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
                                   llm=None, soul=soul, effort=effort,
                                   tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
                                   context=context)
+        s.tool_policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=s.learn_secrets)
         s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
                     providers=providers if providers is not None else cascade(settings, s),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
-                    on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout)
+                    on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
+                    on_anomaly=on_anomaly)
         _load_context(s, context)
         due, why = deep_reflect_due(store, defaults, number)
         context["deepReflectDue"] = due
@@ -295,36 +427,98 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
             context["memoryStats"] = memory_summary(store, number)
             run.kind = "deep_reflect"
             k.record(events.DEEP_REFLECT, phase="start", reason=why)
+            tally = _CallTally(s.llm)
             run.next_wake = run_deep_reflect(s)
+            if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
+                _llm_fault(run, s, tally.last, "deep reflection")
         else:
             _plan_and_execute(run, s, orient_template, token, left_today)
-        if budget.cancel.is_set() and run.outcome in ("clean", "no_plan", "budget_exhausted"):
-            run.outcome = "interrupted"  # the daemon is stopping: say so, rather than blame the plan or budget
+        _interruptible(False)
+        if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
+            # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
+            run.outcome, run.reason = outcomes.INTERRUPTED, run.reason or _stop_reason()
+    except BudgetExceeded as exc:  # interrupted before the plan: a signal during the lock or ground truth
+        _interruptible(False)
+        run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
+        run.reason = _stop_reason() if exc.limit == "interrupted" else str(exc)
+    except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
+        _interruptible(False)
+        run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
+        _try(lambda: k.record(events.STORE_ERROR, error=run.reason))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
-        run.outcome = "error"
+        _interruptible(False)
+        run.outcome = outcomes.ERROR
+        run.reason = f"{type(exc).__name__}: {exc}"[:300]
         k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc(limit=8)[-4000:])
-    except BaseException:  # SIGINT/SIGTERM surfaced as exceptions: record, then let them through
-        run.outcome, run.next_wake, run.clean_snapshot = "killed", None, None
+    except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lock released, no crash
+        _interruptible(False)
+        signal_name = str(exc)
+        run.outcome, run.reason, run.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
+        _try(lambda: k.record(events.SIGNAL, signal=signal_name))
+    except BaseException as exc:  # KeyboardInterrupt with no guard installed (in-process callers): record, let through
+        _interruptible(False)
+        run.outcome, run.reason, run.next_wake, run.clean_snapshot = (outcomes.INTERRUPTED, type(exc).__name__,
+                                                                      None, None)
         _finish(run)
         raise
     return _finish(run)
 
 
+def _stop_reason() -> str:
+    guard = _GUARD
+    if guard is not None and guard.signum is not None:
+        return f"received {signal.Signals(guard.signum).name}"
+    return "the runtime is shutting down"
+
+
+def _try(fn) -> None:
+    try:
+        fn()
+    except StoreUnavailable:
+        pass
+
+
+class _CallTally:
+    """Counts the session's LLM calls that answered and that failed, from a point on (after orient)."""
+
+    def __init__(self, llm: LLM):
+        self.ok = self.failed = 0
+        self.last: LLMError | None = None
+        inner = llm.call
+
+        def call(**kwargs):
+            try:
+                result = inner(**kwargs)
+            except LLMError as exc:
+                self.failed += 1
+                self.last = exc
+                raise
+            self.ok += 1
+            return result
+        llm.call = call
+
+    def reset(self) -> None:
+        self.ok = self.failed = 0
+        self.last = None
+
+
 def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, left_today: float) -> None:
     """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
     budget = run.budget
+    tally = _CallTally(s.llm)
     try:
         plan = _orient(s, orient_template)
     except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-        run.outcome = "interrupted" if exc.limit == "interrupted" else "budget_exhausted"
+        run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
         return
-    except LLMError:  # every tier down, the hard-coded one transiently: an outage, not a bad config
-        run.outcome = "llm_unavailable"
+    except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
+        _llm_fault(run, s, exc, "orient")
         return
     if plan is None:
-        run.outcome = "no_plan"
+        run.outcome = outcomes.NO_PLAN
         return
+    tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, run.settings, left_today)
     run.store.refresh_lock(keys.WAKE_LOCK, token, _lock_ttl(budget.max_duration))
     s.record(events.BUDGET, **budget.snapshot())
@@ -337,17 +531,66 @@ def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, l
     if executor.stop is not None:
         run.outcome = executor.stop.outcome
     # Shutting down: finish fast; the next session reflects on this one's karma.
-    if not executor.reflected and run.outcome != "interrupted" and not budget.cancel.is_set():
+    if not executor.reflected and run.outcome != outcomes.INTERRUPTED and not budget.cancel.is_set():
         reflect()
     run.next_wake = run.reflect_wake or plan.next_wake_config
+    if run.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
+        # Every call after orient failed: the session did nothing it meant to; not clean.
+        _llm_fault(run, s, tally.last, "every call after orient")
+        if run.outcome == outcomes.ERROR:
+            run.reason = f"every LLM call after orient failed: {tally.last}"[:300]
+
+
+def _llm_fault(run: _Run, s: Session, exc: LLMError, during: str) -> None:
+    """An LLM failure that ended (or emptied) the session: its fault outcome, or ``error`` when it is
+    the agent's own (an unknown model, its adapter)."""
+    if exc.fault is None:
+        run.outcome, run.reason = outcomes.ERROR, str(exc)[:300]
+        return
+    run.outcome, run.reason = exc.fault, f"{during}: {exc}"[:300]
+    s.record(events.LLM_FAULT, outcome=exc.fault, status=exc.status, during=during, error=str(exc)[:1000],
+             operator_action=outcomes.operator_action(exc.fault))
 
 
 def _finish(run: _Run) -> WakeResult:
+    """Record the end of the session. A store that went away is waited for, briefly, so the
+    session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake."""
+    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
+    while True:
+        try:
+            return _record_end(run)
+        except (StoreFull, StoreReadOnly):
+            raise  # waiting will not help: one line, and the operator's move
+        except StoreUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            if run.outcome != outcomes.STORE_UNAVAILABLE and run.outcome != outcomes.INTERRUPTED:
+                run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+STORE_RETRY_SECONDS = 10.0
+
+
+def _record_end(run: _Run) -> WakeResult:
     store, budget = run.store, run.budget
     next_wake = run.next_wake if isinstance(run.next_wake, dict) else {}
+    default_sleep = clamp_sleep(run.defaults.wake.sleep_seconds, 21600)
     sleep = clamp_sleep(next_wake.get("sleep_seconds"), run.defaults.wake.sleep_seconds)
+    action = outcomes.operator_action(run.outcome)
+    if action is not None:
+        # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
+        # it works at the next tick without --force. A clean session ends the streak.
+        streak = outcomes.fault_streak(history.read(store)) + 1
+        sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
+    elif run.outcome == outcomes.INTERRUPTED:
+        # Stopped from outside, its work cut short: due again as soon as the runtime is back.
+        sleep = MIN_SLEEP
     ended = now_utc()
     wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep, "set_by": run.id}
+    if action is not None:
+        wake_cfg["retry_after_fault"] = run.outcome
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
         wake_cfg["effort"] = next_wake["effort"]
     store.put(keys.WAKE_CONFIG, wake_cfg)
@@ -355,25 +598,39 @@ def _finish(run: _Run) -> WakeResult:
     entry = {"id": run.id, "number": run.number, "kind": run.kind, "started_at": iso(run.started),
              "ended_at": iso(ended), "outcome": run.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
              "steps_failed": run.executor.steps_failed if run.executor else 0, "duration_ms": duration_ms}
+    if run.reason:
+        entry["reason"] = run.reason
+    if action is not None:
+        entry["operator_action"] = action
     last = store.get_json(keys.LAST_REFLECT, default=None)
     if isinstance(last, dict) and last.get("session_id") == run.id:
         summary = last.get("session_summary") or last.get("reflection")
         if summary:
             entry["summary"] = str(summary)[:300]
-    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended)
     if run.session is not None and run.session.reads:
         from .memory import flush_reads
 
         flush_reads(store, run.session.reads, run.number)
-    if run.outcome == "clean" and run.kind == "session" and run.clean_snapshot is not None:
+    if run.outcome == outcomes.CLEAN and run.kind == "session" and run.clean_snapshot is not None:
         save_clean_snapshot(store, run.clean_snapshot, run.id)
+    # Keyed by id: a kill between this write and session_end leaves the session in the history, and
+    # the next wake's crash detection skips it rather than record it a second time as crashed.
+    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
+                             on_reject=lambda why: run.karma.record(
+                                 events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
+                                 kept_raw_at=history.REJECTED_HISTORY))
     run.karma.record(events.SESSION_END, outcome=run.outcome, kind=run.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
-                     karma_expired=expired or None)
+                     karma_expired=expired or None, reason=run.reason, operator_action=action)
     karma_mod.end_session(store, run.id)
+    message = (f"session {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+               f"next wake {wake_cfg['next_wake_after']}")
+    if action is not None:
+        message += f"; operator: {action}"
+    elif run.outcome == outcomes.INTERRUPTED and run.reason:
+        message += f" ({run.reason})"
     return WakeResult("ran", outcome=run.outcome, session_id=run.id, next_wake_after=wake_cfg["next_wake_after"],
-                      message=f"session {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
-                              f"next wake {wake_cfg['next_wake_after']}")
+                      message=message)
 
 
 def _max_effort(a: str, b: Any) -> str:
@@ -382,10 +639,10 @@ def _max_effort(a: str, b: Any) -> str:
     return max_effort(a, b if isinstance(b, str) else None)
 
 
-def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV) -> dict:
+def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV, meter: WireMeter,
+                  timeout: float) -> dict:
     from .llm.adapters import checked_number
 
-    timeout = settings.ground_truth_timeout
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
 
     def credit():
@@ -393,25 +650,26 @@ def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV)
             return None  # nothing to ask without a key (the offline demo, a cassette)
         from .llm.openrouter import fetch_credit
 
-        return fetch_credit(base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
+        return known(fetch_credit, base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
 
     def wallet():
         if not settings.wallet_address:
             return None
         from .wallet import usdc_balance
 
-        return usdc_balance(settings.base_rpc_url, settings.wallet_address, timeout=timeout)
+        return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
+
+    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [k.redact.add(n, v)
+                                                                                          for n, v in granted.items()])
 
     def dynamic_or(name, fallback):
         # The agent's own checker first (sandboxed), the hard-coded one when it fails.
         # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
-        return lambda: checked_number(store, name, fallback, agent_kv, k.record, settings.tool_secrets,
-                                      settings.fetch_allow, timeout / 2,
-                                      on_secrets=lambda granted: [k.redact.add(n, v) for n, v in granted.items()])
+        return lambda: checked_number(store, name, fallback, agent_kv, k.record, policy, timeout / 2)
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}
-    values, errors = gather(checks, timeout=settings.ground_truth_timeout + 1)
+    values, errors = gather(checks, timeout=timeout + 1)
     balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
     k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
     store.put(LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
@@ -433,7 +691,7 @@ def _load_context(s: Session, context: dict) -> None:
     context["additionalContext"] = loaded
     if notes:
         context["additionalContextNotes"] = notes
-    context["lastReflect"] = _capped(last, 4000)
+    context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
     context["kvIndex"] = kv_index(s.store, d.kv_index_max_keys)
     context["effort"] = s.effort
 
@@ -472,10 +730,11 @@ def _orient(s: Session, template: str) -> Plan | None:
             s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
             return None
         except LLMError as exc:
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}",
-                     outage=exc.outage)
-            if exc.outage:
-                raise  # the provider is down: not the agent's fault, so not a failing session for auto-restore
+            if exc.fault is not None:
+                # The key, the credit or the endpoint: not the agent's fault, so not a failing session for
+                # auto-restore (recorded as llm_fault by the caller, with what the operator must do).
+                raise
+            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
             return None
         try:
             plan = parse_plan(result.content, result.truncated)

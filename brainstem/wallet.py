@@ -27,17 +27,23 @@ _ERC20_BALANCE_ABI = [
 ]
 
 
-def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0) -> float | None:
+def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list[str] | None = None) -> float | None:
     """The USDC balance of ``address`` on Base in whole USDC, or None when it cannot be read.
 
     Never raises: an invalid address, an unreachable or failing RPC and a
-    garbage answer all give None. One HTTP attempt per JSON-RPC call, each
-    bounded by ``timeout`` (web3's own retry-with-backoff is switched off).
+    garbage answer all give None, and ``why`` (a list) is told the reason.
+    One HTTP attempt per JSON-RPC call, each bounded by ``timeout`` (web3's own
+    retry-with-backoff is switched off).
     """
+    def unknown(reason: str) -> None:
+        if why is not None:
+            why.append(reason[:300])
+        return None
+
     if not isinstance(rpc_url, str) or not rpc_url.strip():
-        return None
+        return unknown("no RPC URL")
     if not isinstance(address, str) or not address.strip():
-        return None
+        return unknown("no wallet address")
     try:
         with warnings.catch_warnings():  # web3 pulls in deprecated websockets.legacy
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -46,7 +52,7 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0) -> float 
         try:
             checksum = Web3.to_checksum_address(address.strip())
         except (ValueError, TypeError):
-            return None
+            return unknown(f"{address!r} is not a valid address")
         provider = Web3.HTTPProvider(
             rpc_url.strip(),
             request_kwargs={"timeout": timeout},
@@ -58,8 +64,8 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0) -> float 
         token = w3.eth.contract(address=Web3.to_checksum_address(USDC_BASE), abi=_ERC20_BALANCE_ABI)
         raw = token.functions.balanceOf(checksum).call()
         if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            return None
+            return unknown(f"balanceOf answered {raw!r}")
         value = raw / 10**USDC_DECIMALS
-        return value if math.isfinite(value) else None
-    except Exception:  # noqa: BLE001 - a balance checker never breaks a wake
-        return None
+        return value if math.isfinite(value) else unknown("balance is not finite")
+    except Exception as exc:  # noqa: BLE001 - a balance checker never breaks a wake
+        return unknown(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")

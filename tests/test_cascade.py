@@ -26,7 +26,7 @@ from .doubles import RPCDouble
 from .wake_helpers import (API_KEY, answers, events_of, finished, llm_calls, plan, reflection, run_wake, seeded,
                            think, wake_env)
 
-PROVIDER_SECRETS = "OPENROUTER_API_KEY,OPENROUTER_BASE_URL"
+PROVIDER_SECRETS = "OPENROUTER_API_KEY"  # bare: bound to the LLM endpoint's host
 LAST_CODE = keys.PROVIDER_LLM_LAST_WORKING_CODE
 LAST_META = keys.PROVIDER_LLM_LAST_WORKING_META
 WALLET = "0x1234567890AbcdEF1234567890aBcdef12345678"
@@ -212,8 +212,8 @@ def test_seeded_adapter_without_granted_secret_fails_clearly_and_session_complet
     entries = one_session(llm, env, st)
 
     denied = [e for e in events_of(entries, "secret_not_granted") if e.get("tool") == "provider:llm"]
-    assert {e["secret_name"] for e in denied} == {"OPENROUTER_API_KEY", "OPENROUTER_BASE_URL"}
-    assert all(e["reason"] == "not in BRAINSTEM_TOOL_SECRETS" for e in denied)
+    assert {e["secret_name"] for e in denied} == {"OPENROUTER_API_KEY"}
+    assert all("not bound in BRAINSTEM_TOOL_SECRETS" in e["reason"] for e in denied)
     fb = fallbacks(entries, tier="dynamic", purpose="orient")
     assert len(fb) == 1
     assert "OPENROUTER_API_KEY is not granted" in fb[0]["error"]
@@ -287,16 +287,16 @@ def test_api_key_given_to_adapters_never_reaches_karma_or_the_store(real_store_u
         assert all(h.get("Authorization") == f"Bearer {API_KEY}" for h in llm.request_headers)
         assert [p for p, h in llm.get_requests if h.get("Authorization") == f"Bearer {API_KEY}"]
 
-        # Session 2: a careless tier 1 logs the key, and a KV secret only it is granted, and puts
-        # them in its error message.
+        # Session 2: a careless (or hostile) tier 1 logs the key, and a store secret it is bound to,
+        # and puts them in its error message; so does the credit checker. They hold placeholders only.
         store.put("secret:relay", RELAY_TOKEN)
+        env = {**env, "BRAINSTEM_TOOL_SECRETS": f"{PROVIDER_SECRETS},secret:relay@127.0.0.1"}
         store.put(keys.PROVIDER_LLM_META, json.dumps({"secrets": ["OPENROUTER_API_KEY"], "kv_secrets": ["relay"]}))
         store.put(keys.PROVIDER_LLM_CODE,
                   "def call(request, ctx):\n"
                   "    key = ctx.secrets['OPENROUTER_API_KEY']\n"
                   "    ctx.log('using key ' + key + ' via relay ' + ctx.secrets['relay'])\n"
                   "    raise RuntimeError('provider refused key ' + key + ' and ' + ctx.secrets['relay'])\n")
-        # ... and so does the credit checker, which is granted the same.
         store.put("provider:llm_balance:meta", store.get(keys.PROVIDER_LLM_META))
         store.put(keys.PROVIDER_LLM_BALANCE_CODE,
                   "def check(ctx):\n"
@@ -304,21 +304,21 @@ def test_api_key_given_to_adapters_never_reaches_karma_or_the_store(real_store_u
                   "    raise RuntimeError('no credit for ' + ctx.secrets['relay'])\n")
         entries = one_session(llm, env, store)
         (cfb,) = fallbacks(entries, checker="llm_balance")
-        assert "no credit for [REDACTED:relay]" in cfb["error"]
+        assert "no credit for brainstem-secret-secret.relay-" in cfb["error"]
         (clog,) = [e for e in events_of(entries, "tool_log") if e.get("tool") == "provider:llm_balance"]
-        assert clog["message"] == "checking with [REDACTED:OPENROUTER_API_KEY] [REDACTED:relay]"
+        assert clog["message"].startswith("checking with brainstem-secret-OPENROUTER_API_KEY-")
         assert {c["tier"] for c in llm_calls(entries)} == {"last_working"}
         fb = fallbacks(entries, tier="dynamic")
-        assert fb  # it had both secrets, and karma holds neither
+        assert fb  # it held both, and karma holds neither value: only the placeholders
         for text in [f["error"] for f in fb] + [e["message"] for e in events_of(entries, "tool_log")
                                                  if e.get("tool") == "provider:llm"]:
-            assert "[REDACTED:OPENROUTER_API_KEY]" in text and "[REDACTED:relay]" in text, text
+            assert "brainstem-secret-OPENROUTER_API_KEY-" in text and "brainstem-secret-secret.relay-" in text, text
         r = run_cli("karma", "--json", env=env)
         assert r.returncode == 0 and RELAY_TOKEN not in r.stdout
         store.delete("secret:relay")  # the one place it belongs
 
         dump = raw_dump(store)
-        assert "session_start" in dump and "[REDACTED:OPENROUTER_API_KEY]" in dump  # the dump covers karma
+        assert "session_start" in dump and "brainstem-secret-OPENROUTER_API_KEY" in dump  # the dump covers karma
         for secret in (API_KEY, RELAY_TOKEN):
             assert secret not in dump
             assert secret[4:20] not in dump
@@ -383,7 +383,8 @@ def test_broken_llm_balance_checker_with_no_credit_known_gives_null(real_store_u
 def test_wallet_balance_checker_reads_usdc_through_the_sandbox(real_store_url, st, llm):
     seed(st, with_providers=True)
     with RPCDouble({WALLET: 1_234_567_891}) as rpc:
-        env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS=f"{PROVIDER_SECRETS},WALLET_ADDRESS,BASE_RPC_URL",
+        # WALLET_ADDRESS and BASE_RPC_URL are operator settings, not secrets: code that asks gets them.
+        env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS=PROVIDER_SECRETS,
                        BRAINSTEM_FETCH_ALLOW="127.0.0.1", WALLET_ADDRESS=WALLET, BASE_RPC_URL=rpc.url)
         entries = one_session(llm, env, st)
         calls = list(rpc.eth_calls)
@@ -396,21 +397,20 @@ def test_wallet_balance_checker_reads_usdc_through_the_sandbox(real_store_url, s
     assert call["data"] == "0x70a08231" + WALLET[2:].lower().rjust(64, "0")
 
 
+NONSENSE_BALANCES = {"negative": "-5", "nan": "float('nan')", "inf": "float('inf')", "absurd": "1e20"}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("nonsense", list(NONSENSE_BALANCES))
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)  # imports web3: one store is enough
-def test_wallet_checker_without_granted_address_falls_back(real_store_url, st, llm):
-    seed(st, with_providers=True)
+def test_a_checkers_nonsense_balance_is_unknown_and_the_hardcoded_reader_answers(nonsense, real_store_url, st, llm):
+    st.put(keys.PROVIDER_WALLET_BALANCE_CODE, f"def check(ctx):\n    return {NONSENSE_BALANCES[nonsense]}\n")
     with RPCDouble({WALLET: 5_000_000}) as rpc:
-        # The address is in the environment but not granted to tools: the checker gets None, the
-        # hard-coded reader (which the operator's settings feed directly) answers.
-        env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS=PROVIDER_SECRETS, BRAINSTEM_FETCH_ALLOW="127.0.0.1",
-                       WALLET_ADDRESS=WALLET, BASE_RPC_URL=rpc.url)
+        env = wake_env(real_store_url, llm, WALLET_ADDRESS=WALLET, BASE_RPC_URL=rpc.url)
         entries = one_session(llm, env, st)
-    denied = {e["secret_name"] for e in events_of(entries, "secret_not_granted")
-              if e.get("tool") == "provider:wallet_balance"}
-    assert denied == {"WALLET_ADDRESS", "BASE_RPC_URL"}
-    fb = fallbacks(entries, checker="wallet_balance")
-    assert len(fb) == 1 and "returned None" in fb[0]["error"]
+    (fb,) = fallbacks(entries, checker="wallet_balance")
+    # NaN and infinity never even cross the sandbox boundary (not JSON); the others are judged here.
+    assert "check() returned" in fb["error"] or "not JSON" in fb["error"], fb
     assert ground_truth(entries)["balances"]["wallet_usdc"] == pytest.approx(5.0)
 
 

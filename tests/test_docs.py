@@ -26,3 +26,17 @@ def test_ci_runs_exactly_the_readme_test_command():
     match = re.search(r"Install with the test extras and run the tests.*?```sh\n(.+?)\n```", README, re.S)
     assert match, "README lost its test command"
     assert match.group(1).strip() in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_product_cites_nothing_it_does_not_ship():
+    """README, code, seeds and benchmarks stand on their own: no pointers to the team's notes."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    pattern = re.compile(r"DESIGN\.md|\bshared/|seeds/0\d\d_|steering repo|\bissue \d+\b", re.IGNORECASE)
+    files = [repo / "README.md", *(p for d in ("brainstem", "bench", "scripts", "tools_seed", "prompts_seed")
+                                  for p in (repo / d).rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".json"))]
+    found = [f"{p.relative_to(repo)}:{n}: {line.strip()}" for p in files
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)

@@ -106,6 +106,16 @@ def test_parse_plan_plain_fenced_and_with_prose():
         assert isinstance(plan.steps[0], ThinkStep) and plan.steps[0].prompt == "hi"
 
 
+@pytest.mark.parametrize("prose", [
+    "Let me think { about it. ",                      # a stray brace that never closes
+    'He said "use {x} carefully. ',                    # an unmatched quote, then a brace pair
+    "Options: {a, b} or {c}. Plan:\n",                # brace pairs that are not JSON
+])
+def test_parse_plan_skips_stray_braces_and_quotes_in_prose(prose):
+    plan = parse_plan(prose + json.dumps(PLAN) + " Done.")
+    assert plan.steps[0].prompt == "hi"
+
+
 def test_parse_plan_takes_the_first_balanced_object_even_with_braces_in_strings():
     text = 'Thinking {briefly}. {"steps": [{"type": "think", "prompt": "use {{page}} } here"}]} and {"x": 1}'
     plan = parse_plan(text)
@@ -273,7 +283,7 @@ class FakeProvider:
         self.prompt_tokens, self.completion_tokens, self.cost = prompt_tokens, completion_tokens, cost
         self.fail, self.content = fail, content
 
-    def complete(self, request, timeout):
+    def complete(self, request, timeout, deadline=None):
         self.requests.append(request)
         if self.fail:
             raise ProviderError(self.fail)

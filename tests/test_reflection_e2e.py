@@ -307,9 +307,16 @@ NEW_ORIENT = ("# Orient\n\nDEEP-REWRITTEN ORIENT for session {{context.sessionId
               "Balances: {{context.balances}}\nAnswer with one JSON plan object.\n")
 
 
+def wrapped_after(prompt: str, prefix: str) -> str:
+    """The body of the trust boundary the line starting with ``prefix`` opens (memory is shown as data)."""
+    lines = prompt.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith(prefix))
+    assert "[UNTRUSTED CONTENT from memory " in lines[i], lines[i]
+    return "\n".join(lines[i + 1:lines.index("[END UNTRUSTED CONTENT]", i)])
+
+
 def memory_stats(prompt: str) -> dict:
-    line = next(l for l in prompt.splitlines() if l.startswith("- Memory statistics"))
-    return json.loads(line.split(": ", 1)[1])
+    return json.loads(wrapped_after(prompt, "- Memory statistics"))
 
 
 @pytest.mark.slow
@@ -356,7 +363,7 @@ def test_deep_reflection_applies_every_field(agent):
     listed = stats["notReadRecently"] + [k["key"] for k in stats["largestKeys"] + stats["hotKeys"]]
     assert "prompt:orient" in listed
     assert not [k for k in listed if keys.is_runtime_owned(k)], listed
-    notes_line = next(l for l in prompt.splitlines() if l.startswith("- Notes from past selves"))
+    notes_line = wrapped_after(prompt, "- Notes from past selves")
     assert "{{" not in notes_line and "NOTE-FROM-19" in notes_line, notes_line
     assert "WISDOM-V2" not in prompt and "S19" in prompt  # the old wisdom, and the session history
 

@@ -320,7 +320,7 @@ def test_two_daemons_on_one_agent_never_overlap(redis_url, agents, llm, daemons)
         assert s2 >= e1, f"sessions {id1} ({s1}..{e1}) and {id2} ({s2}..{e2}) overlap"
     ran, skipped = fires(store, "ran"), fires(store, "skipped")
     assert sorted(e["session_id"] for e in ran) == sorted(x["id"] for x in h)
-    assert skipped and all(e["reason"] == "locked" for e in skipped), wake_log(store)
+    assert skipped and all(e["reason"] in ("locked", "still_running") for e in skipped), wake_log(store)
     assert not any(x["outcome"] in ("crashed", "error") for x in h), h
     assert "skipped" in d1.stderr + d2.stderr
 
@@ -411,7 +411,7 @@ def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, t
         redis.Redis(port=port).save()
         server.terminate()
         server.wait(10)
-        time.sleep(4.5)  # several fires while it is down
+        time.sleep(8)  # several fires while it is down, past the store's own 5 s of retries
         assert d.alive(), d.stderr
         server = start_redis_server(port, workdir)
         back_at = datetime.now().astimezone()

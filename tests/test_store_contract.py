@@ -9,6 +9,8 @@ import pytest
 
 from brainstem.errors import MalformedValue
 
+from .conftest import unique_prefix
+
 
 def test_text_round_trip_and_missing(store):
     assert store.get("nothing") is None
@@ -170,7 +172,7 @@ def test_usage_counts_keys(store):
 
 def test_prefixes_isolate_agents(store):
     """Two agents sharing one backend never see each other's keys."""
-    other = _sibling(store, "other:")
+    other = _sibling(store, unique_prefix())
     store.put("soul", "mine")
     other.put("soul", "theirs")
     store.append("karma:1", "m")
@@ -186,7 +188,7 @@ def _sibling(store, prefix):
 
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, prefix=prefix)
-    return RedisStore("redis://unused/0", prefix=store.prefix + prefix, client=store._r)
+    return RedisStore("redis://unused/0", prefix=prefix, client=store._r)
 
 
 # --- two processes on one store (real backends only) ----------------------

@@ -38,8 +38,8 @@ def tool_run(env: dict, *args: str, timeout: float = 30):
     return run_cli("tool", "run", *args, env=env, timeout=timeout)
 
 
-def assert_one_line_failure(r, *needles: str) -> str:
-    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+def assert_one_line_failure(r, *needles: str, code: int = 1) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
     assert r.stdout == ""
     lines = r.stderr.splitlines()
     assert len(lines) == 1, r.stderr
@@ -109,18 +109,31 @@ def test_verbose_failure_still_prints_the_events_and_one_error_line(kv):
     assert "Traceback" not in r.stderr
 
 
-def test_granted_secret_reaches_the_tool_but_is_redacted_in_what_is_printed(kv):
+def test_granted_secret_is_a_placeholder_in_the_tool_and_nothing_printed_carries_the_value(kv):
     store, env = kv
     put_tool(store, "leaky", "def execute(args, ctx):\n"
                              "    ctx.log('token is ' + ctx.secrets['MY_TOKEN'])\n"
-                             "    return {'len': len(ctx.secrets['MY_TOKEN']), 'echo': ctx.secrets['MY_TOKEN']}\n",
+                             "    return {'echo': ctx.secrets['MY_TOKEN']}\n",
              {"secrets": ["MY_TOKEN"]})
-    r = tool_run({**env, "BRAINSTEM_TOOL_SECRETS": "MY_TOKEN", "MY_TOKEN": TOKEN}, "leaky", "-v")
+    r = tool_run({**env, "BRAINSTEM_TOOL_SECRETS": "MY_TOKEN@api.example.com", "MY_TOKEN": TOKEN}, "leaky", "-v")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["len"] == len(TOKEN)  # the tool really had it
+    assert out["echo"].startswith("brainstem-secret-MY_TOKEN-")  # the tool never had the value
     assert TOKEN not in r.stdout + r.stderr
-    assert "REDACTED" in out["echo"]
+
+
+def test_a_secret_without_a_host_is_a_configuration_error_showing_the_fix(kv):
+    store, env = kv
+    put_tool(store, "noop", "def execute(args, ctx):\n    return 1\n")
+    r = tool_run({**env, "BRAINSTEM_TOOL_SECRETS": "MY_TOKEN", "MY_TOKEN": TOKEN}, "noop")
+    assert_one_line_failure(r, "MY_TOKEN", "MY_TOKEN@", code=2)
+    for bad in ("MY_TOKEN@api.example.com:443", "MY_TOKEN@https://api.example.com", "MY TOKEN@x.org",
+                "secret:@x.org", "MY_TOKEN@"):
+        r = tool_run({**env, "BRAINSTEM_TOOL_SECRETS": bad}, "noop")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    # A bare OPENROUTER_API_KEY is bound to the LLM endpoint's host: not an error.
+    r = tool_run({**env, "BRAINSTEM_TOOL_SECRETS": "OPENROUTER_API_KEY"}, "noop")
+    assert r.returncode == 0, r.stderr
 
 
 def test_help_works(kv):

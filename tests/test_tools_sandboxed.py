@@ -6,8 +6,9 @@ reaches the outside world only through ``ctx.fetch`` under the egress policy
 (``fetch_allow=["127.0.0.1"]``), here loopback servers: a small ``http.server``
 for web pages and the Telegram Bot API, ``LLMDouble`` for OpenRouter's
 ``/key`` and ``/credits``, ``RPCDouble`` for Base JSON-RPC. Secrets come from
-the environment (``monkeypatch.setenv``) and only when the operator's
-``allowed_env_secrets`` list names them.
+the environment (``monkeypatch.setenv``) or ``secret:*`` keys, and only when
+the operator binds them (``allowed``: ``NAME@HOST`` entries, as in
+``BRAINSTEM_TOOL_SECRETS``); the tool holds placeholders, never values.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import pytest
 from brainstem import keys
 from brainstem.kv.guarded import AgentKV
 from brainstem.kv.sqlite_store import SQLiteStore
+from brainstem.secrets import parse_bindings, placeholder_for
 from brainstem.seed import seed
-from brainstem.tools import run_tool
+from brainstem.tools import ToolPolicy, run_tool
 
 from .doubles import LLMDouble, RPCDouble
 
@@ -106,12 +108,12 @@ class Runner:
         self.events.append(entry)
         return entry
 
-    def __call__(self, name: str, args=None, *, allowed=(), fetch_allow=("127.0.0.1",)):
+    def __call__(self, name: str, args=None, *, allowed=(), fetch_allow=("127.0.0.1",), public=None):
         self.events.clear()
+        policy = ToolPolicy(bindings=parse_bindings(allowed, "http://127.0.0.1/"), fetch_allow=list(fetch_allow),
+                            public=public or {}, on_secrets=self.granted.append)
         return run_tool(name, {} if args is None else args, store=self.store,
-                        agent_kv=AgentKV(self.store, self.record), record=self.record,
-                        allowed_env_secrets=list(allowed), fetch_allow=list(fetch_allow),
-                        on_secrets=self.granted.append)
+                        agent_kv=AgentKV(self.store, self.record), record=self.record, policy=policy)
 
     def of(self, event: str) -> list[dict]:
         return [e for e in self.events if e["event"] == event]
@@ -292,81 +294,95 @@ def test_kv_access_none_gets_no_kv(run, store):
 SHOW_SECRETS = "def execute(args, ctx):\n    return {k: ctx.secrets.get(k) for k in args['names']}\n"
 
 
-def test_secret_not_allowed_by_the_operator_is_omitted_and_noted(run, store, monkeypatch):
+def test_secret_not_bound_by_the_operator_is_omitted_and_noted(run, store, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", "env-secret-value-0a9b8c7d")
     monkeypatch.setenv("OTHER_KEY", "other-secret-value-1f2e3d")
     add_tool(store, "needs", SHOW_SECRETS, secrets=["MY_API_KEY"])
 
-    out = run("needs", {"names": ["MY_API_KEY", "OTHER_KEY"]}, allowed=["OTHER_KEY"])
+    out = run("needs", {"names": ["MY_API_KEY", "OTHER_KEY"]}, allowed=["OTHER_KEY@127.0.0.1"])
     assert out.ok, out.error
-    assert out.value == {"MY_API_KEY": None, "OTHER_KEY": None}  # not allowed; allowed but not asked for
+    assert out.value == {"MY_API_KEY": None, "OTHER_KEY": None}  # not bound; bound but not asked for
     (note,) = run.of("secret_not_granted")
     assert note["tool"] == "needs" and note["secret_name"] == "MY_API_KEY"
     assert "BRAINSTEM_TOOL_SECRETS" in note["reason"]
     assert "env-secret-value" not in json.dumps(run.events)
 
-    out = run("needs", {"names": ["MY_API_KEY"]}, allowed=["MY_API_KEY"])
-    assert out.ok and out.value == {"MY_API_KEY": "env-secret-value-0a9b8c7d"}
+    out = run("needs", {"names": ["MY_API_KEY"]}, allowed=["MY_API_KEY@127.0.0.1"])
+    # The tool holds a placeholder, never the value; the runtime is told the value, so karma can redact it.
+    assert out.ok and out.value == {"MY_API_KEY": placeholder_for("MY_API_KEY")}
+    assert "env-secret-value" not in json.dumps(out.value)
     assert not run.of("secret_not_granted")
-    assert run.granted[-1] == {"MY_API_KEY": "env-secret-value-0a9b8c7d"}  # told, so karma can redact it
+    assert run.granted[-1] == {"MY_API_KEY": "env-secret-value-0a9b8c7d"}
 
     monkeypatch.delenv("MY_API_KEY")
-    out = run("needs", {"names": ["MY_API_KEY"]}, allowed=["MY_API_KEY"])
+    out = run("needs", {"names": ["MY_API_KEY"]}, allowed=["MY_API_KEY@127.0.0.1"])
     assert out.ok and out.value == {"MY_API_KEY": None}
     (note,) = run.of("secret_not_granted")
-    assert note["reason"] == "not set"
+    assert note["reason"] == "not set in the environment"
 
 
-def test_kv_secrets_come_from_secret_keys(run, store):
+def test_kv_secrets_need_a_binding_and_come_from_secret_keys(run, store):
     store.put("secret:tg", "tg-kv-secret-4e5f6a")
     add_tool(store, "kvsec", SHOW_SECRETS, kv_secrets=["tg", "absent"])
+    # Asking is not enough: a store secret without a binding is never granted.
     out = run("kvsec", {"names": ["tg", "absent"]})
+    assert out.ok and out.value == {"tg": None, "absent": None}
+    assert {n["secret_name"] for n in run.of("secret_not_granted")} == {"secret:tg", "secret:absent"}
+    assert "tg-kv-secret" not in json.dumps(run.events)
+
+    out = run("kvsec", {"names": ["tg", "absent"]}, allowed=["secret:tg@127.0.0.1", "secret:absent@127.0.0.1"])
     assert out.ok, out.error
-    assert out.value == {"tg": "tg-kv-secret-4e5f6a", "absent": None}
+    assert out.value == {"tg": placeholder_for("secret:tg"), "absent": None}
     (note,) = run.of("secret_not_granted")
-    assert note["secret_name"] == "secret:absent"
-    assert run.granted[-1] == {"tg": "tg-kv-secret-4e5f6a"}
+    assert note["secret_name"] == "secret:absent" and note["reason"] == "no such key"
+    assert run.granted[-1] == {"secret:tg": "tg-kv-secret-4e5f6a"}
 
 
 def test_secrets_are_read_only_in_the_tool(run, store, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", "env-secret-value-0a9b8c7d")
     add_tool(store, "tamper", "def execute(args, ctx):\n    ctx.secrets['MY_API_KEY'] = 'x'\n    return 1\n",
              secrets=["MY_API_KEY"])
-    out = run("tamper", allowed=["MY_API_KEY"])
+    out = run("tamper", allowed=["MY_API_KEY@127.0.0.1"])
     assert not out.ok and "does not support item" in out.error
     assert "env-secret-value" not in out.error
 
 
 # --- send_telegram -----------------------------------------------------------------------------------
 
+TELEGRAM = ["TELEGRAM_BOT_TOKEN@127.0.0.1", "TELEGRAM_CHAT_ID@127.0.0.1"]
+
+
 def test_send_telegram_posts_to_the_bot_api(run, web, monkeypatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
     monkeypatch.setenv("TELEGRAM_CHAT_ID", "4242")
-    out = run("send_telegram", {"text": "hello operator", "api_base": web.base},
-              allowed=["TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT_ID"])
+    out = run("send_telegram", {"text": "hello operator", "api_base": web.base}, allowed=TELEGRAM)
     assert out.ok, out.error
     assert out.value == {"ok": True, "message_id": 777}
+    # The bound host got the real token (URL path) and chat id (JSON body), put in by the runtime.
     assert web.seen == [("POST", f"/bot{BOT_TOKEN}/sendMessage", {"chat_id": "4242", "text": "hello operator"})]
     assert BOT_TOKEN not in json.dumps(out.value)
+    (f,) = run.of("fetch")
+    assert f["method"] == "POST" and f["host"] == "127.0.0.1" and f["status"] == 200
+    assert f["secrets"] == ["TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT_ID"] and BOT_TOKEN not in f["path"]
 
 
 def test_send_telegram_chat_id_from_a_kv_secret(run, web, store, monkeypatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
     store.put("secret:TELEGRAM_CHAT_ID", "9001")
-    out = run("send_telegram", {"text": "hi", "api_base": web.base}, allowed=["TELEGRAM_BOT_TOKEN"])
+    out = run("send_telegram", {"text": "hi", "api_base": web.base},
+              allowed=["TELEGRAM_BOT_TOKEN@127.0.0.1", "secret:TELEGRAM_CHAT_ID@127.0.0.1"])
     assert out.ok, out.error
     assert web.seen[0][2] == {"chat_id": "9001", "text": "hi"}
-    assert [n["secret_name"] for n in run.of("secret_not_granted")] == ["TELEGRAM_CHAT_ID"]  # env one, not allowed
+    assert [n["secret_name"] for n in run.of("secret_not_granted")] == ["TELEGRAM_CHAT_ID"]  # env one, not bound
 
 
 def test_send_telegram_errors_never_carry_the_token(run, web, monkeypatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN + "-wrong")
-    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": web.base}, allowed=["TELEGRAM_BOT_TOKEN"])
+    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": web.base}, allowed=TELEGRAM)
     assert out.ok and out.value["ok"] is False
     assert "401" in out.value["error"] and "Unauthorized" in out.value["error"]
     # Unreachable server: the URL (with the token in its path) must not surface either.
-    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": "http://127.0.0.1:9"},
-              allowed=["TELEGRAM_BOT_TOKEN"])
+    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": "http://127.0.0.1:9"}, allowed=TELEGRAM)
     assert out.ok and out.value["ok"] is False
     assert BOT_TOKEN not in json.dumps(out.value)
 
@@ -388,9 +404,9 @@ def llm():
 
 def test_check_or_balance_reads_the_key_limit(run, llm, monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-9a8b7c6d5e4f")
-    monkeypatch.setenv("OPENROUTER_BASE_URL", llm.base_url)
     llm.credit = 7.25
-    out = run("check_or_balance", allowed=["OPENROUTER_API_KEY", "OPENROUTER_BASE_URL"])
+    out = run("check_or_balance", allowed=["OPENROUTER_API_KEY@127.0.0.1"],
+              public={"OPENROUTER_BASE_URL": llm.base_url})
     assert out.ok, out.error
     assert out.value == {"ok": True, "balance": 7.25, "source": "key"}
     (path, headers), = llm.get_requests
@@ -401,7 +417,7 @@ def test_check_or_balance_falls_back_to_credits(run, llm, monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-9a8b7c6d5e4f")
     llm.key_status = 403
     llm.total_credits, llm.total_usage = 20.0, 4.5
-    out = run("check_or_balance", {"base_url": llm.base_url}, allowed=["OPENROUTER_API_KEY"])
+    out = run("check_or_balance", {"base_url": llm.base_url}, allowed=["OPENROUTER_API_KEY@127.0.0.1"])
     assert out.ok, out.error
     assert out.value == {"ok": True, "balance": 15.5, "source": "credits"}
     assert [p.rsplit("/", 1)[-1] for p, _ in llm.get_requests] == ["key", "credits"]
@@ -412,10 +428,10 @@ def test_check_or_balance_errors(run, llm, monkeypatch):
     assert out.ok and out.value == {"ok": False, "error": "secret OPENROUTER_API_KEY is not available to this tool"}
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-9a8b7c6d5e4f")
     llm.key_status = llm.credits_status = 500
-    out = run("check_or_balance", {"base_url": llm.base_url}, allowed=["OPENROUTER_API_KEY"])
+    out = run("check_or_balance", {"base_url": llm.base_url}, allowed=["OPENROUTER_API_KEY@127.0.0.1"])
     assert out.ok and out.value["ok"] is False
     assert "/key: HTTP 500" in out.value["error"] and "/credits: HTTP 500" in out.value["error"]
-    out = run("check_or_balance", {"base_url": "https://example.com/api/v1"}, allowed=["OPENROUTER_API_KEY"])
+    out = run("check_or_balance", {"base_url": "https://example.com/api/v1"}, allowed=["OPENROUTER_API_KEY@127.0.0.1"])
     assert out.ok and out.value["ok"] is False and "base_url must be" in out.value["error"]
     assert "sk-or-test" not in json.dumps(out.value)
 
@@ -424,9 +440,8 @@ def test_check_or_balance_errors(run, llm, monkeypatch):
 
 def test_check_wallet_balance_reads_usdc(run, monkeypatch):
     with RPCDouble({WALLET: 12_345_678}) as rpc:
-        monkeypatch.setenv("WALLET_ADDRESS", WALLET)
-        monkeypatch.setenv("BASE_RPC_URL", rpc.url)
-        out = run("check_wallet_balance", allowed=["WALLET_ADDRESS", "BASE_RPC_URL"])
+        public = {"WALLET_ADDRESS": WALLET, "BASE_RPC_URL": rpc.url}  # operator settings, not secrets
+        out = run("check_wallet_balance", public=public)
         assert out.ok, out.error
         assert out.value == {"ok": True, "balance_usdc": 12.345678, "raw": "12345678", "address": WALLET}
         assert rpc.calls == ["eth_call"]
@@ -436,7 +451,7 @@ def test_check_wallet_balance_reads_usdc(run, monkeypatch):
         assert out.ok and out.value["balance_usdc"] == 0 and out.value["address"] == other
 
         rpc.fail_with = 500
-        out = run("check_wallet_balance", allowed=["WALLET_ADDRESS", "BASE_RPC_URL"])
+        out = run("check_wallet_balance", public=public)
         assert out.ok and out.value == {"ok": False, "error": "RPC answered HTTP 500"}
 
 

@@ -41,10 +41,28 @@ def test_a_shutdown_before_orient_is_interrupted_not_a_budget_or_plan_failure(ag
 
 
 def test_a_lock_left_by_this_same_process_is_reclaimed(agent):
+    # No wake in this process holds that token any more (one that could not release it).
     store, settings, cassette = agent
     assert store.acquire_lock(keys.WAKE_LOCK, f"{socket.gethostname()}:{os.getpid()}:earlier", 600_000)
     result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
     assert result.outcome == "clean"
+
+
+def test_a_live_lock_of_this_same_process_is_respected(agent):
+    # The daemon runs agents in threads of one process: a wake still running here keeps its lock.
+    from brainstem.errors import LockHeld
+    from brainstem.wake import _LIVE_TOKENS
+
+    store, settings, cassette = agent
+    token = f"{socket.gethostname()}:{os.getpid()}:running"
+    assert store.acquire_lock(keys.WAKE_LOCK, token, 600_000)
+    _LIVE_TOKENS.add(token)
+    try:
+        with pytest.raises(LockHeld):
+            wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
+    finally:
+        _LIVE_TOKENS.discard(token)
+    assert store.lock_owner(keys.WAKE_LOCK) == token
 
 
 def test_a_live_lock_of_another_process_is_respected(agent):

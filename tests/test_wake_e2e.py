@@ -602,7 +602,9 @@ def test_llm_failing_everywhere(st, real_store_url, llm):
         "anthropic/claude-sonnet-4.5", "anthropic/claude-haiku-4.5"]
     assert len(events_of(entries, "model_fallback")) == 1
     assert len(llm.requests) == 4  # two attempts on the model, two on the fallback, then it stops
-    assert "upstream on fire" in events_of(entries, "orient_parse_error")[0]["error"]
+    (fault,) = events_of(entries, "llm_fault")
+    assert "upstream on fire" in fault["error"] and fault["status"] == 500 and fault["operator_action"]
+    assert not events_of(entries, "orient_parse_error")
 
 
 def test_orient_template_naming_a_missing_variable(st, env, llm):

@@ -1,7 +1,8 @@
 """The store: a small protocol, a Redis and an SQLite backend, and the agent's guarded view.
 
 ``open_store(url)`` picks the backend from the URL and imports only that one,
-so the sleep path never pays for a backend it does not use.
+so the sleep path never pays for a backend it does not use. Several agents may
+share one store, each confined to its own keys (:mod:`brainstem.kv.names`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .base import KeyInfo, ListResult, Store
+from .names import agent_prefix
 
 __all__ = ["KeyInfo", "ListResult", "Store", "open_store", "default_store_url"]
 
@@ -24,27 +26,38 @@ def default_store_url() -> str:
     return f"sqlite://{Path(base).resolve() / 'brainstem' / 'brainstem.db'}"
 
 
-def open_store(url: str | None = None, prefix: str | None = None, check: bool = True) -> Store:
+def open_store(url: str | None = None, prefix: str | None = None, check: bool = True,
+               retry_seconds: float | None = None) -> Store:
     """Open the store named by ``url`` (default: :func:`default_store_url`).
 
-    ``check`` pings Redis so an unreachable server fails here, with one line.
+    ``prefix`` selects the agent (default: ``BRAINSTEM_KV_PREFIX``, else the
+    URL's ``?prefix=``): ``NAME:`` or ``NAME``, or empty for the default agent.
+    An invalid name is a one-line :class:`ConfigError`.
+    ``check`` pings Redis so an unreachable server fails here, with one line (at once: the ping is
+    not retried). ``retry_seconds`` is how long a later command retries a lost connection or a
+    locked file before failing (default 5 s; 0: fail at once).
     """
     url = url or default_store_url()
+    env_prefix = os.environ.get("BRAINSTEM_KV_PREFIX")
     if prefix is None:
-        prefix = os.environ.get("BRAINSTEM_KV_PREFIX")
+        prefix = env_prefix
+    if prefix is None:
+        from urllib.parse import parse_qs, urlsplit
+
+        query = parse_qs(urlsplit(url).query).get("prefix")
+        prefix = agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
+    else:
+        prefix = agent_prefix(prefix, "BRAINSTEM_KV_PREFIX" if prefix == env_prefix else "agent prefix")
     if url.startswith(("redis://", "rediss://", "unix://")):
         from .redis_store import RedisStore
 
-        store = RedisStore(url, prefix=prefix)
+        store = RedisStore(url, prefix=prefix, retry_seconds=retry_seconds)
         if check:
             store.ping()
         return store
     if url.startswith("sqlite://"):
-        from urllib.parse import parse_qs, urlsplit
-
         from .sqlite_store import SQLiteStore
 
-        parts = urlsplit(url)
         path = url[len("sqlite://"):].split("?", 1)[0]
         # sqlite:///abs and sqlite:////abs -> /abs ; sqlite://rel -> rel ; sqlite:///~/x -> ~/x
         if path.startswith("/"):
@@ -53,7 +66,5 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
             path = path[1:]
         if not path or path == "/":
             raise ConfigError(f"BRAINSTEM_KV {url!r} names no file: use sqlite:///path/to/brainstem.db")
-        if prefix is None:
-            prefix = parse_qs(parts.query).get("prefix", [""])[0]
-        return SQLiteStore(path, prefix=prefix)
+        return SQLiteStore(path, prefix=prefix, retry_seconds=retry_seconds)
     raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db or sqlite:///path")

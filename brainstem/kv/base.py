@@ -11,11 +11,13 @@ value written as ``{"a": 1}`` reads back as ``'{"a": 1}'`` with ``get`` and as
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import MalformedValue
+from ..errors import ConfigError, ForeignAgentKey, MalformedValue, NotText, StoreReadOnly
+from . import names
 
 @dataclass
 class KeyInfo:
@@ -35,13 +37,114 @@ class ListResult:
         return self.cursor is None
 
 
+# How each primitive is confined to the view's own agent (see ``Store.__init_subclass__``):
+# a read of a key that is not this agent's answers "absent"; a write raises ForeignAgentKey.
+_READS = {"get_text": lambda: None, "get_with_metadata": lambda: (None, None), "read_log": list,
+          "log_length": lambda: 0, "lock_owner": lambda: None}
+_WRITES = frozenset({"put", "delete", "incr", "append", "delete_log", "trim_log",
+                     "acquire_lock", "release_lock", "refresh_lock"})
+
+
 class Store:
     """What every backend offers. Keys are plain strings; backends add their own prefix.
 
-    Subclasses implement the primitives; the JSON helpers live here once.
+    Subclasses implement the primitives; the JSON helpers live here once, and so
+    does confinement: every primitive a backend defines is wrapped so that a view
+    never reaches another agent's keys (see :mod:`brainstem.kv.names`). A named
+    agent's view is confined by its prefix and registers its name before its
+    first operation; the default agent's view refuses keys whose first segment
+    is a registered name. Backends provide the registry (``_registry_*``).
     """
 
     display_url: str = ""  # the URL with any password removed, safe to print
+    prefix: str = ""  # "" for the default agent, else "NAME:"
+    _registered = False  # a named view has registered its name (or found it registered)
+    _known_agents: frozenset[str] = frozenset()  # names seen registered; never unregistered, so cached
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, fn in list(vars(cls).items()):
+            if name in _READS:
+                setattr(cls, name, _confined_read(fn, _READS[name]))
+            elif name in _WRITES:
+                setattr(cls, name, _confined_write(fn))
+            elif name == "list":
+                setattr(cls, name, _confined_list(fn))
+
+    # --- registry (each backend) ---
+    def _registry_has(self, name: str) -> bool: raise NotImplementedError
+    def _registry_names(self) -> set[str]: raise NotImplementedError
+    def _registry_add(self, name: str, adopt: bool) -> None: raise NotImplementedError  # ConfigError on a clash
+
+    # --- agents (shared) ---
+    def _set_prefix(self, prefix: str | None, source: str = "agent prefix") -> None:
+        """Validate and normalise the agent prefix (ConfigError naming ``source`` when invalid)."""
+        self.prefix = names.agent_prefix(prefix, source)
+        self._registered = False
+        self._known_agents = frozenset()
+
+    @property
+    def agent(self) -> str | None:
+        """This view's agent name; None for the default agent."""
+        return self.prefix[:-1] or None
+
+    def registered_agents(self) -> set[str]:
+        """Every agent name registered in this store."""
+        found = self._registry_names()
+        self._known_agents = self._known_agents | found
+        return found
+
+    def register_agent(self, name: str, adopt: bool = False) -> None:
+        """Record ``name`` in the registry (idempotent).
+
+        Refused with :class:`ConfigError` when the default agent already holds
+        keys under ``NAME:``, unless ``adopt`` (the operator says they are the
+        agent's own) or a log lives there (only the agent's own runtime writes
+        logs under its prefix).
+        """
+        name = names.agent_prefix(name, "agent name")[:-1]
+        if not name:
+            raise ConfigError("the default agent has no name to register")
+        self._registry_add(name, adopt)
+        self._known_agents = self._known_agents | {name}
+        if name == self.agent:
+            self._registered = True
+
+    def owner_of(self, key: Any) -> str | None:
+        """Who owns ``key`` when this view may not touch it: another agent's name, or ``"__"`` for
+        the store's internals. None when the key is this view's own."""
+        if not isinstance(key, str):
+            return None
+        if key.startswith(names.INTERNAL):
+            return names.INTERNAL
+        if self.prefix:
+            return None  # stored under NAME:, which no other agent can reach
+        seg = names.candidate(key)
+        if seg is None:
+            return None
+        if seg in self._known_agents:
+            return seg
+        if self._registry_has(seg):  # not cached when absent: a name may be registered at any time
+            self._known_agents = self._known_agents | {seg}
+            return seg
+        return None
+
+    def check_writable(self, key: Any) -> Any:
+        """``key``, or :class:`ForeignAgentKey` when it belongs to another agent or the store's internals."""
+        owner = self.owner_of(key)
+        if owner is not None:
+            raise ForeignAgentKey(_refusal(key, owner))
+        return key
+
+    def _ready(self, write: bool = True) -> None:
+        if self.prefix and not self._registered:
+            try:
+                self.register_agent(self.prefix[:-1])
+            except StoreReadOnly:
+                if write:
+                    raise
+                # A read-only store can still be read: the view's own keys are under its prefix whether or
+                # not the name is registered; registration is tried again before the first write.
 
     # --- primitives (each backend) ---
     def get_text(self, key: str) -> str | None: raise NotImplementedError
@@ -104,6 +207,62 @@ class Store:
         self.close()
 
 
+def _refusal(key: str, owner: str) -> str:
+    if owner == names.INTERNAL:
+        return f"key {key!r} is reserved for the store's internals"
+    return (f"key {key!r} belongs to agent {owner!r}, which shares this store; the default agent cannot "
+            f"write, delete or lock it (act as that agent with BRAINSTEM_KV_PREFIX={owner}: or --agent {owner})")
+
+
+def _key_param(fn) -> str:
+    """The name of the key argument: (self, key | log_key | name, ...). No ``inspect``: the sleep path
+    imports this module and ``inspect`` would cost it milliseconds."""
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn.__code__.co_varnames[1]
+
+
+def _confined_read(fn, absent):
+    param = _key_param(fn)
+
+    @functools.wraps(fn)
+    def read(self, *args, **kwargs):
+        self._ready(write=False)
+        key = args[0] if args else kwargs.get(param)
+        if self.owner_of(key) is not None:
+            return absent()
+        return fn(self, *args, **kwargs)
+    return read
+
+
+def _confined_write(fn):
+    param = _key_param(fn)
+
+    @functools.wraps(fn)
+    def write(self, *args, **kwargs):
+        self._ready()
+        self.check_writable(args[0] if args else kwargs.get(param))
+        return fn(self, *args, **kwargs)
+    return write
+
+
+def _confined_list(fn):
+    @functools.wraps(fn)
+    def list_(self, *args, **kwargs):
+        self._ready(write=False)
+        prefix = (args[0] if args else kwargs.get("prefix")) or ""
+        if prefix.startswith(names.INTERNAL) or (":" in prefix and self.owner_of(prefix) is not None):
+            return ListResult()  # wholly another agent's (or the internals): nothing to scan
+        res = fn(self, *args, **kwargs)
+        keys = [k for k in res.keys if not k.name.startswith(names.INTERNAL)]
+        if not self.prefix and any(names.candidate(k.name) for k in keys):
+            agents = self.registered_agents()  # one lookup for the whole page
+            keys = [k for k in keys if names.candidate(k.name) not in agents]
+        res.keys = keys
+        return res
+    return list_
+
+
 def encode(value: Any) -> str:
     """The stored text form of a value: strings as they are, the rest as JSON."""
     if isinstance(value, str):
@@ -119,3 +278,35 @@ def decode_json(key: str, text: str) -> Any:
         raise MalformedValue(f"value of {key!r} is not valid JSON ({exc.msg} at char {exc.pos}): {preview!r}") from None
 
 
+def decode_text(key: str, raw: bytes | str | None, what: str = "value") -> str | None:
+    """Stored bytes as text, or :class:`NotText` naming the key: values are UTF-8 text, and bytes that
+    are not (written around Brainstem, e.g. by a plain Redis client or sqlite3) must not surface as a
+    UnicodeDecodeError deep in whatever read them."""
+    if raw is None or isinstance(raw, str):
+        return raw
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if key == "soul":
+            fix = "replace it with `brainstem kv put soul --file FILE --force-soul`"
+        else:
+            fix = f"replace it with `brainstem kv put {key} --file FILE` or delete it with `brainstem kv del {key}`"
+        raise NotText(f"{what} of {key!r} is not text (invalid UTF-8 at byte {exc.start} of {len(raw)} bytes); "
+                      f"{fix}") from None
+
+
+def decode_metadata(key: str, raw: bytes | str | None) -> dict | None:
+    """Stored metadata (JSON text) as a dict; :class:`MalformedValue` naming the key when it is not."""
+    text = decode_text(key, raw, "metadata")
+    if not text:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise MalformedValue(f"metadata of {key!r} is not valid JSON: {text[:60]!r}") from None
+    return meta if isinstance(meta, dict) else None
+
+
+def decode_log_entry(raw: bytes | str) -> str:
+    """A log entry as text; bytes that are not UTF-8 are replaced (one bad entry must not hide a log)."""
+    return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="replace")

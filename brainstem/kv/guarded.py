@@ -8,6 +8,8 @@ prompt and config updates) passes through :class:`AgentKV`:
   snapshots, version history) are refused: the agent changes them only through
   fields the runtime validates and clamps;
 * a key with control characters, surrounding spaces or empty ``:`` segments is refused;
+* a key of another agent sharing the store is refused (the store view says
+  whose it is, :meth:`Store.check_writable`), before anything is written;
 * a ``kv_operations`` batch is validated whole before anything is written:
   one bad operation rejects the batch, and the reason is recorded;
 * a privileged write (``config:*``, ``prompt:*``, ``tool:*``, ``provider:*``,
@@ -60,7 +62,7 @@ def check_agent_writable(key: Any) -> str:
     return key
 
 
-# --- kv_operations: the canonical batch format (DESIGN.md section 2.8) ---
+# --- kv_operations: the canonical batch format ---
 
 class _Op(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -119,9 +121,12 @@ class AgentKV:
     def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
         return self.store.get(key, type, default)
 
+    def _writable(self, key: Any) -> str:
+        return self.store.check_writable(check_agent_writable(key))
+
     def put(self, key: str, value: Any, *, source: str = "agent") -> None:
         try:
-            key = check_agent_writable(key)
+            key = self._writable(key)
             text = encode(value)
             if len(text.encode()) > MAX_VALUE_BYTES:
                 raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
@@ -132,7 +137,7 @@ class AgentKV:
 
     def delete(self, key: str, *, source: str = "agent") -> bool:
         try:
-            key = check_agent_writable(key)
+            key = self._writable(key)
         except KVWriteRefused as exc:
             self._refused("delete", key, exc, source)
             raise
@@ -140,7 +145,7 @@ class AgentKV:
 
     def rename(self, old: str, new: str, *, source: str = "agent") -> None:
         try:
-            old, new = check_agent_writable(old), check_agent_writable(new)
+            old, new = self._writable(old), self._writable(new)
             value = self.store.get(old)
             if value is None:
                 raise KVWriteRefused(f"cannot rename {old!r}: it does not exist")
@@ -164,7 +169,7 @@ class AgentKV:
                 return exists[k]
 
             for op in ops:
-                check_agent_writable(op.key)
+                self._writable(op.key)
                 if isinstance(op, PutOp):
                     if len(encode(op.value).encode()) > MAX_VALUE_BYTES:
                         raise KVWriteRefused(f"value for {op.key!r} exceeds {MAX_VALUE_BYTES} bytes")
@@ -172,7 +177,7 @@ class AgentKV:
                 elif isinstance(op, DeleteOp):
                     exists[op.key] = False
                 else:
-                    check_agent_writable(op.value)
+                    self._writable(op.value)
                     if not present(op.key):
                         raise KVWriteRefused(f"cannot rename {op.key!r}: it does not exist")
                     exists[op.key], exists[op.value] = False, True

@@ -6,6 +6,11 @@ Layout under the agent's key prefix (several agents can share one Redis):
     {prefix}{key}              or, for a log such as karma, a Redis list (RPUSH: O(1))
     {prefix}__meta__:{key}     the metadata of a value, JSON, with the value's TTL
     {prefix}__lock__:{name}    a lock: SET NX PX with an owner token
+    __agents__                 the registry of agent names: a set, outside every prefix
+
+The default agent's prefix is empty; its view refuses keys under a registered
+``NAME:`` (see :mod:`brainstem.kv.names`). In production give each agent its
+own Redis ACL user restricted to ``~NAME:*`` (and read access to ``__agents__``).
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 
-from ..errors import MalformedValue, StoreUnavailable
-from .base import KeyInfo, ListResult, Store, encode
+from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
+from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode
+from .names import adopt_hint
 
 META = "__meta__:"
 LOCK = "__lock__:"
 _INTERNAL = (META, LOCK)
+REGISTRY = "__agents__"  # outside every prefix
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
@@ -41,34 +48,85 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
 
 
-def _guard(fn):
-    """Turn connection failures into one operator-readable line naming the server."""
+RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
+
+
+def _guard(fn=None, *, retry: bool = True):
+    """Turn Redis failures into one operator-readable line naming the server.
+
+    A lost connection is retried with growing pauses for up to ``retry_seconds`` (a restart or a
+    failover of a few seconds is survived); a refused password, a read-only replica and a full
+    server are not retried.
+    """
+    if fn is None:
+        return lambda f: _guard(f, retry=retry)
+
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"cannot reach Redis at {self.display_url}: {_reason(exc)}") from None
-        except redis.AuthenticationError:
-            raise StoreUnavailable(f"Redis at {self.display_url} refused the password") from None
-        except redis.ResponseError as exc:
-            if "WRONGTYPE" in str(exc):
-                raise MalformedValue(f"{args[0]!r} holds a different kind of value (a log is not a value)") from None
-            if "NOAUTH" in str(exc):
-                raise StoreUnavailable(f"Redis at {self.display_url} needs a password (put it in the URL)") from None
-            raise
+        # After a command has used up its retries, the next ones try once until one succeeds: a
+        # server that stays down costs one wait, not one per command.
+        deadline = time.monotonic() + (self.retry_seconds if retry and not self._down else 0.0)
+        pause = 0.05
+        while True:
+            try:
+                out = fn(self, *args, **kwargs)
+                self._down = False
+                return out
+            except redis.AuthenticationError as exc:  # a ConnectionError too: before the branch below
+                raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._down = True
+                    raise StoreUnavailable(f"cannot reach Redis at {self.display_url}: {_reason(exc)}") from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 1.0)
+            except redis.ResponseError as exc:
+                text = str(exc)
+                first = text.splitlines()[0] if text else type(exc).__name__
+                if "WRONGTYPE" in text:
+                    raise MalformedValue(f"{args[0]!r} holds a different kind of value (a log is not a value)") from None
+                if "NOAUTH" in text or "WRONGPASS" in text:
+                    raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
+                if isinstance(exc, redis.exceptions.ReadOnlyError) or text.startswith("READONLY"):
+                    raise StoreReadOnly(f"Redis at {self.display_url} is read-only (a replica?) and refused a "
+                                        f"write: {first}") from None
+                if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
+                    raise StoreFull(f"the store is full: Redis at {self.display_url} refused a write: {first}") from None
+                if text.startswith("MISCONF"):
+                    raise StoreFull(f"the store's disk is full or not writable: Redis at {self.display_url} "
+                                    f"cannot persist and refuses writes: {first}") from None
+                if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in text:
+                    what = fn.__name__.lstrip("_").replace("_", " ")
+                    raise ConfigError(f"Redis at {self.display_url} refused {what} for the ACL user: "
+                                      f"{first} (an agent's user needs ~NAME:* and read access to "
+                                      f"{REGISTRY}, where the operator registers NAME)") from None
+                raise
+            except UnicodeDecodeError:
+                raise MalformedValue(f"Redis at {self.display_url} answered {fn.__name__.lstrip('_')} with bytes "
+                                     "that are not UTF-8 text (a key or value written around Brainstem)") from None
     return wrapper
 
 
+def _auth_message(url: str, exc: BaseException) -> str:
+    text = str(exc)
+    if "NOAUTH" in text or "Authentication required" in text:
+        return f"Redis at {url} needs a password (put it in the URL: redis://:PASSWORD@host:port/db)"
+    return f"Redis at {url} refused the password (check the one in the URL)"
+
+
 class RedisStore(Store):
+    _down = False  # the last command gave up on the connection: do not wait again until one succeeds
+
     def __init__(self, url: str, prefix: str | None = None, socket_timeout: float = 5.0,
-                 client: redis.Redis | None = None):
+                 client: redis.Redis | None = None, retry_seconds: float | None = None):
         query = parse_qs(urlsplit(url).query)
         if prefix is None:
             prefix = query.get("prefix", [""])[0]
         clean = urlunsplit(urlsplit(url)._replace(query=""))
-        self.prefix = prefix
         self.display_url = redact_url(url)
+        self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
+        self._set_prefix(prefix, "agent prefix")
         try:
             # ``client`` lets fast unit tests hand in a fakeredis instance.
             self._r = client or redis.Redis.from_url(clean, decode_responses=True, socket_timeout=socket_timeout,
@@ -81,21 +139,77 @@ class RedisStore(Store):
     def _k(self, key: str) -> str:
         return self.prefix + key
 
-    @_guard
+    @_guard(retry=False)  # opening fails fast: nothing has been started that a retry would save
     def ping(self) -> None:
         self._r.ping()
+
+    def _raw(self, *command):
+        """A command whose reply stays bytes: values are decoded by :func:`decode_text`, naming the key."""
+        return self._r.execute_command(*command, NEVER_DECODE=True)
+
+    # --- the registry of agent names ---
+    @_guard
+    def _registry_has(self, name: str) -> bool:
+        return bool(self._registry_call(self._r.sismember, REGISTRY, name))
+
+    @_guard
+    def _registry_names(self) -> set[str]:
+        return set(self._registry_call(self._r.smembers, REGISTRY))
+
+    @_guard
+    def _registry_add(self, name: str, adopt: bool) -> None:
+        if self._registry_call(self._r.sismember, REGISTRY, name):
+            return
+        if not adopt:
+            # Keys already under NAME: are the default agent's, unless a log is among them: only
+            # NAME's own runtime appends logs there (an agent from before names were registered).
+            clash = None
+            batch: list[str] = []
+            for k in self._r.scan_iter(match=_glob_escape(name + ":") + "*", count=1000):
+                batch.append(k)
+                if len(batch) >= 500:
+                    clash, found_log = self._classify(batch, clash)
+                    if found_log:
+                        break
+                    batch = []
+            else:
+                clash, found_log = self._classify(batch, clash)
+            if clash is not None and not found_log:
+                raise ConfigError(f"cannot register agent {name!r} in {self.display_url}: the default agent already "
+                                  f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
+                                  f"another name; if they are {name}'s own from before agents were registered: "
+                                  f"{adopt_hint(name)}")
+        self._registry_call(self._r.sadd, REGISTRY, name)
+
+    def _classify(self, batch: list[str], clash: str | None) -> tuple[str | None, bool]:
+        if not batch:
+            return clash, False
+        pipe = self._r.pipeline(transaction=False)
+        for k in batch:
+            pipe.type(k)
+        kinds = pipe.execute()
+        return clash or min(batch), "list" in kinds
+
+    def _registry_call(self, fn, *args):
+        try:
+            return fn(*args)
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" in str(exc):
+                raise MalformedValue(f"the agent registry {REGISTRY!r} in {self.display_url} is not a set; "
+                                     "something outside Brainstem overwrote it") from None
+            raise
 
     # --- values ---
     @_guard
     def get_text(self, key: str) -> str | None:
-        return self._r.get(self._k(key))
+        return decode_text(key, self._raw("GET", self._k(key)))
 
     @_guard
     def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
-        value, meta = self._r.mget(self._k(key), self._k(META + key))
+        value, meta = self._raw("MGET", self._k(key), self._k(META + key))
         if value is None:
             return None, None
-        return value, (json.loads(meta) if meta else None)
+        return decode_text(key, value), decode_metadata(key, meta)
 
     @_guard
     def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
@@ -133,15 +247,22 @@ class RedisStore(Store):
         n = len(self.prefix)
         pattern = _glob_escape(self._k(prefix)) + "*"
         while True:
-            scan_cursor, batch = self._r.scan(scan_cursor, match=pattern, count=max(limit, 100))
-            names.extend(b for b in batch if not b[n:].startswith(_INTERNAL))
+            scan_cursor, batch = self._raw("SCAN", scan_cursor, "MATCH", pattern, "COUNT", max(limit, 100))
+            scan_cursor = int(scan_cursor)
+            for raw in batch:
+                try:
+                    b = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    continue  # a key name that is not text: no command here could name it
+                if not b[n:].startswith(_INTERNAL) and b != REGISTRY:
+                    names.append(b)
             if scan_cursor == 0 or len(names) >= limit:
                 break
         names.sort()
         pipe = self._r.pipeline(transaction=False)
         for name in names:
             pipe.type(name)
-            pipe.get(self.prefix + META + name[n:])
+            pipe.execute_command("GET", self.prefix + META + name[n:], NEVER_DECODE=True)
             pipe.pttl(name)
         answers = pipe.execute() if names else []
         keys = []
@@ -151,7 +272,7 @@ class RedisStore(Store):
             if kind == "none":  # expired or deleted between SCAN and now
                 continue
             is_log = kind == "list"
-            keys.append(KeyInfo(name=name[n:], metadata=None if is_log or not meta else json.loads(meta),
+            keys.append(KeyInfo(name=name[n:], metadata=None if is_log else _listed_metadata(name[n:], meta),
                                 expiration=now + pttl / 1000 if pttl and pttl > 0 else None, is_log=is_log))
         return ListResult(keys=keys, cursor=str(scan_cursor) if scan_cursor else None)
 
@@ -175,7 +296,7 @@ class RedisStore(Store):
             if stop <= start:
                 return []
             end = stop - 1
-        return self._r.lrange(self._k(log_key), start, end)
+        return [decode_log_entry(e) for e in self._raw("LRANGE", self._k(log_key), start, end)]
 
     @_guard
     def log_length(self, log_key: str) -> int:
@@ -238,3 +359,11 @@ def _glob_escape(s: str) -> str:
 def _reason(exc: BaseException) -> str:
     msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return msg
+
+
+def _listed_metadata(key: str, raw: bytes | None) -> dict | None:
+    """Metadata for a listing: one key's unreadable metadata must not hide the others."""
+    try:
+        return decode_metadata(key, raw)
+    except MalformedValue:
+        return None

@@ -8,12 +8,17 @@ Tier 2 runs that snapshot. Tier 3 is the hard-coded client in
 ``provider:wallet_balance``, ``check(ctx)``) follow the same pattern with a
 hard-coded fallback each.
 
-Adapter code is hostile like any tool: it gets only the secrets its meta
-names *and* the operator allows, and fetch obeys the egress policy.
+Adapter code is hostile like any tool: it holds placeholders for the secrets
+its meta names *and* the operator bound, fetch obeys the egress policy, and
+its requests to the LLM host are metered on the wire (:mod:`.meter`): the
+session pays what the host bills, never what the adapter reports. Balance
+checkers' answers are sanity-checked: a negative, non-finite or absurd number
+counts as a failed check.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +27,7 @@ from .. import events, keys
 from ..budget import BudgetExceeded
 from ..kv.base import Store
 from ..kv.guarded import AgentKV
-from ..tools import ToolError, ToolMeta, ToolServices, parse_meta
+from ..tools import ToolError, ToolMeta, ToolPolicy, ToolServices, parse_meta
 from .openrouter import LLMResponse, ProviderError
 
 
@@ -46,19 +51,22 @@ class SandboxedAdapter:
     """A provider whose code lives in KV and runs in the sandbox."""
 
     def __init__(self, tier: str, name: str, code: str, meta: ToolMeta, services: ToolServices,
-                 on_success: Callable[[], None] | None = None):
+                 on_success: Callable[[], None] | None = None, base_url: str | None = None):
         self.tier = tier
         self.name = name
         self._code = code
         self._meta = meta
         self._services = services
         self._on_success = on_success
+        self._base_url = base_url
 
-    def complete(self, request: dict, timeout: float) -> LLMResponse:
+    def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         from ..sandbox import Limits, run
 
         budget_ms = int(timeout * 1000)
         clipped = budget_ms < self._meta.timeout_ms
+        if self._base_url:
+            request = {**request, "base_url": self._base_url}  # the operator's endpoint, not a secret
         out = run(self._code, "call", [request], services=self._services,
                   limits=Limits(timeout_ms=max(50, min(self._meta.timeout_ms, budget_ms))))
         if not out.ok:
@@ -78,8 +86,8 @@ class SandboxedAdapter:
         return resp
 
 
-def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any], allowed_env_secrets: list[str],
-                      fetch_allow: list[str], on_secrets: Callable[[dict], None] | None = None) -> list:
+def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any], policy: ToolPolicy,
+                      base_url: str | None = None) -> list:
     """Tier 1 and tier 2, whichever exist and are valid (a broken one is recorded and left out)."""
     out = []
     code = store.get(keys.PROVIDER_LLM_CODE)
@@ -87,10 +95,7 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
     snapshotted = {"done": False}
 
     def services(name: str, meta: ToolMeta) -> ToolServices:
-        s = ToolServices(name, meta, store, agent_kv, record, allowed_env_secrets, fetch_allow)
-        if on_secrets is not None:
-            on_secrets(s.secrets)
-        return s
+        return ToolServices(name, meta, store, agent_kv, record, policy)
 
     if code is not None:
         try:
@@ -109,29 +114,48 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
                     record(events.KV_WRITE, op="put", key=keys.PROVIDER_LLM_LAST_WORKING_CODE, source="runtime",
                            reason="tier-1 adapter worked; snapshotted as last working")
             out.append(SandboxedAdapter("dynamic", "provider:llm", code, meta, services("provider:llm", meta),
-                                        on_success=snapshot))
+                                        on_success=snapshot, base_url=base_url))
         except ToolError as exc:
             record(events.PROVIDER_FALLBACK, tier="dynamic", error=str(exc))
     if snap_code is not None and snap_code != code:
         try:
             meta = _meta(store, keys.PROVIDER_LLM_LAST_WORKING_META)
             out.append(SandboxedAdapter("last_working", "provider:llm:last_working", snap_code, meta,
-                                        services("provider:llm:last_working", meta)))
+                                        services("provider:llm:last_working", meta), base_url=base_url))
         except ToolError as exc:
             record(events.PROVIDER_FALLBACK, tier="last_working", error=str(exc))
     return out
 
 
+MAX_SANE_BALANCE = 1e12  # USD; above it a checker's answer is nonsense, not a balance
+
+
+def sane_balance(value: Any) -> tuple[float | None, str | None]:
+    """(the balance, None) or (None, why it is not one): negative, non-finite or absurd values are unknown."""
+    if value is None:
+        return None, "check() returned None"
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None, f"check() returned {type(value).__name__}, not a number"
+    if not math.isfinite(value):
+        return None, f"check() returned {value}, not a finite number"
+    if value < 0:
+        return None, f"check() returned {value}, a negative balance"
+    if value > MAX_SANE_BALANCE:
+        return None, f"check() returned {value:g}, beyond any plausible balance"
+    return float(value), None
+
+
 def checked_number(store: Store, name: str, fallback: Callable[[], float | None], agent_kv: AgentKV,
-                   record: Callable[..., Any], allowed_env_secrets: list[str], fetch_allow: list[str],
-                   timeout: float, on_secrets: Callable[[dict], None] | None = None) -> float | None:
+                   record: Callable[..., Any], policy: ToolPolicy, timeout: float) -> float | None:
     """A balance from ``provider:{name}:code`` (``check(ctx)``), else from the hard-coded ``fallback``.
 
     What the checker is granted is redacted from what is recorded here (its ``ctx.log`` lines and its
-    error), whether or not the caller's recorder knows those values; ``on_secrets`` is told them too.
+    error), whether or not the caller's recorder knows those values.
     """
     code = store.get(f"provider:{name}:code")
     if code is not None:
+        from dataclasses import replace
+
         from ..karma import Redactor
         from ..sandbox import Limits, run
 
@@ -140,24 +164,25 @@ def checked_number(store: Store, name: str, fallback: Callable[[], float | None]
         def record_redacted(event: str, **fields: Any) -> Any:
             return record(event, **granted(fields))
 
+        def learn(values: dict[str, str]) -> None:
+            for secret_name, value in values.items():
+                granted.add(secret_name, value)
+            if policy.on_secrets is not None:
+                policy.on_secrets(values)
+
         t0 = time.monotonic()
         try:
             meta = _meta(store, f"provider:{name}:meta")
             services = ToolServices(f"provider:{name}", meta, store, agent_kv, record_redacted,
-                                    allowed_env_secrets, fetch_allow)
-            for secret_name, value in services.secrets.items():
-                granted.add(secret_name, value)
-            if on_secrets is not None:
-                on_secrets(services.secrets)
+                                    replace(policy, on_secrets=learn))
             out = run(code, "check", [], services=services,
                       limits=Limits(timeout_ms=max(50, min(meta.timeout_ms, int(timeout * 1000)))))
-            if out.ok and (out.value is None or (isinstance(out.value, (int, float))
-                                                 and not isinstance(out.value, bool))):
-                if out.value is not None:
-                    return float(out.value)
-                error = "check() returned None"
+            if out.ok:
+                value, error = sane_balance(out.value)
+                if value is not None:
+                    return value
             else:
-                error = out.error or f"check() returned {type(out.value).__name__}, not a number"
+                error = out.error or "check() failed"
         except ToolError as exc:
             error = str(exc)
         record_redacted(events.PROVIDER_FALLBACK, tier="dynamic", checker=name, error=error,

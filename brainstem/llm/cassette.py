@@ -34,7 +34,7 @@ class CassetteProvider:
         self.answers = answers
         self.served = 0
 
-    def complete(self, request: dict, timeout: float) -> LLMResponse:
+    def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         if self.served >= len(self.answers):
             raise ProviderError(f"cassette {self.path.name} ran out of answers after {self.served}")
         answer = self.answers[self.served]

@@ -24,10 +24,9 @@ from .. import events
 from ..budget import Budget, BudgetExceeded
 from ..config import Models
 from .openrouter import LLMResponse, ProviderError
+from .pricing import ANOMALY_FACTOR, CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 from .providers import Provider
 
-CHARS_PER_TOKEN_WORST = 3  # real tokenisers average ~4 chars per token; 3 over-estimates on purpose
-MIN_USEFUL_TOKENS = 256
 DEFAULT_CALL_TIMEOUT = 120.0
 TRUSTED_TIERS = ("hardcoded", "cassette")  # usage reported by code the agent cannot edit
 EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
@@ -36,14 +35,34 @@ EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": 
 class LLMError(Exception):
     """Every provider (and the fallback model) failed, or the model is unknown.
 
-    ``outage`` is True when the hard-coded tier, which the agent cannot break,
-    failed in a transient way (429, 5xx, network): the provider is down, not
-    the agent's config.
+    ``fault`` is an outcome name (:mod:`brainstem.outcomes`) when the hard-coded tier, which the
+    agent cannot break, failed for a reason that is the operator's or the provider's, not the
+    agent's config: ``llm_auth_failed`` (401/403), ``llm_no_credit`` (402), ``llm_unavailable``
+    (5xx, 429, network, timeouts, after retries) or ``llm_bad_response`` (not a chat completion).
+    None: the failure is the agent's (an unknown model, an adapter it broke, a refused request).
+    ``status`` is the hard-coded tier's HTTP status, when there was one. ``outage`` is True for
+    any such fault.
     """
 
-    def __init__(self, message: str, outage: bool = False):
+    def __init__(self, message: str, outage: bool = False, fault: str | None = None, status: int | None = None):
         super().__init__(message)
-        self.outage = outage
+        if fault is None and outage:
+            fault = "llm_unavailable"
+        self.fault = fault
+        self.status = status
+
+    @property
+    def outage(self) -> bool:
+        return self.fault is not None
+
+
+def provider_fault(tier: str, exc: ProviderError) -> str | None:
+    """The outcome a provider failure stands for, or None when it may be the agent's doing."""
+    from ..outcomes import PROVIDER_FAULTS
+
+    if tier != "hardcoded":
+        return None  # tiers 1 and 2 are code the agent wrote: their failures are its own
+    return PROVIDER_FAULTS.get(getattr(exc, "kind", None) or "")
 
 
 @dataclass
@@ -61,7 +80,8 @@ class LLMResult:
 class LLM:
     def __init__(self, *, models: Models, budget: Budget, record: Callable[..., dict], soul: str,
                  providers: Sequence[Provider], fallback_model: str | None = None,
-                 on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT):
+                 on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT,
+                 meter=None, on_anomaly: Callable[[dict], None] | None = None):
         self.models = models
         self.budget = budget
         self.record = record
@@ -70,33 +90,43 @@ class LLM:
         self.fallback_model = fallback_model
         self.on_cost = on_cost
         self.call_timeout = call_timeout
+        self.on_anomaly = on_anomaly  # told of each call whose reported cost exceeds its worst case
+        self.meter = meter  # a WireMeter: what sandboxed adapters send to the LLM host, priced and charged
         self._unknown_reported: set[str] = set()
 
     # --- pricing ---
     def worst_case(self, model_id: str, prompt_chars: int, max_tokens: int) -> float:
-        p_in, p_out = self.models.prices(model_id)
-        tokens_in = math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16
-        return (tokens_in * p_in + max_tokens * p_out) / 1e6
+        return worst_case_cost(self.models, model_id, prompt_chars, max_tokens)
 
-    def actual_cost(self, model_id: str, resp: LLMResponse, tier: str = "hardcoded", prompt_chars: int = 0) -> float:
-        """What the call cost: the provider's ``usage.cost`` if it reports one, else the price list.
+    def actual_cost(self, model_id: str, resp: LLMResponse, tier: str, request: dict) -> tuple[float, str]:
+        """(what the call cost, where the figure came from).
+
+        The provider's ``usage.cost`` when it reports one, else the price list's cost of the reported
+        tokens. A reply with no usage at all (some OpenAI-compatible servers send none) is never free:
+        it is priced from the text that went in and came out, pessimistically (three characters a
+        token), or at its worst case when reasoning was asked for, whose tokens the answer does not show.
 
         The hard-coded client's numbers come from the provider itself. An agent-written adapter's
         come from the agent, so they are never believed below the price list's cost of the text
-        that actually went in and came out (about four characters a token): an adapter that says
-        "free" cannot get around the operator's ceilings.
+        that actually went in and came out: an adapter that says "free" cannot get around the ceilings.
         """
-        p_in, p_out = self.models.prices(model_id)
-        tokens_in = resp.usage.get("prompt_tokens", 0)
-        tokens_out = resp.usage.get("completion_tokens", 0)
+        prompt_chars = sum(len(m["content"]) for m in request["messages"])
+        usage = resp.usage
+        tokens_in, tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        reported = usage.get("cost")
+        has_cost = isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0
         if tier not in TRUSTED_TIERS:
-            tokens_in = max(tokens_in, prompt_chars // 4)
-            tokens_out = max(tokens_out, len(resp.content) // 4)
-        listed = (tokens_in * p_in + tokens_out * p_out) / 1e6
-        reported = resp.usage.get("cost")
-        if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0:
-            return float(reported) if tier in TRUSTED_TIERS else max(float(reported), listed)
-        return listed
+            listed = listed_cost(self.models, model_id, max(tokens_in, prompt_chars // 4),
+                                 max(tokens_out, len(resp.content) // 4))
+            return (max(float(reported), listed), "provider") if has_cost else (listed, "price_list")
+        if has_cost:
+            return float(reported), "provider"
+        if tokens_in or tokens_out:
+            return listed_cost(self.models, model_id, tokens_in, tokens_out), "price_list"
+        if request.get("reasoning"):
+            return self.worst_case(model_id, prompt_chars, request["max_tokens"]), "worst_case"
+        return listed_cost(self.models, model_id, math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST),
+                           math.ceil(len(resp.content) / CHARS_PER_TOKEN_WORST)), "estimated"
 
     def resolve(self, name: str) -> str:
         model_id = self.models.resolve(name)
@@ -140,20 +170,49 @@ class LLM:
         if effort and info is not None and info.supports_reasoning:
             request["reasoning"] = {"effort": EFFORT_TO_REASONING.get(effort, "medium")}
         errors = []
-        outage = False
+        fault, status = None, None
+        fallback = self.models.resolve(self.fallback_model) if self.fallback_model else None
         for provider in self.providers:
             t0 = time.monotonic()
+            # The session's one deadline: each tier gets what is left of it, not a fresh allowance.
+            time_left = self.budget.time_left(use_reserve)
+            if time_left <= 0:
+                self.record(events.BUDGET_EXCEEDED, limit="time", purpose=purpose, step_id=step_id,
+                            budget=self.budget.time_ceiling(use_reserve), spent=round(self.budget.elapsed(), 2))
+                raise BudgetExceeded("time", f"no time left for the {purpose} call")
+            timeout = min(self.call_timeout, max(1.0, time_left))
+            metered = self.meter is not None and provider.tier not in TRUSTED_TIERS
+            wire = None
             try:
-                resp = provider.complete(request, timeout=min(self.call_timeout, max(1.0, time_left)))
+                if metered:
+                    # The adapter's own requests to the LLM host are priced, clamped and charged on the wire.
+                    with self.meter.adapter_call(model=model_id, fallback=fallback, max_tokens=max_tokens,
+                                                 use_reserve=use_reserve) as wire:
+                        resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
+                else:
+                    resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
             except ProviderError as exc:
+                self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, str(exc))
                 errors.append(f"{provider.tier}: {exc}")
-                outage = provider.tier == "hardcoded" and exc.retryable
+                fault = provider_fault(provider.tier, exc)
+                status = exc.status if provider.tier == "hardcoded" else status
                 self.record(events.PROVIDER_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
                             tier=provider.tier, error=str(exc),
                             duration_ms=int((time.monotonic() - t0) * 1000))
                 continue
-            return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced)
-        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), outage=outage)
+            except BudgetExceeded as exc:
+                self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, str(exc))
+                raise
+            return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire)
+        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
+
+    def _record_failed_spend(self, purpose, step_id, model_id, tier, wire, t0, error) -> None:
+        """An adapter that failed after its requests were billed: the spend is in an llm_call entry too,
+        so a session's cost stays the sum of its llm_call entries."""
+        if wire and wire["requests"]:
+            self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
+                        cost=round(wire["cost"], 10), cost_source="wire", wire_requests=wire["requests"],
+                        failed=True, error=error, duration_ms=int((time.monotonic() - t0) * 1000))
 
     def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
         ceiling = self.budget.cost_ceiling(use_reserve)
@@ -171,12 +230,29 @@ class LLM:
         raise BudgetExceeded(self.budget.binding_limit(use_reserve),
                              f"the {purpose} call could cost more than the ${left:.4f} left")
 
-    def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced) -> LLMResult:
+    def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced,
+                 wire: dict | None = None) -> LLMResult:
         # Rounded once, here, to 1e-10 USD: what is added to the budget is exactly what karma records,
         # so a session's cost is the sum of its llm_call entries.
-        prompt_chars = sum(len(m["content"]) for m in request["messages"])
-        cost = round(self.actual_cost(model_id, resp, tier, prompt_chars), 10)
-        self.budget.spent += cost
+        if wire and wire["requests"]:
+            # Charged request by request on the wire (the budget and today's spend have it already);
+            # what the adapter says it cost is never believed.
+            cost, cost_source, charge = round(wire["cost"], 10), "wire", False
+        else:
+            cost, cost_source = self.actual_cost(model_id, resp, tier, request)
+            cost, charge = round(cost, 10), True
+            worst = self.worst_case(model_id, sum(len(m["content"]) for m in request["messages"]),
+                                    request["max_tokens"])
+            if cost_source == "provider" and cost > worst * ANOMALY_FACTOR + 1e-9:
+                # Charged as reported (that is what was billed), and flagged for the operator.
+                anomaly = {"model": model_id, "tier": tier, "reported": cost, "worst_case": round(worst, 10),
+                           "purpose": purpose}
+                self.record(events.COST_ANOMALY, **anomaly,
+                            note="the provider reported more than this call could cost; charged as reported")
+                if self.on_anomaly is not None:
+                    self.on_anomaly(anomaly)
+        if charge:
+            self.budget.spent += cost
         recorded_request = dict(request)
         # The soul is in every request; karma notes it rather than repeating it each time.
         recorded_request["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},
@@ -185,11 +261,11 @@ class LLM:
                     input_tokens=resp.usage.get("prompt_tokens", 0),
                     output_tokens=resp.usage.get("completion_tokens", 0),
                     reasoning_tokens=resp.usage.get("reasoning_tokens", 0), cost=cost,
-                    cost_source="provider" if isinstance(resp.usage.get("cost"), (int, float)) else "price_list",
+                    cost_source=cost_source, wire_requests=wire["requests"] if wire else None,
                     duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
                     finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
                     request=recorded_request, response=resp.content)
-        if self.on_cost is not None:
+        if charge and self.on_cost is not None:
             self.on_cost(cost)
         return LLMResult(content=resp.content, model=model_id, tier=tier, cost=cost, truncated=resp.truncated,
                          input_tokens=resp.usage.get("prompt_tokens", 0),

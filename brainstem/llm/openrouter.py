@@ -1,6 +1,6 @@
 """The hard-coded tier-3 LLM client: OpenRouter or any OpenAI-compatible server.
 
-This is the provider safety net (DESIGN.md §1.3, §2.2): when the agent's own
+This is the provider safety net: when the agent's own
 adapter in KV and its last working version both fail, this code still talks
 to the model. It therefore depends on nothing the agent can change, and it
 turns every failure into one exception type, :class:`ProviderError`, whose
@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+
+from ..wire import DeadlineClock, deadline_transport
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
 
@@ -86,12 +88,29 @@ class ProviderError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         attempts: int = 1,
+        malformed: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
         self.attempts = attempts
+        self.malformed = malformed  # the server answered, but not with a chat completion
+
+    @property
+    def kind(self) -> str | None:
+        """Whose fault, when it is not the request's: ``auth`` (401/403: the key), ``no_credit`` (402),
+        ``unavailable`` (5xx, 429, network, timeouts: transient), ``bad_response`` (an answer that is
+        not a chat completion), else None (the request itself, e.g. an unknown model)."""
+        if self.status in (401, 403):
+            return "auth"
+        if self.status == 402:
+            return "no_credit"
+        if self.retryable:
+            return "unavailable"
+        if self.malformed:
+            return "bad_response"
+        return None
 
     @property
     def message(self) -> str:
@@ -202,7 +221,7 @@ def _parse_usage(usage: Any) -> dict:
 
 def _parse_body(body: Any, requested_model: str) -> LLMResponse:
     if not isinstance(body, dict):
-        raise ProviderError("openrouter: response was not a JSON object")
+        raise ProviderError("openrouter: response was not a JSON object", malformed=True)
     if body.get("error") is not None:
         msg, code = _error_fields(body["error"])
         retryable = code in RETRYABLE_STATUS if code is not None else False
@@ -213,7 +232,7 @@ def _parse_body(body: Any, requested_model: str) -> LLMResponse:
         )
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise ProviderError("openrouter: response had no choices")
+        raise ProviderError("openrouter: response had no choices", malformed=True)
     choice = choices[0]
     if choice.get("error") is not None:
         # OpenRouter reports a provider failure mid-generation inside the choice
@@ -295,11 +314,16 @@ def chat(
     backoff_max: float = 30.0,
     transport: httpx.BaseTransport | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    deadline: float | None = None,
 ) -> LLMResponse:
     """Send ``request`` (OpenAI chat shape) as-is and return the parsed answer.
 
-    Raises :class:`ProviderError` and nothing else.
+    ``timeout`` bounds each attempt, every byte of it (not each read); ``deadline`` (a
+    ``time.monotonic()`` value, the session's) bounds everything: all attempts and the backoff
+    sleeps between them. Raises :class:`ProviderError` and nothing else.
     """
+    clock = DeadlineClock(time.monotonic() + float(timeout))
+    end = deadline if deadline is not None else float("inf")
     requested_model = str(request.get("model") or "") if isinstance(request, dict) else ""
     try:
         payload = json.dumps(request).encode("utf-8")
@@ -315,15 +339,24 @@ def chat(
         exc = state.outcome.exception() if state.outcome else None
         ra = getattr(exc, "retry_after", None)
         if ra is not None:
-            return min(float(ra), backoff_max)
-        d = min(backoff_max, backoff_base * (2 ** (state.attempt_number - 1)))
-        return random.uniform(d / 2, d)
+            d = min(float(ra), backoff_max)
+        else:
+            d = min(backoff_max, backoff_base * (2 ** (state.attempt_number - 1)))
+            d = random.uniform(d / 2, d)
+        return max(0.0, min(d, end - time.monotonic()))
+
+    def out_of_time(state: RetryCallState) -> bool:
+        return end - time.monotonic() <= 0.05
 
     def once(client: httpx.Client) -> LLMResponse:
         nonlocal attempts
+        now = time.monotonic()
+        clock.deadline = min(now + float(timeout), end)
+        if clock.deadline <= now:
+            raise ProviderError("openrouter: the session's time ran out before the request", retryable=True)
         attempts += 1
         try:
-            resp = client.post(url, content=payload, headers=headers)
+            resp = client.post(url, content=payload, headers=headers, timeout=_timeout(clock.deadline - now))
         except _RETRYABLE_TRANSPORT as e:
             raise ProviderError(
                 f"openrouter: {type(e).__name__}: {_one_line(e) or 'no detail'}", retryable=True
@@ -335,13 +368,14 @@ def chat(
         try:
             body = json.loads(resp.content)
         except (ValueError, UnicodeDecodeError):
-            raise ProviderError("openrouter: response was not JSON", status=200) from None
+            raise ProviderError("openrouter: response was not JSON", status=200, malformed=True) from None
         return _parse_body(body, requested_model)
 
     try:
-        with httpx.Client(transport=transport, timeout=_timeout(timeout), verify=ssl_context()) as client:
+        with httpx.Client(transport=transport or deadline_transport(clock, ssl_context()),
+                          timeout=_timeout(timeout), verify=ssl_context()) as client:
             retrying = Retrying(
-                stop=stop_after_attempt(max_attempts),
+                stop=stop_after_attempt(max_attempts) | out_of_time,
                 wait=wait,
                 retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
                 sleep=sleep,
@@ -358,6 +392,7 @@ def chat(
             retryable=e.retryable,
             retry_after=e.retry_after,
             attempts=attempts,
+            malformed=e.malformed,
         ) from None
     except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
         raise ProviderError(
@@ -376,28 +411,38 @@ def fetch_credit(
     api_key: str | None,
     timeout: float = 10.0,
     transport: httpx.BaseTransport | None = None,
+    why: list[str] | None = None,
 ) -> float | None:
     """Remaining credit in USD, or None when it cannot be known. Never raises, never retries.
 
     ``GET {base}/key`` -> ``data.limit_remaining`` when it is a number (a key
     without a limit answers null); otherwise ``GET {base}/credits`` ->
     ``data.total_credits - data.total_usage`` (needs a management key).
+    When it gives None, ``why`` (a list) is told the reasons, one line each.
     """
+    reasons: list[str] = []
     try:
         base = str(base_url).rstrip("/")
         headers = _headers(api_key)
         headers.pop("Content-Type", None)
-        with httpx.Client(transport=transport, timeout=_timeout(timeout), verify=ssl_context()) as client:
+        # One deadline for both requests, every byte of them: a dripping server cannot hold ground truth.
+        deadline = time.monotonic() + timeout
+        with httpx.Client(transport=transport or deadline_transport(deadline, ssl_context()), timeout=_timeout(timeout),
+                          verify=ssl_context()) as client:
 
             def data(path: str) -> dict | None:
                 try:
                     r = client.get(f"{base}{path}", headers=headers)
                     if r.status_code != 200:
+                        reasons.append(f"{path}: HTTP {r.status_code}")
                         return None
                     body = r.json()
-                except Exception:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001
+                    reasons.append(f"{path}: {type(exc).__name__}: {_one_line(exc)}")
                     return None
                 d = body.get("data") if isinstance(body, dict) else None
+                if not isinstance(d, dict):
+                    reasons.append(f"{path}: no data object in the answer")
                 return d if isinstance(d, dict) else None
 
             d = data("/key")
@@ -405,11 +450,15 @@ def fetch_credit(
                 remaining = _number(d.get("limit_remaining"))
                 if remaining is not None:
                     return remaining
+                reasons.append("/key: the key has no spending limit")
             d = data("/credits")
             if d is not None:
                 total, used = _number(d.get("total_credits")), _number(d.get("total_usage"))
                 if total is not None and used is not None:
                     return total - used
-    except Exception:  # noqa: BLE001 - a balance checker never breaks a wake
-        return None
+                reasons.append("/credits: no total_credits/total_usage numbers")
+    except Exception as exc:  # noqa: BLE001 - a balance checker never breaks a wake
+        reasons.append(f"{type(exc).__name__}: {_one_line(exc)}")
+    if why is not None:
+        why.append(_redact("; ".join(reasons) or "unknown", api_key))
     return None

@@ -2,7 +2,9 @@
 
 A provider has a ``tier`` (the name karma records: ``dynamic``,
 ``last_working``, ``hardcoded``, ``cassette``) and ``complete(request,
-timeout)`` returning an :class:`LLMResponse` or raising :class:`ProviderError`.
+timeout, deadline)`` returning an :class:`LLMResponse` or raising
+:class:`ProviderError`: ``timeout`` bounds one attempt, ``deadline`` (the
+session's, a ``time.monotonic()`` value) everything, retries included.
 Tests and the offline demo swap the wire (a loopback server, a cassette),
 never the chokepoint.
 """
@@ -17,7 +19,7 @@ from .openrouter import LLMResponse, ProviderError, chat
 class Provider(Protocol):
     tier: str
 
-    def complete(self, request: dict, timeout: float) -> LLMResponse: ...
+    def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse: ...
 
 
 class OpenRouterProvider:
@@ -31,10 +33,10 @@ class OpenRouterProvider:
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
 
-    def complete(self, request: dict, timeout: float) -> LLMResponse:
+    def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         return chat(request, base_url=self.base_url, api_key=self._api_key, timeout=timeout,
                     max_attempts=self.max_attempts, backoff_base=self.backoff_base,
-                    backoff_max=max(1.0, min(30.0, timeout / 2)))
+                    backoff_max=max(1.0, min(30.0, timeout / 2)), deadline=deadline)
 
 
 __all__ = ["Provider", "OpenRouterProvider", "LLMResponse", "ProviderError"]

@@ -20,12 +20,23 @@ TLS SNI/certificate check carry the original name).  A second, later lookup
 by the HTTP client — the window rebinding needs — never happens.  Proxies
 from the environment are ignored for the same reason (``trust_env=False``).
 
-``fetch(...)`` follows redirects itself (at most 5), re-checking every hop,
-streams the body and stops at ``max_bytes`` (``truncated: True``), and caps
-the total time.  It returns ``{"status", "headers", "text", "json", "url",
-"truncated"}`` with headers as a plain ``dict`` of ``str``.  Failures raise
-:class:`FetchError` (or its subclass :class:`EgressDenied`) with a message
-that carries no headers.
+``fetch(...)`` follows redirects itself (at most 5), re-checking every hop.
+One deadline covers the whole exchange: name resolution (``getaddrinfo``
+has no timeout, so it runs in a thread we stop waiting for), connection, TLS,
+every header and body byte of every hop; a server dripping one byte a second
+cannot stretch it. Bodies are read raw and decoded here (gzip and deflate, at
+most three layers), in pieces of at most 64 KiB, and capped at ``max_bytes``
+*after* decoding (``truncated: True``), so a compressed bomb costs the
+runtime no more memory than the cap. It returns ``{"status", "headers",
+"text", "json", "url", "truncated"}`` with headers as a plain ``dict`` of
+``str``. Failures raise :class:`FetchError` (or its subclasses
+:class:`EgressDenied`, :class:`FetchTimeout`) with a message that carries no
+headers.
+
+A :class:`Guard` sees each hop before it is sent and each answer before the
+caller does: the runtime uses it to put bound secrets in (and refuse them
+elsewhere), scrub them out of what comes back, and meter requests to the LLM
+host (see ``brainstem.tools`` and ``brainstem.llm.meter``).
 """
 
 from __future__ import annotations
@@ -33,11 +44,15 @@ from __future__ import annotations
 import ipaddress
 import json as _json
 import socket
+import threading
 import time
 import urllib.parse
+import zlib
 from typing import Any, Callable, Iterable
 
 import httpx
+
+from ..wire import deadline_transport
 
 MAX_REDIRECTS = 5
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -88,7 +103,11 @@ class FetchError(Exception):
 
 
 class EgressDenied(FetchError):
-    """The egress policy refused a URL."""
+    """The egress policy refused a URL (or a request it would have sent)."""
+
+
+class FetchTimeout(FetchError):
+    """The exchange did not finish within its deadline."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -151,13 +170,25 @@ def address_problem(ip: ipaddress._BaseAddress) -> str | None:
     return None
 
 
-def _default_resolver(host: str, port: int) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError, OSError) as e:
-        raise FetchError(f"cannot resolve host {host!r}: {e}") from None
+def _default_resolver(host: str, port: int, timeout: float = 10.0) -> list[str]:
+    """getaddrinfo has no timeout of its own: it runs in a thread we stop waiting for at ``timeout``."""
+    box: dict[str, Any] = {}
+
+    def resolve() -> None:
+        try:
+            box["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError, OSError) as e:
+            box["error"] = e
+
+    worker = threading.Thread(target=resolve, name="brainstem-resolve", daemon=True)
+    worker.start()
+    worker.join(max(0.0, timeout))
+    if worker.is_alive():
+        raise FetchTimeout(f"resolving {host!r} took longer than the time left")
+    if "error" in box:
+        raise FetchError(f"cannot resolve host {host!r}: {box['error']}")
     seen: list[str] = []
-    for info in infos:
+    for info in box["infos"]:
         addr = info[4][0]
         if addr not in seen:
             seen.append(addr)
@@ -204,17 +235,17 @@ def _parse(url: Any) -> tuple[httpx.URL, str, int]:
     return parsed, host, port
 
 
-def _check(url: Any, allow: Iterable[str] | None, resolver: Resolver | None) -> _Target:
+def _check(url: Any, allow: Iterable[str] | None, resolver: Resolver | None, timeout: float = 10.0) -> _Target:
     parsed, host, port = _parse(url)
     names, nets = _parse_allow(allow)
     name = _normalise_host(host)
     host_allowed = name in names
     if name in METADATA_HOSTS and not host_allowed:
         raise EgressDenied(f"host {name!r} is a cloud metadata endpoint")
-    resolve = resolver or _default_resolver
     # Resolve the name without its trailing dot ("localhost." is localhost);
     # whatever it resolves to is what we check and then connect to.
-    addresses = list(resolve(host.rstrip(".") or host, port))
+    bare = host.rstrip(".") or host
+    addresses = list(resolver(bare, port) if resolver else _default_resolver(bare, port, timeout))
     if not addresses:
         raise FetchError(f"cannot resolve host {host!r}")
     chosen = None
@@ -236,6 +267,107 @@ def _check(url: Any, allow: Iterable[str] | None, resolver: Resolver | None) -> 
 def check_url(url: str, allow: list[str] | None = None, *, resolver: Resolver | None = None) -> None:
     """Raise :class:`EgressDenied` unless ``url`` may be fetched under ``allow``."""
     _check(url, allow, resolver)
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+MAX_ENCODINGS = 3
+_CHUNK = 64 * 1024
+
+
+def _decoder(name: str):
+    if name in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if name == "deflate":
+        return _Deflate()
+    raise FetchError(f"response uses Content-Encoding {name!r}, which fetch does not decode")
+
+
+class _Deflate:
+    """``deflate`` is zlib-wrapped by the standard and raw in practice: try one, fall back to the other."""
+
+    def __init__(self):
+        self._d = zlib.decompressobj()
+        self._first = True
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        if self._first:
+            self._first = False
+            try:
+                return self._d.decompress(data, max_length)
+            except zlib.error:
+                self._d = zlib.decompressobj(-zlib.MAX_WBITS)
+        return self._d.decompress(data, max_length)
+
+    @property
+    def unconsumed_tail(self) -> bytes:
+        return self._d.unconsumed_tail
+
+    def flush(self) -> bytes:
+        return self._d.flush(_CHUNK)
+
+
+def _inflate(decoder, chunks):
+    """Decode a stream in pieces of at most 64 KiB: memory stays bounded whatever the ratio."""
+    for data in chunks:
+        while data:
+            try:
+                out = decoder.decompress(data, _CHUNK)
+            except zlib.error as e:
+                raise FetchError(f"response body is not valid compressed data: {e}") from None
+            if out:
+                yield out
+            data = decoder.unconsumed_tail
+    tail = decoder.flush()
+    if tail:
+        yield tail
+
+
+def _read_body(response: httpx.Response, max_bytes: int, deadline: float) -> tuple[bytes, bool]:
+    """(the decoded body, truncated): read raw, decoded by us, capped *after* decoding."""
+    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")
+                 if e.strip() and e.strip().lower() != "identity"]
+    if len(encodings) > MAX_ENCODINGS:
+        raise FetchError(f"response is encoded {len(encodings)} times (at most {MAX_ENCODINGS})")
+    if response.is_stream_consumed:
+        # A response built in memory (a test's mock transport), already decoded by httpx.
+        stream = iter([response.content])
+    else:
+        stream = response.iter_raw(_CHUNK)
+        for name in reversed(encodings):  # the last encoding applied is undone first
+            stream = _inflate(_decoder(name), stream)
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in stream:
+        if time.monotonic() > deadline:
+            raise FetchTimeout("deadline passed while reading")
+        if size + len(chunk) > max_bytes:
+            chunks.append(chunk[: max_bytes - size])
+            return b"".join(chunks), True
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks), False
+
+
+def _encode_body(json: Any, data: Any) -> tuple[bytes | None, str | None, str | None]:
+    """(body bytes, kind, content type): encoded here, once, so a guard sees exactly what is sent."""
+    if json is not None:
+        try:
+            return _json.dumps(json, ensure_ascii=False, allow_nan=False).encode("utf-8"), "json", "application/json"
+        except (TypeError, ValueError) as e:
+            raise FetchError(f"json body is not JSON: {e}") from None
+    if data is None:
+        return None, None, None
+    if isinstance(data, dict):
+        if not all(type(k) is str and type(v) is str for k, v in data.items()):
+            raise FetchError("form data must be str to str")
+        return urllib.parse.urlencode(data).encode("ascii"), "form", "application/x-www-form-urlencoded"
+    if isinstance(data, str):
+        return data.encode("utf-8"), "raw", None
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data), "raw", None
+    raise FetchError("data must be a str or a dict of str")
 
 
 # --------------------------------------------------------------------------- fetch
@@ -260,6 +392,37 @@ def _decode(body: bytes, encoding: str | None) -> str:
         return body.decode("utf-8", errors="replace")
 
 
+class Hop:
+    """One request of a fetch, as a guard sees it (in the tool's own terms: placeholders, not values)."""
+
+    __slots__ = ("method", "scheme", "host", "port", "path", "url", "headers", "body", "body_kind", "note")
+
+    def __init__(self, method, target: _Target, url: str, headers: dict, body, body_kind):
+        self.method = method
+        self.scheme = target.url.scheme
+        self.host = _normalise_host(target.host)
+        self.port = target.port
+        self.path = target.url.path or "/"
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.body_kind = body_kind
+        self.note: dict = {}  # what the guard wants recorded about this hop
+
+
+class Guard:
+    """What sits between a tool's fetch and the wire; the default lets everything through unchanged."""
+
+    def outgoing(self, hop: Hop) -> tuple[str, dict, bytes | None]:
+        """The URL, headers and body to send for ``hop``; raise :class:`EgressDenied` to refuse it."""
+        return hop.url, hop.headers, hop.body
+
+    def incoming(self, hop: Hop, status: int | None, headers: dict, text: str | None,
+                 error: str | None = None) -> tuple[dict, str | None]:
+        """What the tool may see of a response (``error`` set when the request failed after sending)."""
+        return headers, text
+
+
 def fetch(
     url: str,
     method: str = "GET",
@@ -269,12 +432,19 @@ def fetch(
     timeout: float | None = None,
     *,
     allow: list[str] | None = None,
-    max_bytes: int = 2_000_000,
+    max_bytes: int = 1_000_000,
     max_timeout: float = 30,
     transport: httpx.BaseTransport | None = None,
     resolver: Resolver | None = None,
+    guard: Guard | None = None,
+    trace: list | None = None,
 ) -> dict:
-    """Fetch ``url`` under the egress policy; see the module docstring."""
+    """Fetch ``url`` under the egress policy; see the module docstring.
+
+    One deadline (``timeout``, at most ``max_timeout``) covers the whole exchange: every
+    resolution, connection, header and body byte of every hop. ``trace`` (a list) receives
+    one :class:`Hop` per request sent or refused.
+    """
     if type(method) is not str or method.upper() not in ALLOWED_METHODS:
         raise FetchError(f"method {str(method)[:20]!r} is not allowed")
     method = method.upper()
@@ -282,97 +452,116 @@ def fetch(
         budget = float(timeout) if timeout is not None else float(max_timeout)
     except (TypeError, ValueError):
         raise FetchError("timeout must be a number") from None
+    if budget != budget:
+        raise FetchError("timeout must be a number")
     budget = max(0.1, min(budget, float(max_timeout)))
     deadline = time.monotonic() + budget
+    guard = guard or Guard()
     req_headers: dict[str, str] = {}
     for k, v in (headers or {}).items():
         if type(k) is not str or type(v) is not str:
             raise FetchError("headers must be str to str")
-        if k.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+        if k.lower() in ("host", "content-length", "transfer-encoding", "connection", "accept-encoding"):
             continue
         req_headers[k] = v
-    body_kwargs: dict[str, Any] = {}
-    if json is not None:
-        body_kwargs["json"] = json
-    elif data is not None:
-        if isinstance(data, dict):
-            body_kwargs["data"] = data
-        else:
-            body_kwargs["content"] = data.encode("utf-8") if isinstance(data, str) else data
+    # We decode bodies ourselves, capped after decoding; only what we can decode is accepted.
+    req_headers["Accept-Encoding"] = "gzip, deflate"
+    body, body_kind, content_type = _encode_body(json, data)
+    if content_type and not any(k.lower() == "content-type" for k in req_headers):
+        req_headers["Content-Type"] = content_type
+
+    def timed_out() -> FetchTimeout:
+        return FetchTimeout(f"fetch timed out after {budget:g} s")
 
     current = url
     origin = None
     # A fresh client (and so a fresh connection pool) per fetch: a pooled
     # connection keyed by IP could otherwise carry a request for another name.
-    with httpx.Client(transport=transport, follow_redirects=False, trust_env=False,
-                      verify=_tls_context()) as client:
+    with httpx.Client(transport=transport or deadline_transport(deadline, _tls_context()), follow_redirects=False,
+                      trust_env=False, verify=_tls_context()) as client:
         for _hop in range(MAX_REDIRECTS + 1):
-            target = _check(current, allow, resolver)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise timed_out()
+            try:
+                target = _check(current, allow, resolver, remaining)
+            except FetchTimeout:
+                raise timed_out() from None
             this_origin = (target.url.scheme, _normalise_host(target.host), target.port)
             if origin is not None and this_origin != origin:
                 for k in list(req_headers):
                     if k.lower() in ("authorization", "cookie", "proxy-authorization"):
                         del req_headers[k]
             origin = this_origin
+            hop = Hop(method, target, str(target.url), dict(req_headers), body, body_kind)
+            if trace is not None:
+                trace.append(hop)
+            send_url, send_headers, send_body = guard.outgoing(hop)
+            sent = httpx.URL(send_url)
+            if _normalise_host(sent.host) != hop.host or (sent.port or target.port) != target.port:
+                raise EgressDenied("refused: the request's host changed after secrets were put in")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise FetchError(f"fetch timed out after {budget:g} s")
+                raise timed_out()
             request = client.build_request(
                 method,
-                target.url.copy_with(host=target.ip),
-                headers={**req_headers, "Host": _host_header(target)},
+                sent.copy_with(host=target.ip),
+                headers={**send_headers, "Host": _host_header(target)},
                 timeout=httpx.Timeout(remaining),
                 extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {},
-                **body_kwargs,
+                content=send_body,
             )
             try:
                 response = client.send(request, stream=True)
             except httpx.TimeoutException:
-                raise FetchError(f"fetch timed out after {budget:g} s") from None
+                guard.incoming(hop, None, {}, None, error="timed out")
+                raise timed_out() from None
             except httpx.HTTPError as e:
+                guard.incoming(hop, None, {}, None, error=type(e).__name__)
                 raise FetchError(f"fetch failed: {type(e).__name__}: {e}") from None
             try:
+                resp_headers = {str(k): str(v) for k, v in response.headers.items()}
                 location = response.headers.get("location")
                 if response.status_code in REDIRECT_CODES and location:
+                    resp_headers, _ = guard.incoming(hop, response.status_code, resp_headers, None)
+                    # The guard has scrubbed Location: a secret echoed into it goes on as its placeholder.
+                    location = next((v for k, v in resp_headers.items() if k.lower() == "location"), location)
                     current = str(target.url.join(location))
                     if response.status_code == 303 or (
                         response.status_code in (301, 302) and method == "POST"
                     ):
                         method = "GET" if method != "HEAD" else "HEAD"
-                        body_kwargs = {}
+                        body = body_kind = None
+                        for k in list(req_headers):
+                            if k.lower() == "content-type":
+                                del req_headers[k]
                     continue
-                chunks: list[bytes] = []
-                size = 0
-                truncated = False
                 try:
-                    for chunk in response.iter_bytes():
-                        if time.monotonic() > deadline:
-                            raise FetchError(f"fetch timed out after {budget:g} s")
-                        if size + len(chunk) > max_bytes:
-                            chunks.append(chunk[: max_bytes - size])
-                            size = max_bytes
-                            truncated = True
-                            break
-                        chunks.append(chunk)
-                        size += len(chunk)
-                except httpx.TimeoutException:
-                    raise FetchError(f"fetch timed out after {budget:g} s") from None
+                    raw, truncated = _read_body(response, max_bytes, deadline)
+                except (httpx.TimeoutException, FetchTimeout):
+                    guard.incoming(hop, response.status_code, resp_headers, None, error="timed out")
+                    raise timed_out() from None
                 except httpx.HTTPError as e:
+                    guard.incoming(hop, response.status_code, resp_headers, None, error=type(e).__name__)
                     raise FetchError(f"fetch failed while reading: {type(e).__name__}: {e}") from None
-                raw = b"".join(chunks)
+                except FetchError as e:
+                    guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
+                    raise
+                hop.note["bytes"] = len(raw)
                 text = _decode(raw, response.charset_encoding)
+                resp_headers, text = guard.incoming(hop, response.status_code, resp_headers, text)
                 parsed_json = None
-                if not truncated and text.strip():
+                if not truncated and text and text.strip():
                     try:
                         parsed_json = _json.loads(text, parse_constant=_no_constant)
                     except (ValueError, RecursionError):
                         parsed_json = None
                 return {
                     "status": response.status_code,
-                    "headers": {str(k): str(v) for k, v in response.headers.items()},
-                    "text": text,
+                    "headers": resp_headers,
+                    "text": text or "",
                     "json": parsed_json,
-                    "url": str(target.url),
+                    "url": hop.url,
                     "truncated": truncated,
                 }
             finally:

@@ -13,6 +13,8 @@ RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
   socket;
 * at ``timeout_ms`` after the spawn it SIGKILLs the worker's process group
   (the worker called ``setsid``) and marks it ``timed_out``;
+* a control packet ``{"op": "report"}`` carrying one fd gets the isolation
+  report (see :mod:`brainstem.sandbox.isolation`) written to that fd;
 * when the control socket closes (the runtime exited or died) it kills every
   worker and exits.  ``PR_SET_PDEATHSIG=SIGKILL`` covers the case where it
   would not even get to read that EOF; each worker has the same death signal
@@ -21,6 +23,13 @@ RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
 
 The server never sees tool code, arguments or secrets: those travel from the
 runtime to the worker over the channel.
+
+Before its first fork it isolates itself and prepares what each worker adds
+(``isolation.setup_server``): its own network namespace (and user namespace
+when not root), a reduced capability set, Landlock or an empty root, a
+seccomp filter; then it checks all that on a probe worker.  ``BOOT`` is
+built when the runtime starts the server, so it carries the runtime's
+``BRAINSTEM_SANDBOX_ISOLATION`` (the server itself gets an empty environment).
 """
 
 from __future__ import annotations
@@ -34,10 +43,22 @@ import socket
 import sys
 import time
 
-BOOT = (
-    "import sys,json;sys.path[:]=json.loads(sys.argv[1]);"
-    "from brainstem.sandbox.forkserver import main;main(int(sys.argv[2]))"
-)
+
+def _boot() -> str:
+    from .isolation import switch_from_env
+
+    disabled = switch_from_env()  # a tuple of known layer names only
+    return (
+        "import sys,json;sys.path[:]=json.loads(sys.argv[1]);"
+        f"from brainstem.sandbox.forkserver import main;main(int(sys.argv[2]),{disabled!r})"
+    )
+
+
+def __getattr__(name: str) -> str:
+    # ``from .forkserver import BOOT`` reads the switch at the moment the server starts.
+    if name == "BOOT":
+        return _boot()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Child:
@@ -57,6 +78,15 @@ def _write_line(fd: int, obj: dict) -> None:
         pass
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        pass
+
+
 def _close(fd: int) -> None:
     try:
         os.close(fd)
@@ -72,17 +102,26 @@ def _kill(pid: int) -> None:
             pass
 
 
-def main(control_fd: int) -> None:
-    from . import worker  # also imports policy (RestrictedPython, namespaces)
+def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
+    from . import isolation, worker  # worker also imports policy (RestrictedPython, namespaces)
 
     worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     parent = os.getppid()
     if parent == 1:
         sys.exit(0)
-    worker.prctl(worker._PR_SET_NAME, b"brainstem-fsrv")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     worker.policy.warm_up()
+    try:
+        setup = isolation.setup_server(tuple(disabled), worker._lock_down)
+    except Exception as e:  # noqa: BLE001 - the sandbox must stay usable: run without, and say so
+        setup = isolation.setup_failed(tuple(disabled), e)
+    # Entering a user namespace clears the parent-death signal: set it again.
+    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(0)
+    # Named only now, so the probe worker of setup_server is no child of a "brainstem-fsrv".
+    worker.prctl(worker._PR_SET_NAME, b"brainstem-fsrv")
 
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
@@ -119,6 +158,11 @@ def main(control_fd: int) -> None:
     def spawn(packet: bytes, fds: list[int]) -> None:
         try:
             params = json.loads(packet)
+            if type(params) is dict and params.get("op") == "report" and len(fds) == 1:
+                os.set_blocking(fds[0], True)
+                _write_all(fds[0], setup.report_bytes)
+                _close(fds[0])
+                return
             timeout_ms = int(params["timeout_ms"])
             memory_mb = int(params["memory_mb"])
             chan_fd, stat_fd = fds

@@ -11,7 +11,11 @@ closed (stdin/stdout/stderr included); empty environment; when running as
 root, drop to nobody (65534) so RLIMIT_NPROC is enforced and no root-owned
 file is writable; ``PR_SET_PDEATHSIG=SIGKILL`` (set after the uid change,
 which would clear it) and a check that the fork server is still our parent;
-``PR_SET_NO_NEW_PRIVS``; rlimits (AS, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0).
+``PR_SET_NO_NEW_PRIVS``; rlimits (AS, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0);
+last :func:`isolation.lock_worker`, which adds the worker's part of the
+seccomp filter.  Before all that the worker inherited what the fork server
+did to itself: network (and user) namespace, reduced capabilities, Landlock
+or an empty root, the bulk of the seccomp filter.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import signal
 import types
 from typing import Any, NoReturn
 
-from . import policy
+from . import isolation, policy
 from .protocol import (
     FrameTooLarge,
     NotJSON,
@@ -97,6 +101,7 @@ def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int) -
     ):
         soft, hard = value if isinstance(value, tuple) else (value, value)
         resource.setrlimit(res, (soft, hard))
+    isolation.lock_worker()
 
 
 # --------------------------------------------------------------------------- messages
@@ -263,9 +268,20 @@ def make_caller(fd: int, sink: policy.OutputSink, max_output: int):
 # --------------------------------------------------------------------------- main
 
 
+def _finishing() -> None:
+    """Renamed before the result goes out: once the runtime has it, the process still exiting
+    (seccomp makes exit a little slower) is no longer a worker running tool code to ``ps``."""
+    try:
+        prctl(_PR_SET_NAME, b"brainstem-done")
+    except BaseException:  # noqa: BLE001 - never at the cost of the result
+        pass
+
+
 def _send_and_exit(fd: int, message: dict, code: int) -> NoReturn:
     try:
-        write_all(fd, encode_frame(message))
+        frame = encode_frame(message)
+        _finishing()
+        write_all(fd, frame)
     except BaseException:  # noqa: BLE001
         os._exit(code or 74)
     os._exit(code)
@@ -283,6 +299,7 @@ def child_main(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int) -
     except MemoryError:
         if memory_frame:
             try:
+                _finishing()
                 write_all(CHANNEL_FD, memory_frame)
             except BaseException:  # noqa: BLE001
                 pass

@@ -16,58 +16,15 @@ import pytest
 from brainstem.sandbox import Limits, run, server_pid
 
 from .conftest import FakeServices, assert_runtime_healthy, tool
+from .procfs import PROC, children, descendants, stat, wait_for
 
 REPO = str(Path(__file__).resolve().parents[2])
-PROC = Path("/proc")
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
 
-def _stat(pid: int) -> tuple[str, str, int, int, int, int] | None:
-    """(comm, state, ppid, pgrp, session, starttime) from /proc/<pid>/stat, or None."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    comm = text[text.index("(") + 1 : text.rindex(")")]
-    rest = text[text.rindex(")") + 2 :].split()
-    return comm, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19])
-
-
-def _children(ppid: int) -> list[int]:
-    out = []
-    for entry in PROC.iterdir():
-        if entry.name.isdigit():
-            st = _stat(int(entry.name))
-            if st and st[2] == ppid:
-                out.append(int(entry.name))
-    return out
-
-
-def _descendants(root: int) -> list[int]:
-    found, frontier = [], [root]
-    while frontier:
-        nxt = []
-        for pid in frontier:
-            kids = _children(pid)
-            found.extend(kids)
-            nxt.extend(kids)
-        frontier = nxt
-    return found
-
-
 def _alive(pid: int, starttime: int) -> bool:
-    st = _stat(pid)
+    st = stat(pid)
     return st is not None and st[5] == starttime and st[1] not in ("Z", "X")
-
-
-def _wait_for(pred, timeout: float, step: float = 0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    return pred()
 
 
 @pytest.mark.slow
@@ -111,7 +68,7 @@ def test_worker_lockdown_seen_from_proc():
     t.start()
     srv = server_pid()
     assert srv
-    workers = _wait_for(lambda: [p for p in _children(srv) if (_stat(p) or ("",))[0] == "brainstem-tool"], 2.0)
+    workers = wait_for(lambda: [p for p in children(srv) if (stat(p) or ("",))[0] == "brainstem-tool"], 2.0)
     assert workers, "worker not found"
     pid = workers[0]
     base = PROC / str(pid)
@@ -119,7 +76,7 @@ def test_worker_lockdown_seen_from_proc():
     fds = sorted(os.listdir(base / "fd"))
     status = (base / "status").read_text()
     limits_text = (base / "limits").read_text()
-    comm, state, ppid, pgrp, session, _ = _stat(pid)
+    comm, state, ppid, pgrp, session, _ = stat(pid)
     t.join(5)
     assert result["o"].ok and result["o"].value == "done"
 
@@ -163,20 +120,20 @@ def test_no_worker_survives_sigkill_of_runtime():
         assert proc.stdout.readline().strip() == b"ready"
 
         def spinning_worker():
-            desc = _descendants(proc.pid)
-            names = {p: (_stat(p) or ("",))[0] for p in desc}
+            desc = descendants(proc.pid)
+            names = {p: (stat(p) or ("",))[0] for p in desc}
             if "brainstem-tool" in names.values() and "brainstem-fsrv" in names.values():
                 return desc
             return None
 
-        desc = _wait_for(spinning_worker, 10.0)
+        desc = wait_for(spinning_worker, 10.0)
         assert desc, "runtime subprocess never started a worker"
         # The fork server and the worker, identified by ancestry (exact) and
         # remembered with their start times (so a reused pid cannot confuse us).
-        tracked = {p: _stat(p)[5] for p in desc if _stat(p)}
+        tracked = {p: stat(p)[5] for p in desc if stat(p)}
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
-        survivors = _wait_for(lambda: not [p for p, st in tracked.items() if _alive(p, st)], 2.0)
+        survivors = wait_for(lambda: not [p for p, st in tracked.items() if _alive(p, st)], 2.0)
         assert survivors, f"left behind: {[p for p, st in tracked.items() if _alive(p, st)]}"
     finally:
         if proc.poll() is None:

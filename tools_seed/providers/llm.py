@@ -4,11 +4,14 @@
 import json
 
 
+# ctx.secrets holds a placeholder for the key, never the key: the runtime puts the
+# value in only on the way to the host the operator bound it to, and meters the
+# request (model, max_tokens and cost are checked there, whatever this code says).
 def call(request, ctx):
     key = ctx.secrets.get("OPENROUTER_API_KEY")
     if not key:
         raise RuntimeError("OPENROUTER_API_KEY is not granted to provider:llm (add it to BRAINSTEM_TOOL_SECRETS)")
-    base = ctx.secrets.get("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1"
+    base = request.get("base_url") or "https://openrouter.ai/api/v1"
     body = {"model": request["model"], "messages": request["messages"], "max_tokens": request["max_tokens"]}
     if request.get("reasoning"):
         body["reasoning"] = request["reasoning"]

@@ -1,0 +1,197 @@
+"""Spend on the wire: requests that sandboxed code sends to the LLM host, held to the chokepoint's rules.
+
+An agent-written adapter or tool holds only a placeholder for the LLM key, so
+every request it can make that costs money goes through ``ctx.fetch``, where
+this meter sees it before it is sent and after it is answered:
+
+* only ``POST …/chat/completions`` with a JSON body may reach the LLM host
+  (GETs such as ``/key`` are free and pass); streaming, ``n`` > 1 and
+  server-side model lists are refused, since they could not be priced;
+* the model must be the one the chokepoint asked for (or its fallback) during
+  an adapter call, and a model in ``config:models`` for any other code;
+* ``max_tokens`` is set, and clamped to the model's limit, to the adapter
+  call's own ``max_tokens``, and to what the session's budget still affords at
+  the worst-case price; a request the budget cannot afford is refused;
+* after the answer, the session is charged what the host reports
+  (``usage.cost``), else the price list's cost of the reported tokens, else the
+  worst case (also when the exchange failed after the request was sent).
+
+So the host never bills a session more than its ceiling plus one request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any
+
+from .. import events
+from ..budget import Budget
+from ..config import Models
+from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, prompt_chars_of, worst_case_cost
+
+DEFAULT_MAX_TOKENS = 4096
+REFUSED_FIELDS = {"stream": "streamed answers cannot be metered", "models": "a server-side model list cannot be priced",
+                  "best_of": "best_of multiplies the cost", "plugins": "plugins are billed outside the token price"}
+
+
+class MeterRefused(Exception):
+    """The request may not be sent (message for the tool)."""
+
+
+class WireMeter:
+    def __init__(self, *, models: Models, budget: Budget, record: Callable[..., Any], llm_base_url: str,
+                 on_cost: Callable[[float], None] | None = None, on_anomaly: Callable[[dict], None] | None = None):
+        import httpx
+
+        from ..secrets import normalise_host
+
+        url = httpx.URL(llm_base_url)
+        self.host = normalise_host(url.host or "")
+        self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.models = models
+        self.budget = budget
+        self.record = record
+        self.on_cost = on_cost
+        self.on_anomaly = on_anomaly
+        self._call: dict | None = None  # the chokepoint's adapter call in progress
+
+    # --- the chokepoint's side
+    @contextmanager
+    def adapter_call(self, *, model: str, fallback: str | None, max_tokens: int, use_reserve: bool):
+        """While an adapter answers one chokepoint call: what it may ask for, and what it spent."""
+        self._call = {"models": {model, fallback} - {None}, "max_tokens": max_tokens, "use_reserve": use_reserve,
+                      "cost": 0.0, "requests": 0}
+        try:
+            yield self._call
+        finally:
+            self._call = None
+
+    # --- the fetch guard's side
+    def applies(self, host: str, port: int, injected: list[str]) -> bool:
+        from ..secrets import LLM_KEY
+
+        return (host == self.host and port == self.port) or LLM_KEY in injected
+
+    def before(self, method: str, path: str, body: bytes | None, note: dict) -> bytes | None:
+        """The body to send (``max_tokens`` set and clamped); :class:`MeterRefused` when it may not go."""
+        if method in ("GET", "HEAD", "OPTIONS"):
+            return body
+        if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            raise MeterRefused(f"refused: {method} {path} on the LLM host cannot be metered; "
+                               f"only POST …/chat/completions may be sent from the sandbox")
+        try:
+            req = json.loads(body or b"")
+        except ValueError:
+            req = None
+        if not isinstance(req, dict):
+            raise MeterRefused("refused: a chat/completions request to the LLM host must have a JSON object body")
+        for name, why in REFUSED_FIELDS.items():
+            if req.get(name):
+                raise MeterRefused(f"refused: {name!r} in a request to the LLM host ({why})")
+        if req.get("n") not in (None, 1):
+            raise MeterRefused("refused: n must be 1 in a request to the LLM host (each answer is billed)")
+        name = req.get("model")
+        model_id = self.models.resolve(name) if isinstance(name, str) else None
+        call = self._call
+        if call is not None:
+            if model_id not in call["models"] and name not in call["models"]:
+                raise MeterRefused(f"refused: the adapter asked for model {name!r}; this call may use "
+                                   f"{' or '.join(sorted(call['models']))}")
+            model_id = model_id or name
+        elif model_id is None:
+            raise MeterRefused(f"refused: model {name!r} is not in config:models, so it cannot be priced")
+        info = self.models.info(model_id)
+        asked = req.get("max_tokens", req.get("max_completion_tokens"))
+        limit = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else None
+        limit = limit or (info.max_output_tokens if info and info.max_output_tokens else DEFAULT_MAX_TOKENS)
+        if info is not None and info.max_output_tokens:
+            limit = min(limit, info.max_output_tokens)
+        if call is not None:
+            limit = min(limit, call["max_tokens"])
+        use_reserve = bool(call and call["use_reserve"])
+        if self.budget.time_left(use_reserve) <= 0:
+            raise MeterRefused("refused: the session has no time left for another LLM request")
+        chars = prompt_chars_of(req.get("messages"))
+        ceiling = self.budget.cost_ceiling(use_reserve)
+        left = ceiling - self.budget.spent
+        worst = worst_case_cost(self.models, model_id, chars, limit)
+        if worst > left:
+            p_in, p_out = self.models.prices(model_id)
+            input_cost = worst_case_cost(self.models, model_id, chars, 0)
+            affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
+            if affordable < min(MIN_USEFUL_TOKENS, limit):
+                self.record(events.BUDGET_EXCEEDED, limit="cost", purpose="wire", model=model_id,
+                            spent=round(self.budget.spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
+                raise MeterRefused(f"refused: this LLM request could cost ${worst:.4f}; the session has "
+                                   f"${max(0.0, left):.4f} left")
+            limit = affordable
+            worst = worst_case_cost(self.models, model_id, chars, limit)
+        req.pop("max_completion_tokens", None)
+        req["max_tokens"] = limit
+        req["model"] = model_id
+        note.update(model=model_id, max_tokens=limit, worst_case=round(worst, 10), t0=time.monotonic(),
+                    request=req)
+        return json.dumps(req, ensure_ascii=False).encode("utf-8")
+
+    def after(self, note: dict, status: int | None, text: str | None, error: str | None, tool: str) -> float:
+        """Charge one answered (or failed) request; returns the cost."""
+        if "worst_case" not in note:
+            return 0.0  # a free GET
+        worst = note["worst_case"]
+        usage, content, source = None, None, "worst_case"
+        if text:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            if isinstance(data, dict):
+                usage = data.get("usage") if isinstance(data.get("usage"), dict) else None
+                choices = data.get("choices")
+                if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+                    message = choices[0].get("message")
+                    content = message.get("content") if isinstance(message, dict) else None
+        tokens_in = _count(usage, "prompt_tokens")
+        tokens_out = _count(usage, "completion_tokens")
+        reported = usage.get("cost") if usage else None
+        if isinstance(reported, (int, float)) and not isinstance(reported, bool) and math.isfinite(reported) \
+                and reported >= 0:
+            cost, source = float(reported), "provider"
+        elif tokens_in is not None or tokens_out is not None:
+            cost, source = listed_cost(self.models, note["model"], tokens_in or 0, tokens_out or 0), "price_list"
+        elif status is not None and not 200 <= status < 300 and error is None:
+            cost, source = 0.0, "not_billed"  # the host answered with an error and reported no usage
+        else:
+            cost = worst  # sent, and nothing says what it cost: assume the worst
+        cost = round(cost, 10)
+        if source == "provider" and cost > worst * ANOMALY_FACTOR + 1e-9:
+            anomaly = {"model": note["model"], "tier": "wire", "reported": cost, "worst_case": worst,
+                       "purpose": f"tool:{tool}"}
+            self.record(events.COST_ANOMALY, **anomaly,
+                        note="the host reported more than this request could cost; charged as reported")
+            if self.on_anomaly is not None:
+                self.on_anomaly(anomaly)
+        self.budget.spent += cost
+        if self.on_cost is not None:
+            self.on_cost(cost)
+        note.update(cost=cost, cost_source=source)
+        call = self._call
+        if call is not None:
+            call["cost"] += cost
+            call["requests"] += 1
+        else:
+            # Code outside an adapter call: its own llm_call entry, so a session's cost is still
+            # the sum of its llm_call entries.
+            self.record(events.LLM_CALL, purpose=f"tool:{tool}", model=note["model"], tier="sandbox",
+                        input_tokens=tokens_in or 0, output_tokens=tokens_out or 0, cost=cost,
+                        cost_source=source, duration_ms=int((time.monotonic() - note["t0"]) * 1000),
+                        status=status, error=error, request=note.get("request"), response=content)
+        return cost
+
+
+def _count(usage: dict | None, name: str) -> int | None:
+    v = usage.get(name) if usage else None
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None

@@ -1,0 +1,50 @@
+"""Karma redacts what the runtime holds in every common form, not just the exact value: an LLM endpoint
+that echoes the key base64'd, hex'd, reversed or URL-escaped in its error leaves none of them in karma."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+
+import pytest
+
+from brainstem.karma import Redactor
+from brainstem.secrets import secret_forms
+
+from .wake_helpers import API_KEY, answers, plan, run_wake, wake_env
+
+
+def test_redactor_catches_the_common_encodings_at_any_alignment():
+    value = "123456:sk-or/v1+0123456789abcdef"
+    r = Redactor({"KEY": value})
+    blobs = [value, value[::-1], value.encode().hex(), value.encode().hex().upper(),
+             base64.b64encode(value.encode()).decode(), base64.urlsafe_b64encode(value.encode()).decode(),
+             json.dumps({"k": value}), "k=" + urllib.parse.quote(value, safe=""),
+             "k=" + urllib.parse.quote_plus(value)]
+    for lead in ("", "B", "Be", "Bearer "):
+        blobs.append(base64.b64encode((lead + value).encode()).decode())
+    for blob in blobs:
+        out = r.text("before " + blob + " after")
+        assert "[REDACTED:KEY]" in out, blob
+        assert not [f for f in secret_forms(value) if f in out], (blob, out)
+
+
+def test_short_values_are_not_encoded_into_false_positives():
+    r = Redactor({"PIN": "1234"})
+    assert r.text("MTIzNA== 31323334") == "MTIzNA== 31323334"  # encodings of short values are left alone
+    assert r.text("pin 1234") == "pin [REDACTED:PIN]"
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_an_endpoint_echoing_the_key_encoded_leaves_no_form_of_it_in_karma(real_store_url, st, llm):
+    echo = " ".join([base64.b64encode(API_KEY.encode()).decode(), API_KEY[::-1], API_KEY.encode().hex(),
+                     base64.b64encode(b"Bearer " + API_KEY.encode()).decode()])
+    llm.queue({"status": 400, "message": "bad request for key " + echo}, plan())
+    llm.responder = answers()
+    r = run_wake(wake_env(real_store_url, llm, BRAINSTEM_LLM_MAX_ATTEMPTS=1), "--force")
+    assert r.returncode == 0, r.stderr
+    dump = "\n".join(str(v) for k in st.list_all() for v in ([st.get(k.name)] if not k.is_log
+                                                              else st.read_log(k.name)))
+    assert "bad request for key" in dump  # the error itself is kept
+    assert not [f for f in secret_forms(API_KEY) if f in dump]

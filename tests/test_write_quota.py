@@ -1,0 +1,39 @@
+"""The session write quota, across tool calls of one real wake (the per-call quota is in
+tests/sandbox/test_egress_limits.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from brainstem import keys
+
+from .wake_helpers import action, answers, events_of, finished, plan, run_wake, wake_env
+
+HOG = ("def execute(args, ctx):\n"
+       "    n = 0\n"
+       "    try:\n"
+       "        for i in range(args['count']):\n"
+       "            ctx.kv.put(args['tag'] + str(i), 'x' * args['size'])\n"
+       "            n += 1\n"
+       "    except Exception as e:\n"
+       "        return {'written': n, 'error': str(e)}\n"
+       "    return {'written': n}\n")
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)
+def test_tools_of_one_session_share_the_session_quota(real_store_url, st, llm):
+    st.put(keys.tool_code("hog"), HOG)
+    st.put(keys.tool_meta("hog"), json.dumps({"kv_access": "own"}))
+    llm.queue(plan(action("hog", {"tag": "a", "size": 300_000, "count": 3}, store_result_as="first"),
+                   action("hog", {"tag": "b", "size": 300_000, "count": 3}, store_result_as="second")))
+    llm.responder = answers()
+    env = wake_env(real_store_url, llm, BRAINSTEM_SESSION_WRITE_QUOTA=1_000_000)
+    _, entries = finished(run_wake(env, "--force"), st)
+    results = [e["result"] for e in events_of(entries, "tool_complete")]
+    assert results[0] == {"written": 3}
+    assert results[1]["written"] == 0 and "BRAINSTEM_SESSION_WRITE_QUOTA" in results[1]["error"]
+    (q,) = events_of(entries, "quota_exceeded")
+    assert q["tool"] == "hog" and q["quota"] == 1_000_000
+    assert [k.name for k in st.list_all("tooldata:hog:")] == ["tooldata:hog:a0", "tooldata:hog:a1", "tooldata:hog:a2"]
