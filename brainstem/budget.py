@@ -137,3 +137,23 @@ def anomalies_today(store: Store) -> list[dict]:
     if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("items"), list):
         return [i for i in rec["items"] if isinstance(i, dict)]
     return []
+
+
+def correct_anomaly(store: Store, number: int, billed: float) -> tuple[dict, float]:
+    """The operator's correction of today's anomaly ``number`` (1-based, as ``status`` lists them):
+    the provider billed ``billed`` USD for it, not what it reported. Today's spend drops by the
+    difference and nothing else; the anomaly stays listed, marked corrected. Returns (the anomaly,
+    today's spend after). ``ValueError`` when there is no such anomaly or it is corrected already."""
+    items = anomalies_today(store)
+    if not 1 <= number <= len(items):
+        raise ValueError(f"no cost anomaly number {number} today (there are {len(items)}; `brainstem status` lists them)")
+    item = items[number - 1]
+    if "corrected_to" in item:
+        raise ValueError(f"cost anomaly {number} was corrected already (to ${item['corrected_to']:.4f})")
+    reported = float(item.get("reported") or 0.0)
+    if not 0 <= billed <= reported:
+        raise ValueError(f"--billed must be between 0 and the ${reported:.4f} that was reported")
+    total = max(0.0, add_daily(store, billed - reported))
+    item.update(corrected_to=billed, corrected_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    store.put(ANOMALIES_KEY, {"date": today(), "items": items})
+    return item, total

@@ -300,12 +300,16 @@ def status(c: Ctx, as_json: bool) -> None:
                f"({st['deep_reflection']})")
     for p in st["config_problems"] or []:
         click.echo(f"config problem {p}")
-    for a in st["cost_anomalies_today"] or []:
-        click.echo(f"COST ANOMALY   {a.get('at')} session {a.get('session_id')}: the endpoint reported "
-                   f"${a.get('reported', 0):.4f} for a {a.get('model')} call that could cost at most "
-                   f"${a.get('worst_case', 0):.4f}. It counts towards today's ceiling as billed; check the "
-                   f"provider's activity page, and if it was not billed, `brainstem kv del stats:daily_cost` "
-                   f"resets today's tally.")
+    for n, a in enumerate(st["cost_anomalies_today"] or [], 1):
+        head = (f"COST ANOMALY {n} {a.get('at')} session {a.get('session_id')}: the endpoint reported "
+                f"${a.get('reported', 0):.4f} for a {a.get('model')} call that could cost at most "
+                f"${a.get('worst_case', 0):.4f}.")
+        if "corrected_to" in a:
+            click.echo(f"{head} Corrected by the operator to ${a['corrected_to']:.4f}.")
+        else:
+            click.echo(f"{head} It counts towards today's ceiling as billed; check the provider's activity "
+                       f"page, and if it billed less, `brainstem anomaly {n} --billed USD` corrects today's "
+                       f"spend for this call alone.")
     sandbox = st.get("sandbox") or {}
     if sandbox.get("error"):
         click.echo(f"sandbox        {sandbox['error']}")
@@ -341,6 +345,34 @@ def sessions(c: Ctx, limit: int, as_json: bool) -> None:
             click.echo(f"{str(h.get('id')):<14} {str(h.get('started_at') or ''):<21} {str(h.get('outcome')):<17} "
                        f"{h.get('steps', '-'):>4} steps  ${h.get('cost', 0) or 0:.4f}  "
                        f"{'' if dur is None else f'{dur / 1000:.1f}s'}  {str(h.get('summary') or '')[:60]}")
+
+
+@cli.command()
+@click.argument("number", type=click.IntRange(min=1))
+@click.option("--billed", type=click.FloatRange(min=0), required=True,
+              help="What the provider actually billed for that call, in USD (0 when it was not billed).")
+@pass_ctx
+def anomaly(c: Ctx, number: int, billed: float) -> None:
+    """Correct today's spend for one cost anomaly that `brainstem status` lists.
+
+    A call whose reported cost is above the most it could cost is charged as
+    reported (that is what the provider says it billed) and listed by status as
+    COST ANOMALY N. When the provider's activity page shows it billed less, this
+    takes the difference off today's spend, for that call alone.
+
+    \b
+    Examples:
+      brainstem status                       # COST ANOMALY 1 ... reported $180.0000 ...
+      brainstem anomaly 1 --billed 0.0021    # what the activity page shows
+    """
+    from .budget import correct_anomaly
+
+    try:
+        item, total = correct_anomaly(c.store, number, billed)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"cost anomaly {number} ({item.get('model')}, reported ${item.get('reported', 0):.4f}) corrected "
+               f"to ${billed:.4f}; today's spend is now ${total:.4f}")
 
 
 # --- tool -----------------------------------------------------------------

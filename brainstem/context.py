@@ -27,7 +27,7 @@ from .errors import NotText
 from .kv.base import Store
 from .untrusted import PLAIN_NAME, Untrusted
 
-NEVER_LOADED_PREFIXES = ("secret:", "karma:", "__")
+NEVER_LOADED_PREFIXES = (keys.SECRET_PREFIX, "karma:", "__")
 INDEX_HIDDEN = ("stats:", "history:")
 
 

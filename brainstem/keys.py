@@ -49,8 +49,16 @@ def tooldata_prefix(name: str) -> str:
     return f"tooldata:{name}:"
 
 
+SECRET_PREFIX = "secret:"
+
+
 def secret(name: str) -> str:
-    return f"secret:{name}"
+    return f"{SECRET_PREFIX}{name}"
+
+
+def is_secret(key: str) -> bool:
+    """Secrets are the operator's: the agent may write one, never read one (nor move it)."""
+    return key.startswith(SECRET_PREFIX)
 
 
 # Keys only the runtime writes. The agent changes them through the plan and

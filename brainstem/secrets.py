@@ -180,14 +180,23 @@ def secret_forms(value: str) -> set[str]:
     return {f for f in forms if f}
 
 
+def forms_pattern(forms: Iterable[str]) -> re.Pattern:
+    """One pattern matching any of ``forms``, longest first (so a value containing another matches
+    whole). Forms long enough to be unmistakable match in any letter case: a value upper-cased on
+    its way back is still the value."""
+    ordered = sorted(set(forms), key=len, reverse=True)
+    return re.compile("|".join(f"(?i:{re.escape(f)})" if len(f) >= MIN_ENCODED_LEN else re.escape(f)
+                               for f in ordered))
+
+
 def replacer(forms: Mapping[str, str]) -> Callable[[str], str]:
-    """A function putting ``forms[f]`` in place of every ``f`` in a text: one pass, longest first,
-    so a value containing another is replaced whole."""
+    """A function putting ``forms[f]`` in place of every ``f`` (see :func:`forms_pattern`) in a text."""
     table = dict(forms)
     if not table:
         return lambda text: text
-    pattern = re.compile("|".join(re.escape(f) for f in sorted(table, key=len, reverse=True)))
-    return lambda text: pattern.sub(lambda m: table[m.group(0)], text)
+    folded = {f.lower(): r for f, r in table.items()}
+    pattern = forms_pattern(table)
+    return lambda text: pattern.sub(lambda m: table.get(m.group(0)) or folded[m.group(0).lower()], text)
 
 
 # --------------------------------------------------------------------------- one execution's grants
@@ -209,6 +218,7 @@ class Grants:
     secrets: list[Grant] = field(default_factory=list)
     public: dict[str, str] = field(default_factory=dict)
     _scrubber: Callable[[str], str] | None = None
+    _values_pattern: re.Pattern | None = None
 
     def visible(self) -> dict[str, str]:
         """What ``ctx.secrets`` holds: placeholders, and the plain public settings."""
@@ -223,15 +233,37 @@ class Grants:
     def present(self, *texts: str) -> list[Grant]:
         return [g for g in self.secrets if any(g.placeholder in t for t in texts if t)]
 
-    def check(self, host: str, *texts: str) -> list[Grant]:
-        """The grants whose placeholders appear in ``texts``; :class:`SecretRefused` if ``host``
-        is not bound to every one of them."""
+    def check(self, req: "Outgoing") -> list[Grant]:
+        """The grants whose placeholders ``req`` carries, once each and where a credential goes;
+        :class:`SecretRefused` (nothing is sent) when it would carry one anywhere else.
+
+        A bound host can echo what it is sent (an LLM repeats its prompt, a chat API posts a message
+        to whoever the tool names), so a placeholder is put in at most once per request and never over
+        plain HTTP to a remote host. The LLM key goes into headers only: a placeholder in the prompt
+        (karma shown to reflection holds some) stays the placeholder, and counts for nothing. A request
+        that holds a granted *value* itself is refused: code in the sandbox only has one through a leak.
+        """
+        texts = [req.url, *req.header_names, *req.header_values, req.body]
+        if self.secrets and any(self._pattern().search(t) for t in texts if t):
+            leaked = [g.name for g in self.secrets if any(forms_pattern(secret_forms(g.value)).search(t)
+                                                          for t in texts if t)]
+            raise SecretRefused(f"refused: the request holds the value of secret {', '.join(leaked)} itself, "
+                                f"not its placeholder (ctx.secrets)")
         found = self.present(*texts)
-        host = normalise_host(host)
+        host = normalise_host(req.host)
         for g in found:
             if host not in g.hosts:
                 raise SecretRefused(f"refused: the request carries secret {g.name} to {host}, which it is "
                                     f"not bound to (bound to: {', '.join(sorted(g.hosts))})")
+            where = req.header_values if req.header_only(g) else texts
+            if sum(t.count(g.placeholder) for t in where if t) > 1:
+                raise SecretRefused(f"refused: the request carries secret {g.name} more than once; a secret "
+                                    f"goes in one place of a request, where the host expects the credential")
+            if any(g.placeholder in n for n in req.header_names):
+                raise SecretRefused(f"refused: secret {g.name} in a header name")
+            if req.scheme != "https" and not req.cleartext_ok:
+                raise SecretRefused(f"refused: secret {g.name} would go to {host} over plain {req.scheme}; "
+                                    f"secrets go over https (plain http only to loopback or private addresses)")
         return found
 
     def put_in(self, text: str, found: list[Grant], quote: Callable[[str], str] = lambda v: v) -> str:
@@ -239,8 +271,16 @@ class Grants:
             text = text.replace(g.placeholder, quote(g.value))
         return text
 
+    def _pattern(self) -> re.Pattern:
+        if self._values_pattern is None:
+            self._values_pattern = forms_pattern(f for g in self.secrets for f in secret_forms(g.value))
+        return self._values_pattern
+
     def scrub(self, text: str) -> str:
-        """``text`` with every granted value (in any of its common forms) turned back into its placeholder."""
+        """``text`` with every granted value (in any of its common forms) turned back into its placeholder.
+
+        A JSON text whose string escapes spell a value (``\\u0073k-...``) is re-encoded with the
+        value replaced: the tool would otherwise get the value back from ``json.loads``."""
         if not self.secrets or not text:
             return text
         if self._scrubber is None:
@@ -249,7 +289,51 @@ class Grants:
                 for form in secret_forms(g.value):
                     forms.setdefault(form, g.placeholder)
             self._scrubber = replacer(forms)
-        return self._scrubber(text)
+        text = self._scrubber(text)
+        if "\\" in text:
+            try:
+                decoded = json.loads(text)
+            except (ValueError, RecursionError):
+                return text
+            flat = json.dumps(decoded, ensure_ascii=False)
+            if self._pattern().search(flat):
+                return self._scrubber(flat)
+        return text
+
+
+@dataclass
+class Outgoing:
+    """One request as a tool wrote it (placeholders, not values), split where secrets may sit."""
+
+    host: str
+    scheme: str
+    url: str
+    header_names: list[str]
+    header_values: list[str]  # with the decoded credentials of an ``Authorization: Basic`` value
+    body: str
+    headers_only: bool = False  # the LLM endpoint: a secret goes in a header only
+    cleartext_ok: bool = False  # plain http is acceptable to this host (loopback, private, the operator's)
+
+    def header_only(self, g: Grant) -> bool:
+        """Whether ``g`` is put into headers only (its placeholder left as it is in the URL and body)."""
+        return self.headers_only or g.label == LLM_KEY
+
+
+def cleartext_ok(host: str, llm_base_url: str | None = None) -> bool:
+    """Whether a secret may cross plain HTTP to ``host``: a loopback or private address (the operator's
+    own network), or the LLM endpoint when the operator configured it with ``http://``."""
+    host = normalise_host(host)
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+        return ip.is_loopback or ip.is_private
+    except ValueError:
+        pass
+    if llm_base_url:
+        parts = urllib.parse.urlsplit(llm_base_url)
+        return parts.scheme == "http" and normalise_host(parts.hostname or "") == host
+    return False
 
 
 def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindings: Mapping[str, Binding],

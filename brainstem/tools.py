@@ -156,7 +156,7 @@ class ToolServices:
         if self.kv_access == "own":
             return self._prefix + key
         if self.kv_access == "read_all":
-            if key.startswith("secret:"):
+            if keys.is_secret(key):
                 raise PermissionError("secret:* keys are not readable by tools")
             return key
         raise PermissionError("this tool has no KV access")
@@ -206,7 +206,7 @@ class ToolServices:
             return [k.name[len(self._prefix):] for k in self._store.list_all(self._prefix + (prefix or ""), limit=1000)]
         if self.kv_access == "read_all":
             return [k.name for k in self._store.list_all(prefix or "", limit=1000)
-                    if not k.name.startswith("secret:") and not k.is_log]
+                    if not keys.is_secret(k.name) and not k.is_log]
         raise PermissionError("this tool has no KV access")
 
     # --- ctx.fetch / ctx.log ---
@@ -273,17 +273,22 @@ class _FetchGuard:
         from urllib.parse import quote, quote_plus
 
         from .sandbox.egress import EgressDenied
-        from .secrets import PCHAR_SAFE, SecretRefused
+        from .secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok
 
         headers = dict(hop.headers)
         basic = {k: _basic_decode(v) for k, v in headers.items()}
         body_text = hop.body.decode("utf-8", "surrogateescape") if hop.body is not None else ""
-        texts = [hop.url, *headers.keys(), *headers.values(), *[b for b in basic.values() if b], body_text]
+        llm_base = self.s._policy.public.get("OPENROUTER_BASE_URL")
+        req = Outgoing(host=hop.host, scheme=hop.scheme, url=hop.url, header_names=list(headers),
+                       header_values=[*headers.values(), *[b for b in basic.values() if b]], body=body_text,
+                       headers_only=self.meter is not None and self.meter.is_llm_host(hop.host),
+                       cleartext_ok=cleartext_ok(hop.host, llm_base))
         try:
-            found = self.grants.check(hop.host, *texts)
+            found = self.grants.check(req)
         except SecretRefused as exc:
+            texts = [req.url, *req.header_names, *req.header_values, req.body]
             self.s._record(events.SECRET_REFUSED, tool=self.s.name, host=hop.host, port=hop.port, path=hop.path,
-                           secrets=sorted(g.name for g in self.grants.present(*texts)))
+                           secrets=sorted(g.name for g in self.grants.present(*texts)), reason=str(exc))
             raise EgressDenied(str(exc)) from None
         hop.note["secrets"] = [g.name for g in found]
         body = hop.body
@@ -296,7 +301,11 @@ class _FetchGuard:
                 raise EgressDenied(str(exc)) from None
         if not found:
             return hop.url, headers, body
-        url = self.grants.put_in(hop.url, found, lambda v: quote(v, safe=PCHAR_SAFE))
+        # Quoted for where it lands: a path segment may keep ':' or '&', a query value may not.
+        anywhere = [g for g in found if not req.header_only(g)]
+        before_query, mark, query = hop.url.partition("?")
+        url = (self.grants.put_in(before_query, anywhere, lambda v: quote(v, safe=PCHAR_SAFE)) + mark
+               + self.grants.put_in(query, anywhere, lambda v: quote(v, safe="-._~")))
         for k, v in list(headers.items()):
             if basic[k] is not None and any(g.placeholder in basic[k] for g in found):
                 v = "Basic " + base64.b64encode(self.grants.put_in(basic[k], found).encode("utf-8")).decode("ascii")
@@ -309,7 +318,7 @@ class _FetchGuard:
             text = body.decode("utf-8", "surrogateescape")
             quoting = {"json": lambda v: json.dumps(v)[1:-1], "form": quote_plus}.get(hop.body_kind,
                                                                                           lambda v: v)
-            body = self.grants.put_in(text, found, quoting).encode("utf-8", "surrogateescape")
+            body = self.grants.put_in(text, anywhere, quoting).encode("utf-8", "surrogateescape")
         return url, headers, body
 
     def incoming(self, hop, status, headers, text, error=None):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, history, karma as karma_mod, keys, outcomes
+from . import events, history, karma as karma_mod, keys, outcomes, unrecorded
 from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
 from .config import Defaults, load_defaults, load_models
 from .context import kv_index, load_keys
@@ -347,7 +347,14 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         # Idempotent: a session already in the history (it closed itself, or an earlier wake closed
         # it and was then killed) is not recorded again, and one that wrote its own session_end
         # keeps the outcome it recorded.
-        closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=sid)
+        note = unrecorded.recall(store.display_url, crumb.get("id"))
+        if note is not None:  # it lost the store, and left word of it here
+            closed = history.close_dead_session(store, crumb, note["outcome"], detected_by=sid,
+                                                reason=note.get("reason"),
+                                                operator_action=outcomes.operator_action(note["outcome"]))
+            unrecorded.forget(store.display_url, crumb["id"])
+        else:
+            closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=sid)
         if closed is not None and closed.get("outcome") == outcomes.CRASHED:
             crash = data
         elif closed is None and crumb.get("id") is None:
@@ -367,22 +374,22 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     karma_mod.begin_session(store, sid)
     run = _Run(store=store, settings=settings, karma=k, id=sid, number=number, budget=budget, defaults=defaults,
                clean_snapshot=snapshot(store))
-    # Advance the schedule before doing anything that could die.
-    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(
-        seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))), "set_by": "runtime:pessimistic", "session_id": sid})
-    k.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
-             budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
-             crashed_session=crumb.get("id") if crumb else None)
-    if crash is not None:
-        k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
-    if restored is not None:
-        k.record(events.AUTO_RESTORE, **restored)
-    for p in problems:
-        k.record(events.CONFIG_REJECTED, reason=p)
-    if wake_config is not None and not isinstance(wake_config, dict):
-        k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
-
+    # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
+        # Advance the schedule before doing anything that could die.
+        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(
+            seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))), "set_by": "runtime:pessimistic", "session_id": sid})
+        k.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
+                 budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
+                 crashed_session=crumb.get("id") if crumb else None)
+        if crash is not None:
+            k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
+        if restored is not None:
+            k.record(events.AUTO_RESTORE, **restored)
+        for p in problems:
+            k.record(events.CONFIG_REJECTED, reason=p)
+        if wake_config is not None and not isinstance(wake_config, dict):
+            k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
         _interruptible(True)
         if budget.cancel.is_set():  # a signal arrived while the lock was being taken
             budget.check_cancel()
@@ -563,6 +570,9 @@ def _finish(run: _Run) -> WakeResult:
             raise  # waiting will not help: one line, and the operator's move
         except StoreUnavailable as exc:
             if time.monotonic() + delay > deadline:
+                # Gone for longer than we wait: a note on local disk, so the next wake records this
+                # session as the store outage it was rather than as a crash of the agent's.
+                unrecorded.remember(run.store.display_url, run.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
                 raise
             if run.outcome != outcomes.STORE_UNAVAILABLE and run.outcome != outcomes.INTERRUPTED:
                 run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)

@@ -40,3 +40,16 @@ def test_the_product_cites_nothing_it_does_not_ship():
     found = [f"{p.relative_to(repo)}:{n}: {line.strip()}" for p in files
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_readme_lists_every_outcome_with_whose_move_it_is():
+    from brainstem import outcomes
+
+    table = README.split("### Session outcomes")[1].split("\n\n", 2)[2].split("\n\n")[0]
+    rows = {m.group(1): line for line in table.splitlines() if (m := re.match(r"^\| `([a-z_]+)` \|", line))}
+    assert list(rows) == list(outcomes.ALL)
+    for name in outcomes.OPERATOR_FAULTS:
+        assert "**operator**" in rows[name], name
+    for name in outcomes.ALL:
+        counts = rows[name].rstrip(" |").rsplit("|", 1)[1]
+        assert ("yes" in counts) == (name in outcomes.FAILING), name

@@ -57,6 +57,40 @@ def test_an_endpoint_that_drips_bytes_cannot_hold_the_wake(real_store_url, st):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, llm):
+    """A tool that allows itself 60 s, fetching from a server that drips a byte a second: the
+    session's 6 s ceiling ends both, and the wake, within a few seconds of it."""
+    import json
+
+    from brainstem import keys
+
+    from .wake_helpers import action
+
+    ceiling = 6
+    drip = Drip(every=1.0)
+    try:
+        st.put(keys.tool_code("slow_fetch"), "def execute(args, ctx):\n    return ctx.fetch(args['url'])['status']\n")
+        st.put(keys.tool_meta("slow_fetch"), json.dumps({"timeout_ms": 60000}))
+        llm.queue(plan(action("slow_fetch", {"url": drip.base + "/x"}, id="f"),
+                       action("slow_fetch", {"url": drip.base + "/y"}, id="g")))
+        llm.responder = answers(reflect=None)
+        env = wake_env(real_store_url, llm, BRAINSTEM_MAX_SESSION_SECONDS=ceiling,
+                       BRAINSTEM_FETCH_ALLOW="127.0.0.1")
+        t0 = time.monotonic()
+        r = run_wake(env, "--force")
+        took = time.monotonic() - t0
+    finally:
+        drip.close()
+    assert took < ceiling + 4, f"the wake took {took:.1f} s under a {ceiling} s ceiling"
+    _, entries = finished(r, st)
+    done = [e for e in events_of(entries, "tool_complete") if e.get("tool") == "slow_fetch"]
+    assert done and not any(e["ok"] for e in done)
+    assert entries[-1]["outcome"] == "budget_exhausted"
+    assert "fetch timed out" in done[0]["error"]
+
+
 # --- an invalid config falls back to its last valid version ----------------------------------------------
 
 @pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)

@@ -67,9 +67,23 @@ def test_a_reported_cost_beyond_the_worst_case_is_charged_and_flagged(real_store
     r = run_cli("status", env=env)
     assert r.returncode == 0, r.stderr
     line = [ln for ln in r.stdout.splitlines() if ln.startswith("COST ANOMALY")]
-    assert len(line) == 1 and "$180.0000" in line[0] and "stats:daily_cost" in line[0]
+    assert len(line) == 1 and "$180.0000" in line[0] and "brainstem anomaly 1 --billed" in line[0]
     r = run_cli("status", "--json", env=env)
     import json
 
     assert json.loads(r.stdout)["cost_anomalies_today"][0]["reported"] == 180.0
     assert st.get_json(keys.WAKE_CONFIG)  # the session itself ended normally
+
+    # The provider's activity page shows it billed $0.0021: the operator corrects that call alone, and
+    # the rest of the day's spend (the session's other calls) stays counted.
+    before = daily_spent(st)
+    r = run_cli("anomaly", "1", "--billed", "0.0021", env=env)
+    assert r.returncode == 0, r.stderr
+    assert daily_spent(st) == pytest.approx(before - 180.0 + 0.0021, abs=1e-6) and daily_spent(st) > 0.0021
+    line = [ln for ln in run_cli("status", env=env).stdout.splitlines() if ln.startswith("COST ANOMALY")]
+    assert "Corrected by the operator to $0.0021" in line[0]
+    # Once only, and never more than was reported.
+    r = run_cli("anomaly", "1", "--billed", "0", env=env)
+    assert r.returncode != 0 and "corrected already" in r.stderr
+    r = run_cli("anomaly", "2", "--billed", "0", env=env)
+    assert r.returncode != 0 and "no cost anomaly number 2" in r.stderr

@@ -53,6 +53,9 @@ FAULTS = {
     "html_body": ({"body": "<html>502 Bad Gateway</html>"}, "llm_bad_response", "OPENROUTER_BASE_URL"),
     "empty_body": ({"body": ""}, "llm_bad_response", "OPENROUTER_BASE_URL"),
     "no_choices": ({"body": {"id": "x", "object": "chat.completion"}}, "llm_bad_response", "OPENROUTER_BASE_URL"),
+    # A base URL that is not the API (a web server, a wrong path): its error pages are the operator's.
+    "404": ({"status": 404, "body": "<html><h1>404 Not Found</h1></html>"}, "llm_bad_response", "OPENROUTER_BASE_URL"),
+    "405": ({"status": 405, "body": {"detail": "Method Not Allowed"}}, "llm_bad_response", "OPENROUTER_BASE_URL"),
 }
 
 
@@ -77,6 +80,15 @@ def test_a_provider_fault_is_its_own_outcome_with_the_operators_move(st, real_st
     assert status["operator_action"] == end["operator_action"] and status["failing_in_a_row"] == 0
     text = run_cli("status", env=env).stdout
     assert f"OPERATOR       {end['operator_action']}" in text
+
+
+def test_an_api_that_rejects_the_request_itself_is_the_agents_fault(st, real_store_url, llm):
+    """The API's own JSON error about the request (an unknown model): no operator fault, the agent's."""
+    env = wake_env(real_store_url, llm, BRAINSTEM_LLM_MAX_ATTEMPTS=1)
+    llm.responder = lambda req: {"status": 400, "message": "vendor/nope is not a valid model ID"}
+    sid, entries = finished(run_wake(env, "--force"), st)
+    assert entries[-1]["outcome"] in ("no_plan", "error") and not entries[-1].get("operator_action")
+    assert not events_of(entries, "llm_fault")
 
 
 def test_a_bad_key_never_triggers_auto_restore_and_retries_on_a_growing_backoff(st, real_store_url, llm):
@@ -343,6 +355,54 @@ def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(tmp_pa
         assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
         assert _seconds_from_now(store.get_json(keys.WAKE_CONFIG)["next_wake_after"]) <= 61
         assert karma.read(store, sid)[-1]["outcome"] == "store_unavailable"
+        store.close()
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(tmp_path, llm):
+    """The wake gives up recording its end (exit 3) and leaves a note on local disk: the next wake
+    records the session as store_unavailable, which never counts towards auto-restore."""
+    import redis
+
+    from .redis_server import RedisServerError, start_redis_server, stop
+    from .wake_helpers import seeded
+
+    try:
+        proc, port = start_redis_server(tmp_path)
+    except RedisServerError as exc:
+        pytest.skip(str(exc))
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        store = seeded(url)
+        env = wake_env(url, llm, XDG_STATE_HOME=str(tmp_path / "state"))
+        llm.queue(plan(think("slow", id="s")), {"content": "answer", "delay": 2}, "ok", reflection())
+        p = start_wake(env, "--force")
+        admin = redis.Redis(port=port)
+        try:
+            assert llm.wait_for_requests(2, timeout=30)
+            admin.config_set("requirepass", "now-locked")
+            admin.client_kill_filter(_type="normal", skipme=True)
+            out, err = p.communicate(timeout=60)  # gives up while the store is still locked
+        finally:
+            if p.poll() is None:
+                p.kill()
+            admin = redis.Redis(port=port, password="now-locked")
+            admin.config_set("requirepass", "")
+        assert p.returncode == 3, (out, err)
+        assert list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())
+        store = seeded(url)
+        dead = karma.latest_session_id(store)
+
+        llm.reset()
+        llm.queue(plan(), reflection())
+        sid, entries = finished(run_wake(env, "--force"), store, "clean")
+        assert not events_of(entries, "crash_detected") and entries[0]["crashed_session"] is None
+        (entry,) = [h for h in history(store) if h["id"] == dead]
+        assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
+        assert karma.read(store, dead)[-1]["outcome"] == "store_unavailable"
+        assert not list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())  # the note is gone
         store.close()
     finally:
         stop(proc)

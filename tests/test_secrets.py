@@ -69,20 +69,65 @@ def test_values_go_in_only_at_the_bound_host_in_every_place_a_request_holds_them
                                 ToolPolicy(bindings=parse_bindings(["TOKEN@127.0.0.1"], LLM), fetch_allow=["127.0.0.1"]))
         ph = services.secrets["TOKEN"]
         basic = base64.b64encode(f"user:{ph}".encode()).decode()
-        services.fetch(host.base + "/p/" + ph + "?q=" + ph, method="POST", json={"k": ph, "n": [ph]},
-                       headers={"X-Key": ph, "Authorization": "Basic " + basic})
+        # One request each: a secret goes in one place of a request.
+        services.fetch(host.base + "/p/" + ph)
+        services.fetch(host.base + "/q?k=" + ph)
+        services.fetch(host.base + "/j", method="POST", json={"k": ph, "n": [1]})
+        services.fetch(host.base + "/h", headers={"X-Key": ph})
+        services.fetch(host.base + "/b", headers={"Authorization": "Basic " + basic})
         services.fetch(host.base + "/form", method="POST", data={"k": ph})
-        (first, second) = host.seen
-        head, _, body = first.partition(b"\n\n\r\n")
-        assert json.loads(body) == {"k": value, "n": [value]}  # JSON-escaped, so the body stays JSON
-        assert f"X-Key: {value}".encode() in head
-        assert base64.b64encode(f"user:{value}".encode()) in head  # inside Basic auth too
-        assert b"/p/tok%22en%2Fwith:odd&chars-0123?q=" in head  # quoted as a path segment
-        assert b"k=tok%22en%2Fwith%3Aodd%26chars-0123" in second  # form-encoded
-        assert ph.encode() not in first + second
+        path, query, js, header, basic_auth, form = host.seen
+        assert json.loads(js.partition(b"\n\n\r\n")[2]) == {"k": value, "n": [1]}  # JSON-escaped: still JSON
+        assert f"X-Key: {value}".encode() in header
+        assert base64.b64encode(f"user:{value}".encode()) in basic_auth  # inside Basic auth too
+        assert b"/p/tok%22en%2Fwith:odd&chars-0123 " in path  # quoted as a path segment
+        assert b"/q?k=tok%22en%2Fwith%3Aodd%26chars-0123 " in query  # quoted as a query value
+        assert b"k=tok%22en%2Fwith%3Aodd%26chars-0123" in form  # form-encoded
+        assert not [r for r in host.seen if ph.encode() in r]
         fetches = [f for e, f in events if e == "fetch"]
-        assert [f["secrets"] for f in fetches] == [["TOKEN"], ["TOKEN"]]
+        assert [f["secrets"] for f in fetches] == [["TOKEN"]] * 6
         assert value not in json.dumps(fetches)
         store.close()
     finally:
         host.close()
+
+
+# --- a store secret cannot be moved where the agent can read it --------------------------------
+
+WALLET_PK = "0xPRIVATEKEY-c0ffee-5eed-1234567890"
+
+
+def test_reflection_cannot_rename_a_secret_out_of_secret_space(st, env, llm):
+    from .wake_helpers import action, answers, events_of, finished, plan, reflection, run_wake
+
+    st.put("secret:wallet_pk", WALLET_PK)
+    llm.queue(plan())
+    llm.responder = answers(reflect=reflection(
+        "stash it", load_keys=["tooldata:kv_write:loot"],
+        kv_operations=[{"op": "put", "key": "notes:ok", "value": "kept?"},
+                       {"op": "rename", "key": "secret:wallet_pk", "value": "tooldata:kv_write:loot"}]))
+    _, entries = finished(run_wake(env, "--force"), st)
+    rejected = events_of(entries, "kv_operations_rejected")
+    assert len(rejected) == 1 and "secret:wallet_pk" in rejected[0]["reason"]
+    # the batch is rejected whole: the harmless put before the rename did not happen either
+    assert st.get("secret:wallet_pk") == WALLET_PK
+    assert st.get("tooldata:kv_write:loot") is None and st.get("notes:ok") is None
+
+    # The next session loads the would-be copy and reads it with a tool: nothing to find.
+    llm.queue(plan(action("kv_read", {"key": "tooldata:kv_write:loot"}, id="r", store_result_as="x")))
+    llm.responder = answers()
+    finished(run_wake(env, "--force"), st)
+    assert WALLET_PK not in json.dumps(llm.requests)
+
+
+def test_a_direct_rename_out_of_secret_space_is_refused(tmp_path):
+    from brainstem.errors import KVWriteRefused
+
+    store = SQLiteStore(tmp_path / "s.db")
+    store.put("secret:k", "v")
+    kv = AgentKV(store)
+    with pytest.raises(KVWriteRefused, match="never moved"):
+        kv.rename("secret:k", "notes:k")
+    kv.put("notes:a", "x")
+    kv.rename("notes:a", "secret:a")  # into secret space is an ordinary write
+    assert store.get("secret:k") == "v" and store.get("secret:a") == "x" and store.get("notes:k") is None

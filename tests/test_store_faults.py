@@ -378,6 +378,31 @@ def test_expired_rows_are_deleted_when_a_key_with_a_ttl_is_written(tmp_path):
     store.close()
 
 
+@pytest.mark.redis
+def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
+    """The command ran, then the connection dropped before the reply: the retry must not push it again."""
+    import redis as redis_lib
+
+    from brainstem.kv.redis_store import RedisStore
+
+    store = RedisStore(redis_url, prefix=unique_prefix())
+    try:
+        real = store._r.rpush
+
+        def lands_then_drops(*args, **kwargs):
+            real(*args, **kwargs)
+            raise redis_lib.ConnectionError("Connection closed by server.")
+
+        store._r.rpush = lands_then_drops
+        assert store.append("karma:x", {"event": "llm_call", "cost": 0.01}) == 1
+        store._r.rpush = real
+        assert store.read_log("karma:x") == ['{"event":"llm_call","cost":0.01}']
+        store.append("karma:x", {"event": "llm_call", "cost": 0.01})  # a new, identical entry: kept
+        assert store.log_length("karma:x") == 2
+    finally:
+        store.close()
+
+
 # --- 5. a short outage is survived ------------------------------------------------------------
 
 @pytest.mark.redis

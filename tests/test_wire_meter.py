@@ -73,6 +73,30 @@ def test_a_fan_out_adapter_stays_within_the_ceiling_and_every_billed_cent_is_boo
 
 
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_price_list_the_agent_zeroed_does_not_lift_the_ceiling(real_store_url, st, llm):
+    """config:models is the agent's to edit: pricing every model at $0 must not make it free to spend."""
+    seed(st, with_providers=True)
+    models = json.loads(st.get(keys.CONFIG_MODELS))
+    for m in models["models"]:
+        m["input_cost_per_mtok"] = m["output_cost_per_mtok"] = 0
+    st.put(keys.CONFIG_MODELS, json.dumps(models))
+    st.put(keys.PROVIDER_LLM_CODE, FAN_OUT)
+    llm.default_cost = PER_REQUEST
+    llm.queue(plan(think("Write an essay."), think("And another."), think("And a third.")))
+    llm.responder = answers("essay")
+    env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS="OPENROUTER_API_KEY",
+                   BRAINSTEM_FETCH_ALLOW="127.0.0.1", BRAINSTEM_MAX_SESSION_COST=CEILING)
+    r = run_wake(env, "--force")
+    assert r.returncode == 0, r.stderr
+    _, entries = last_session(st)
+    assert billed(llm) <= CEILING + PER_REQUEST, f"billed ${billed(llm)} under a ${CEILING} ceiling"
+    booked = round(sum(c["cost"] for c in llm_calls(entries)), 10)
+    assert booked == pytest.approx(billed(llm), abs=1e-9)
+    # What the host billed was more than the $0 the price list allowed for: flagged, not hidden.
+    assert events_of(entries, "cost_anomaly")
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_an_adapter_cannot_switch_to_another_model(real_store_url, st, llm):
     seed(st, with_providers=True)
     st.put(keys.PROVIDER_LLM_CODE, FAN_OUT.replace('"model": request["model"]', '"model": "anthropic/claude-opus-4.1"'))

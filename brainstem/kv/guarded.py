@@ -124,6 +124,14 @@ class AgentKV:
     def _writable(self, key: Any) -> str:
         return self.store.check_writable(check_agent_writable(key))
 
+    def _movable(self, key: Any) -> str:
+        key = self._writable(key)
+        if keys.is_secret(key):
+            # The agent may write secrets but never read them: a rename out of secret:* would put
+            # the operator's value where the agent can read it.
+            raise KVWriteRefused(f"cannot rename {key!r}: secret:* keys can be written or deleted, never moved")
+        return key
+
     def put(self, key: str, value: Any, *, source: str = "agent") -> None:
         try:
             key = self._writable(key)
@@ -145,7 +153,7 @@ class AgentKV:
 
     def rename(self, old: str, new: str, *, source: str = "agent") -> None:
         try:
-            old, new = self._writable(old), self._writable(new)
+            old, new = self._movable(old), self._writable(new)
             value = self.store.get(old)
             if value is None:
                 raise KVWriteRefused(f"cannot rename {old!r}: it does not exist")
@@ -177,6 +185,7 @@ class AgentKV:
                 elif isinstance(op, DeleteOp):
                     exists[op.key] = False
                 else:
+                    self._movable(op.key)
                     self._writable(op.value)
                     if not present(op.key):
                         raise KVWriteRefused(f"cannot rename {op.key!r}: it does not exist")

@@ -35,6 +35,9 @@ REGISTRY = "__agents__"  # outside every prefix
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
 _REFRESH = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end"
+# A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
+_APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
+                 "return redis.call('RPUSH', KEYS[1], ARGV[1])")
 
 
 def redact_url(url: str) -> str:
@@ -135,6 +138,7 @@ class RedisStore(Store):
             raise StoreUnavailable(f"bad Redis URL {self.display_url}: {exc}") from None
         self._release = self._r.register_script(_RELEASE)
         self._refresh = self._r.register_script(_REFRESH)
+        self._append_again = self._r.register_script(_APPEND_AGAIN)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -277,9 +281,17 @@ class RedisStore(Store):
         return ListResult(keys=keys, cursor=str(scan_cursor) if scan_cursor else None)
 
     # --- logs ---
-    @_guard
     def append(self, log_key: str, entry: Any) -> int:
-        return self._r.rpush(self._k(log_key), encode(entry))
+        return self._append(self._k(log_key), encode(entry), [0])
+
+    @_guard
+    def _append(self, key: str, text: str, tries: list[int]) -> int:
+        # Retried after a lost connection, an entry is pushed only if it is not already the last one:
+        # a karma entry (an llm_call and its cost) is never recorded twice.
+        tries[0] += 1
+        if tries[0] == 1:
+            return self._r.rpush(key, text)
+        return int(self._append_again(keys=[key], args=[text]))
 
     @_guard
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:

@@ -217,12 +217,14 @@ class LLM:
     def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
         ceiling = self.budget.cost_ceiling(use_reserve)
         left = ceiling - self.budget.spent
-        if self.budget.spent + self.worst_case(model_id, prompt_chars, max_tokens) <= ceiling:
+        # Nothing left is a stop whatever the price list says: the agent edits config:models, and a
+        # model it priced at zero must not make the ceiling stop working.
+        if left > 0 and self.budget.spent + self.worst_case(model_id, prompt_chars, max_tokens) <= ceiling:
             return max_tokens, False
         p_in, p_out = self.models.prices(model_id)
         input_cost = (math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16) * p_in / 1e6
         affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else max_tokens
-        if affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
+        if left > 0 and affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
             return min(affordable, max_tokens), True
         self.record(events.BUDGET_EXCEEDED, limit=self.budget.binding_limit(use_reserve), purpose=purpose, step_id=step_id, model=model_id,
                     spent=round(self.budget.spent, 6), budget=round(ceiling, 6),

@@ -31,7 +31,7 @@ from typing import Any
 from .. import events
 from ..budget import Budget
 from ..config import Models
-from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, prompt_chars_of, worst_case_cost
+from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 
 DEFAULT_MAX_TOKENS = 4096
 REFUSED_FIELDS = {"stream": "streamed answers cannot be metered", "models": "a server-side model list cannot be priced",
@@ -71,6 +71,9 @@ class WireMeter:
             self._call = None
 
     # --- the fetch guard's side
+    def is_llm_host(self, host: str) -> bool:
+        return host == self.host
+
     def applies(self, host: str, port: int, injected: list[str]) -> bool:
         from ..secrets import LLM_KEY
 
@@ -115,15 +118,17 @@ class WireMeter:
         use_reserve = bool(call and call["use_reserve"])
         if self.budget.time_left(use_reserve) <= 0:
             raise MeterRefused("refused: the session has no time left for another LLM request")
-        chars = prompt_chars_of(req.get("messages"))
+        # Everything the host reads is priced as prompt (tools, response_format, a raw prompt...).
+        chars = len(body or b"")
         ceiling = self.budget.cost_ceiling(use_reserve)
         left = ceiling - self.budget.spent
         worst = worst_case_cost(self.models, model_id, chars, limit)
-        if worst > left:
+        if worst > left or left <= 0:
             p_in, p_out = self.models.prices(model_id)
             input_cost = worst_case_cost(self.models, model_id, chars, 0)
             affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
-            if affordable < min(MIN_USEFUL_TOKENS, limit):
+            # Nothing left is a stop even for a model priced at zero (the agent writes the price list).
+            if left <= 0 or affordable < min(MIN_USEFUL_TOKENS, limit):
                 self.record(events.BUDGET_EXCEEDED, limit="cost", purpose="wire", model=model_id,
                             spent=round(self.budget.spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
                 raise MeterRefused(f"refused: this LLM request could cost ${worst:.4f}; the session has "

@@ -265,7 +265,8 @@ def _http_error(resp: httpx.Response) -> ProviderError:
         body = resp.json()
     except (ValueError, UnicodeDecodeError):
         body = None
-    if isinstance(body, dict) and body.get("error") is not None:
+    api_error = isinstance(body, dict) and body.get("error") is not None
+    if api_error:
         detail, _ = _error_fields(body["error"])
     elif isinstance(body, dict) and isinstance(body.get("message"), str):
         detail = body["message"]
@@ -281,7 +282,22 @@ def _http_error(resp: httpx.Response) -> ProviderError:
         status=status,
         retryable=status in RETRYABLE_STATUS,
         retry_after=retry_after,
+        malformed=_not_the_api(status, api_error, detail),
     )
+
+
+def _not_the_api(status: int, api_error: bool, detail: str) -> bool:
+    """Whether an error answer says the URL is not an OpenAI-compatible API (the operator's setting)
+    rather than that the request was wrong (the agent's: an unknown model, a bad parameter).
+
+    An API rejects a request with a JSON ``error`` object; a web server, a proxy or a wrong path
+    answers 404/405 or with HTML or text. A 404 that is the API's own word about a model (OpenRouter:
+    "No endpoints found for ...") stays the request's."""
+    if status in (401, 402, 403, 429) or status >= 500:
+        return False
+    if not api_error:
+        return True
+    return status in (404, 405) and "model" not in detail.lower()
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

@@ -8,9 +8,7 @@ much as the dearest known one.
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
 
 from ..config import Models
 
@@ -28,14 +26,3 @@ def worst_case_cost(models: Models, model_id: str, prompt_chars: int, max_tokens
 def listed_cost(models: Models, model_id: str, tokens_in: int, tokens_out: int) -> float:
     p_in, p_out = models.prices(model_id)
     return (tokens_in * p_in + tokens_out * p_out) / 1e6
-
-
-def prompt_chars_of(messages: Any) -> int:
-    """The characters of a chat request's messages (content parts of any shape counted as JSON)."""
-    if not isinstance(messages, list):
-        return len(json.dumps(messages, default=str)) if messages is not None else 0
-    total = 0
-    for m in messages:
-        content = m.get("content") if isinstance(m, dict) else m
-        total += len(content) if isinstance(content, str) else len(json.dumps(content, default=str))
-    return total

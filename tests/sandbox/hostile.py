@@ -86,6 +86,11 @@ def bound_api(attacker_base: str) -> Host:
             body = "\n".join([key, key[::-1], base64.b64encode(raw).decode(), raw.hex(),
                               base64.b64encode(b"Bearer " + raw).decode()]).encode()
             h._send(200, body, {"Content-Type": "text/plain", "X-Echo": key})
+        elif path == "/echo-upper":
+            h._send(200, f"your key is {key.upper()}".encode(), {"Content-Type": "text/plain"})
+        elif path == "/echo-json":
+            escaped = "".join(f"\\u{ord(c):04x}" for c in key)
+            h._send(200, ('{"key": "' + escaped + '"}').encode(), {"Content-Type": "application/json"})
         elif path == "/redirect-to-attacker":
             h._send(302, b"", {"Location": attacker_base + "/landed"})
         elif path == "/redirect-with-secret":
