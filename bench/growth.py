@@ -76,7 +76,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, LLMDouble() as double:
         double.responder = lambda req: answer(req, prompt_sizes, counter)
         os.environ.update(OPENROUTER_BASE_URL=double.base_url, OPENROUTER_API_KEY="sk-bench-key",
-                          BRAINSTEM_MAX_DAILY_COST="1e9", BRAINSTEM_KV=f"sqlite://{tmp}/agent.db")
+                          BRAINSTEM_MAX_DAILY_COST="1e9", BRAINSTEM_KV=f"sqlite:///{tmp}/agent.db")
         store = open_store()
         seed(store, soul_file=example_soul_path())
         settings = load_settings()

@@ -79,7 +79,7 @@ def main() -> int:
         if url is None:
             proc, url = start_redis(tmp)
         try:
-            targets = [("sqlite", f"sqlite://{tmp}/bench.db"), ("redis", f"{url}?prefix=bench{uuid.uuid4().hex[:6]}:")]
+            targets = [("sqlite", f"sqlite:///{tmp}/bench.db"), ("redis", f"{url}?prefix=bench{uuid.uuid4().hex[:6]}:")]
             print(f"{'store':<8}{'1st (ms)':>10}{'10,000th (ms)':>15}{'ratio':>8}  target <= 1.5")
             for name, store_url in targets:
                 first, last = measure(open_store(store_url))

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import __version__, karma as karma_mod, keys
-from .errors import BrainstemError, MalformedValue, NotText
+from .errors import BadArgument, BrainstemError, MalformedValue, NotFound, NotText
 
 
 class Ctx:
@@ -87,14 +87,22 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_p
     Examples:
       brainstem seed --example-soul
       brainstem seed --soul my_soul.md
+      brainstem seed --force            # put the shipped prompts, config and tools back
     """
-    from .seed import example_soul_path, seed as do_seed
+    from .seed import example_soul_path, read_soul_file, seed as do_seed
 
     if soul_file and example_soul:
         raise click.UsageError("give --soul FILE or --example-soul, not both")
-    report = do_seed(c.store, soul_file=example_soul_path() if example_soul else soul_file, force=force,
-                     with_providers=with_providers)
-    click.echo(f"seeded {c.store.display_url}: {len(report.written)} written, {len(report.kept)} already present")
+    soul = example_soul_path() if example_soul else soul_file
+    if soul is not None:
+        read_soul_file(soul)  # a wrong path fails here, before the store is even opened
+    report = do_seed(c.store, soul_file=soul, force=force, with_providers=with_providers)
+    counts = [f"{len(report.written)} written"]
+    if report.unchanged:
+        counts.append(f"{len(report.unchanged)} unchanged (already the shipped value)")
+    if report.kept or not force:
+        counts.append(f"{len(report.kept)} already present (kept; --force rewrites them)")
+    click.echo(f"seeded {c.store.display_url}: {', '.join(counts)}")
     if report.soul == "set":
         click.echo("soul: set")
     elif report.soul == "kept":
@@ -107,7 +115,7 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_p
 
 @cli.command()
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path),
-              help="Keep the demo's store in this directory (default: a new temporary one).")
+              help="Keep the demo's store in this directory (default: a temporary one, deleted at the end).")
 def demo(keep: Path | None) -> None:
     """Run a whole session offline, with no API key, against recorded LLM answers.
 
@@ -115,7 +123,14 @@ def demo(keep: Path | None) -> None:
     (orient, an action, a think, a conditional, reflect) through the real
     runtime, chokepoint, sandbox and karma, with the model's answers played
     back from a cassette shipped in the package, then prints the flight
-    recorder and where to go next.
+    recorder and where to go next. The throwaway store is deleted when the
+    demo ends; --keep DIR keeps it there to look around in.
+
+    \b
+    Examples:
+      brainstem demo
+      brainstem demo --keep ./demo
+      BRAINSTEM_KV=sqlite://$PWD/demo/demo.db brainstem sessions
     """
     from .demo import run_demo
 
@@ -172,15 +187,18 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
         except WakeInterrupted as exc:  # before a session began: nothing to record
             click.echo(f"wake stopped by {exc} before a session began", err=True)
             sys.exit(128 + exc.signum)
-    if log_format == "json":  # every stdout line is JSON, the closing summary included
-        if result.status == "ran" or verbose:
-            click.echo(json.dumps({"event": "wake_result", "status": result.status, "outcome": result.outcome,
-                                   "session_id": result.session_id, "next_wake_after": result.next_wake_after,
-                                   "operator_action": operator_action(result.outcome),
-                                   "message": result.message}))
-    elif result.status == "asleep":
-        if verbose or sys.stdout.isatty():
-            click.echo(result.message)
+    if result.status == "asleep":
+        from .sleep import asleep_line, parse_iso
+
+        line = asleep_line(parse_iso(result.next_wake_after), quiet=quiet, verbose=verbose, log_format=log_format,
+                           tty=sys.stdout.isatty())
+        if line:
+            click.echo(line)
+    elif log_format == "json":  # every stdout line is JSON, the closing summary included
+        click.echo(json.dumps({"event": "wake_result", "status": result.status, "outcome": result.outcome,
+                               "session_id": result.session_id, "next_wake_after": result.next_wake_after,
+                               "operator_action": operator_action(result.outcome),
+                               "message": result.message}))
     else:
         click.echo(result.message)
     if guard.signum is not None:
@@ -200,7 +218,9 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
               help="Seconds a late fire may still run; later than that it is recorded as missed.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM/SIGINT, seconds a running session gets to stop before it is recorded as interrupted.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="The daemon's log lines on stderr: readable text, or one JSON object per line "
+                   "(journald, log shippers).")
 @pass_ctx
 def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format) -> None:
     """Stay running and wake the agent on a schedule (instead of cron).
@@ -248,11 +268,57 @@ def _setup_logging(fmt: str) -> None:
 
 # --- status and sessions --------------------------------------------------
 
+LABEL = 17  # status labels are padded to this many characters, so the values line up
+
+
+def _row(label: str, value: str) -> None:
+    click.echo(f"{label:<{LABEL}} {value}")
+
+
+def _text(value, none: str = "-") -> str:
+    """A value for a text line: never ``None`` or a Python repr (structures are JSON)."""
+    if value is None:
+        return none
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _usd(value, digits: int = 4) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return f"${value:,.{digits}f}"
+
+
+def _table(rows: list[list[str]], right: tuple[int, ...] = (), header: list[str] | None = None) -> list[str]:
+    """Rows as lines in aligned columns (the last column is not padded); ``right``: right-aligned columns."""
+    every = ([header] if header else []) + rows
+    if not every:
+        return []
+    widths = [max(len(r[i]) for r in every) for i in range(len(every[0]))]
+    lines = []
+    for r in every:
+        cells = [(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])) if i < len(r) - 1 else cell
+                 for i, cell in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_ctx
 def status(c: Ctx, as_json: bool) -> None:
-    """Where the agent stands: last session, spend today, balances, next wake, crashes in a row."""
+    """Where the agent stands: last session, spend today, balances, next wake, crashes in a row.
+
+    Also: a session running now (or one that died), what the operator must do
+    after a fault, cost anomalies, secret bindings and the sandbox's protections.
+
+    \b
+    Examples:
+      brainstem status
+      brainstem status --json | jq .cost_today
+      brainstem sessions --since 1d          # then what ran today
+    """
     from .status import status as get_status
 
     st = get_status(c.store, c.settings)
@@ -261,90 +327,152 @@ def status(c: Ctx, as_json: bool) -> None:
         return
     last = st["last_session"] or {}
     truth = st["balances_last_seen"] or {}
-    bal = truth.get("balances") or {}
+    bal = truth.get("balances") if isinstance(truth.get("balances"), dict) else {}
 
     def money(v):
-        return "unknown" if v is None else f"${v:,.2f}"
-    click.echo(f"store          {st['store']}")
+        return "unknown" if v is None else _usd(v, 2)
+    _row("store", st["store"])
     soul = st["soul_present"]
-    click.echo("soul           " + ("present" if soul is True else "MISSING (brainstem seed --soul FILE)" if not soul
-                                    else "NOT TEXT (brainstem kv put soul --file FILE --force-soul)"))
-    click.echo(f"sessions       {st['sessions']}")
+    _row("soul", "present" if soul is True else "MISSING (brainstem seed --soul FILE)" if not soul
+         else "NOT TEXT (brainstem kv put soul --file FILE --force-soul)")
+    _row("sessions", _text(st["sessions"]))
     if last:
-        click.echo(f"last session   {last.get('id')}  {last.get('outcome')}  {last.get('ended_at') or last.get('started_at')}"
-                   f"  ${last.get('cost', 0):.4f}  {last.get('steps', 0)} steps")
+        _row("last session", f"{_text(last.get('id'))}  {_text(last.get('outcome'))}  "
+                             f"{_text(last.get('ended_at') or last.get('started_at'))}  {_usd(last.get('cost') or 0)}  "
+                             f"{_text(last.get('steps', 0))} steps")
     if last and st.get("operator_action"):
-        click.echo(f"OPERATOR       {st['operator_action']}")
+        _row("OPERATOR", st["operator_action"])
     run_ = st["running"]
     if run_:
-        where = f" (pid {run_.get('pid')} on {run_.get('host')})" if run_.get("pid") else ""
+        where = f" (pid {run_.get('pid')} on {_text(run_.get('host'), 'unknown host')})" if run_.get("pid") else ""
         if run_["state"] == "running":
-            click.echo(f"running now    session {run_.get('id')} since {run_.get('started_at')}{where}")
+            _row("running now", f"session {_text(run_.get('id'))} since {_text(run_.get('started_at'))}{where}")
         elif run_["state"] == "locked":
-            click.echo(f"running now    a wake holds the lock ({run_.get('lock_holder')}), no session begun yet")
+            _row("running now", f"a wake holds the lock ({_text(run_.get('lock_holder'))}), no session begun yet")
         else:
-            click.echo(f"died           session {run_.get('id') or '(unknown id)'} started {run_.get('started_at')}"
-                       f"{where} and is gone (its lock expired or its process exited); the next wake records "
-                       f"it as crashed")
+            _row("died", f"session {_text(run_.get('id'), '(unknown id)')} started "
+                         f"{_text(run_.get('started_at'), 'at an unknown time')}{where} and is gone (its lock "
+                         f"expired or its process exited); the next wake records it as crashed")
     if st.get("session_history_rejected"):
         r = st["session_history_rejected"]
-        click.echo(f"history problem {r.get('at')}: {r.get('reason')} (its raw text is kept in "
-                   f"{r.get('raw_kept_at')})")
-    click.echo(f"failing in a row  {st['failing_in_a_row']}")
-    click.echo(f"spent today    ${st['cost_today']:.4f} of ${st['daily_ceiling']:.2f} (per session at most "
-               f"${st['session_ceiling']:.2f})")
-    click.echo(f"balances       LLM credit {money(bal.get('openrouter'))}, wallet USDC {money(bal.get('wallet_usdc'))}"
-               + (f" (as of {truth.get('at')})" if truth else ""))
-    click.echo(f"next wake      {st['next_wake_after'] or 'due now'}{' (asleep)' if st['asleep'] else ''}")
-    click.echo(f"deep reflection  {'due at next wake' if st['deep_reflection_due_next_wake'] else 'not due'} "
-               f"({st['deep_reflection']})")
+        _row("history problem", f"{_text(r.get('at'))}: {_text(r.get('reason'))} (its raw text is kept in "
+                                f"{_text(r.get('raw_kept_at'))})")
+    _row("failing in a row", _text(st["failing_in_a_row"]))
+    _row("spent today", f"{_usd(st['cost_today'])} of {_usd(st['daily_ceiling'], 2)} (per session at most "
+                        f"{_usd(st['session_ceiling'], 2)})")
+    _row("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC {money(bal.get('wallet_usdc'))}"
+         + (f" (as of {_text(truth.get('at'))})" if truth else ""))
+    _row("next wake", f"{st['next_wake_after'] or 'due now'}{' (asleep)' if st['asleep'] else ''}")
+    _row("deep reflection", f"{'due at next wake' if st['deep_reflection_due_next_wake'] else 'not due'} "
+                            f"({_text(st['deep_reflection'])})")
     for p in st["config_problems"] or []:
-        click.echo(f"config problem {p}")
+        _row("config problem", _text(p))
     for n, a in enumerate(st["cost_anomalies_today"] or [], 1):
-        head = (f"COST ANOMALY {n} {a.get('at')} session {a.get('session_id')}: the endpoint reported "
-                f"${a.get('reported', 0):.4f} for a {a.get('model')} call that could cost at most "
-                f"${a.get('worst_case', 0):.4f}.")
+        head = (f"{_text(a.get('at'))} session {_text(a.get('session_id'))}: the endpoint reported "
+                f"{_usd(a.get('reported', 0))} for a {_text(a.get('model'))} call that could cost at most "
+                f"{_usd(a.get('worst_case', 0))}.")
         if "corrected_to" in a:
-            click.echo(f"{head} Corrected by the operator to ${a['corrected_to']:.4f}.")
+            _row(f"COST ANOMALY {n}", f"{head} Corrected by the operator to {_usd(a['corrected_to'])}.")
         else:
-            click.echo(f"{head} It counts towards today's ceiling as billed; check the provider's activity "
-                       f"page, and if it billed less, `brainstem anomaly {n} --billed USD` corrects today's "
-                       f"spend for this call alone.")
+            _row(f"COST ANOMALY {n}", f"{head} It counts towards today's ceiling as billed; check the provider's "
+                                      f"activity page, and if it billed less, `brainstem anomaly {n} --billed USD` "
+                                      f"corrects today's spend for this call alone.")
     sandbox = st.get("sandbox") or {}
     if sandbox.get("error"):
-        click.echo(f"sandbox        {sandbox['error']}")
+        _row("sandbox", sandbox["error"])
     else:
         prot = sandbox.get("protections") or {}
         on = [k for k, v in prot.items() if v.get("state") == "on"]
         off = [k for k, v in prot.items() if v.get("state") == "off"]
-        click.echo(f"sandbox        runtime as {sandbox.get('runtime')}; on: {', '.join(on) or 'none'}"
-                   + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else ""))
+        _row("sandbox", f"runtime as {_text(sandbox.get('runtime'))}; on: {', '.join(on) or 'none'}"
+             + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else ""))
     bindings = st["secret_bindings"]
     if not bindings:
-        click.echo("secrets        none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)")
+        _row("secrets", "none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)")
     for label, b in bindings.items():
-        click.echo(f"secret         {label} -> {', '.join(b['hosts'])}{'' if b['set'] else '  (NOT SET)'}")
+        _row("secret", f"{label} -> {', '.join(b['hosts'])}{'' if b['set'] else '  (NOT SET)'}")
+
+
+def _json_type(value) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def _outcome_counts(outcomes: dict) -> str:
+    return ", ".join(f"{name} {n}" for name, n in outcomes.items()) or "-"
+
+
+def _session_rows(rows: list[dict]) -> list[str]:
+    cells = []
+    for h in rows:
+        dur = h.get("duration_ms")
+        cells.append([_text(h.get("id")), _text(h.get("started_at")), _text(h.get("outcome")),
+                      f"{_text(h.get('steps'))} steps", _usd(h.get("cost") or 0),
+                      f"{dur / 1000:.1f}s" if isinstance(dur, (int, float)) else "-",
+                      _text(h.get("summary"), "")[:60]])
+    return _table(cells, right=(3, 4, 5))
 
 
 @cli.command()
-@click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=None,
+              help="Show the last N sessions (or days, with --by-day).  [default: 20; all with --since]")
+@click.option("--since", "since_text", metavar="WHEN",
+              help="Only sessions started since WHEN: a duration back from now (30m, 12h, 7d, 2w) or a UTC date "
+                   "or time (2026-05-01, 2026-05-01T12:00:00Z); prints totals after the rows.")
+@click.option("--by-day", is_flag=True, help="One row per UTC day: sessions, cost and outcomes, then totals.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per session; with --since or --by-day, one JSON object with the rows "
+                   "and the totals.")
 @pass_ctx
-def sessions(c: Ctx, limit: int, as_json: bool) -> None:
-    """Recent sessions, newest last: id, start, outcome, steps, cost, duration."""
+def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as_json: bool) -> None:
+    """Recent sessions, newest last: id, start, outcome, steps, cost, duration, summary.
+
+    \b
+    Examples:
+      brainstem sessions                     # the last 20
+      brainstem sessions --since 7d          # the last week, then totals by outcome
+      brainstem sessions --since 2026-05-01 --json
+      brainstem sessions --by-day --since 2w # per UTC day: sessions, cost, outcomes
+      brainstem karma 12                     # one session's flight recorder, by its number
+    """
     from . import history
 
-    rows = history.read(c.store)[-limit:]
-    if not rows and not as_json:
-        click.echo("no sessions yet")
-    for h in rows:
+    cutoff = history.parse_since(since_text) if since_text else None
+    rows = history.started_since(history.read(c.store), cutoff)
+    since = f" since {history.iso(cutoff)}" if cutoff else ""
+    total = history.totals(rows)
+    if by_day:
+        days = history.by_day(rows)
+        days = days[-limit:] if limit else days
         if as_json:
+            click.echo(json.dumps({"since": history.iso(cutoff) if cutoff else None, "days": days, "totals": total},
+                                  ensure_ascii=False))
+            return
+        if not days:
+            click.echo(f"no sessions{since}")
+            return
+        cells = [[d["day"], str(d["sessions"]), _usd(d["cost"]), _outcome_counts(d["outcomes"])] for d in days]
+        cells.append([f"total{since}", str(total["sessions"]), _usd(total["cost"]), _outcome_counts(total["outcomes"])])
+        for line in _table(cells, right=(1, 2), header=["DAY", "SESSIONS", "COST", "OUTCOMES"]):
+            click.echo(line)
+        return
+    if cutoff is None or limit is not None:
+        rows = rows[-(limit or 20):]
+    if as_json and cutoff is not None:
+        click.echo(json.dumps({"since": history.iso(cutoff), "sessions": rows, "totals": total}, ensure_ascii=False))
+        return
+    if as_json:
+        for h in rows:
             click.echo(json.dumps(h, ensure_ascii=False))
-        else:
-            dur = h.get("duration_ms")
-            click.echo(f"{str(h.get('id')):<14} {str(h.get('started_at') or ''):<21} {str(h.get('outcome')):<17} "
-                       f"{h.get('steps', '-'):>4} steps  ${h.get('cost', 0) or 0:.4f}  "
-                       f"{'' if dur is None else f'{dur / 1000:.1f}s'}  {str(h.get('summary') or '')[:60]}")
+        return
+    if not rows:
+        click.echo(f"no sessions{since or ' yet'}")
+        return
+    for line in _session_rows(rows):
+        click.echo(line)
+    if cutoff is not None:
+        shown = f" (showing the last {len(rows)})" if len(rows) < total["sessions"] else ""
+        click.echo(f"{total['sessions']} sessions{since}, {_usd(total['cost'])}: "
+                   f"{_outcome_counts(total['outcomes'])}{shown}")
 
 
 @cli.command()
@@ -379,7 +507,50 @@ def anomaly(c: Ctx, number: int, billed: float) -> None:
 
 @cli.group()
 def tool() -> None:
-    """Run and inspect the agent's tools (Python stored in tool:NAME:code)."""
+    """Run and inspect the agent's tools (Python stored in tool:NAME:code).
+
+    \b
+    Examples:
+      brainstem tool ls
+      brainstem tool run kv_read --input '{"key": "wisdom"}'
+      brainstem history tool:web_fetch:code      # how the agent changed a tool
+    """
+
+
+@tool.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per tool.")
+@pass_ctx
+def tool_ls(c: Ctx, as_json: bool) -> None:
+    """Every tool in the store: description, mode, KV access, secrets it asks for, timeout.
+
+    A tool whose meta is invalid (or whose code is missing) is listed as
+    INVALID with the reason: a session's step that calls it fails the same way.
+
+    \b
+    Examples:
+      brainstem tool ls
+      brainstem tool ls --json | jq -r 'select(.error) | .name'
+    """
+    from .tools import list_tools
+
+    tools = list_tools(c.store)
+    if as_json:
+        for t in tools:
+            click.echo(json.dumps(t, ensure_ascii=False))
+        return
+    if not tools:
+        click.echo("no tools in the store (brainstem seed writes the shipped ones)")
+        return
+    rows = []
+    for t in tools:
+        if t["error"]:
+            rows.append([t["name"], "INVALID", "", "", "", t["error"]])
+            continue
+        asked = list(t["secrets"]) + [f"secret:{n}" for n in t["kv_secrets"]]
+        rows.append([t["name"], t["mode"], t["kv_access"], f"{t['timeout_ms'] / 1000:g}s", ",".join(asked) or "-",
+                     " ".join((t["description"] or "").split())[:70]])
+    for line in _table(rows, right=(3,), header=["NAME", "MODE", "KV", "TIMEOUT", "SECRETS", "DESCRIPTION"]):
+        click.echo(line)
 
 
 @tool.command("run")
@@ -406,10 +577,13 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     from .timeline import format_entry
     from .tools import run_tool, standalone_tool_policy
 
+    example = '--input \'{"url": "https://example.org"}\''
     try:
         args = json.loads(input_json)
     except ValueError as exc:
-        raise BrainstemError(f"--input is not valid JSON: {exc}") from None
+        raise BadArgument(f"--input is not valid JSON ({exc}); it must be a JSON object, e.g. {example}") from None
+    if not isinstance(args, dict):
+        raise BadArgument(f"--input must be a JSON object, e.g. {example}; got a JSON {_json_type(args)}")
     redact = Redactor(c.settings.known_secrets())
 
     def record(event: str, **fields) -> dict:

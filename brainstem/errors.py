@@ -17,6 +17,17 @@ class ConfigError(BrainstemError):
     exit_code = 2
 
 
+class BadArgument(BrainstemError):
+    """A command-line argument is not in the form the command takes; the message shows the form."""
+
+    exit_code = 2
+
+
+class NotFound(BadArgument):
+    """Something the operator named on the command line (a session, a key) is not in the store;
+    the message says how to list what is there."""
+
+
 class StoreUnavailable(BrainstemError):
     """The store cannot be reached or opened (message names it, never its password)."""
 

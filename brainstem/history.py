@@ -151,3 +151,79 @@ def close_dead_session(store: Store, crumb: dict, outcome: str, **fields: Any) -
         extra = {k: entry[k] for k in ("cost", "steps") if k in entry}
         Karma(store, sid).record(events.SESSION_END, outcome=outcome, **extra, **fields)
     return entry
+
+
+# --- views for the operator: time windows, totals, days, finding a session ---
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """``--since``: a duration back from now (``30m``, ``12h``, ``7d``, ``2w``) or an ISO date or time
+    (``2026-05-01``, ``2026-05-01T12:00:00Z``; UTC when no zone is given) -> the moment it means."""
+    from .errors import ConfigError
+    from .scheduler import parse_duration
+
+    when = parse_iso(text)
+    if when is not None:
+        return when
+    try:
+        return (now or now_utc()) - timedelta(seconds=parse_duration(text, "--since"))
+    except ConfigError:
+        raise ConfigError(f"--since {text!r} is neither a duration nor a date: use e.g. 30m, 12h, 7d, 2w "
+                          f"or 2026-05-01") from None
+
+
+def started_since(entries: list[dict], cutoff: datetime | None) -> list[dict]:
+    """The entries that started at or after ``cutoff`` (all of them when it is None). An entry with
+    no readable start time is kept only when there is no cutoff."""
+    if cutoff is None:
+        return list(entries)
+    out = []
+    for h in entries:
+        when = parse_iso(h.get("started_at"))
+        if when is not None and when >= cutoff:
+            out.append(h)
+    return out
+
+
+def _cost(h: dict) -> float:
+    c = h.get("cost")
+    return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else 0.0
+
+
+def totals(entries: list[dict]) -> dict[str, Any]:
+    """``{"sessions": N, "cost": USD, "outcomes": {outcome: count}}`` over ``entries``, outcomes in the
+    order they first appear."""
+    by_outcome: dict[str, int] = {}
+    for h in entries:
+        name = str(h.get("outcome") or "unknown")
+        by_outcome[name] = by_outcome.get(name, 0) + 1
+    return {"sessions": len(entries), "cost": round(sum(_cost(h) for h in entries), 10), "outcomes": by_outcome}
+
+
+def by_day(entries: list[dict]) -> list[dict[str, Any]]:
+    """Per UTC day a session started on, oldest first: ``{"day": "YYYY-MM-DD", "sessions", "cost",
+    "outcomes"}``. Sessions with no readable start time are counted under ``"day": "unknown"``, last."""
+    days: dict[str, list[dict]] = {}
+    for h in entries:
+        when = parse_iso(h.get("started_at"))
+        days.setdefault(when.strftime("%Y-%m-%d") if when else "unknown", []).append(h)
+    order = sorted(d for d in days if d != "unknown") + (["unknown"] if "unknown" in days else [])
+    return [{"day": d, **totals(days[d])} for d in order]
+
+
+def resolve_session(store: Store, ref: str) -> str | None:
+    """The id of the session ``ref`` names: an id (``12-a1b2c3``) or a plain session number (``12``).
+    None when the store knows no such session (not in the history, not running, no karma)."""
+    from . import karma as karma_mod
+
+    crumb = karma_mod.unfinished_session(store) or {}
+    candidates = [crumb.get("id"), karma_mod.latest_session_id(store)]
+    if ref.isdigit():
+        number = int(ref)
+        for h in reversed(read(store)):
+            sid = h.get("id")
+            if isinstance(sid, str) and (h.get("number") == number or sid.split("-", 1)[0] == ref):
+                return sid
+        return next((c for c in candidates if isinstance(c, str) and c.split("-", 1)[0] == ref), None)
+    if ref in candidates or store.log_length(keys.karma(ref)) or has(store, ref):
+        return ref
+    return None

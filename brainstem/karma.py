@@ -145,8 +145,9 @@ def read(store: Store, session_id: str, start: int = 0, stop: int | None = None)
 
 def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
            until: Callable[[], bool] | None = None) -> Iterator[dict]:
-    """Yield entries as they are recorded; stops after ``session_end`` or when ``until()`` is true."""
-    seen = 0
+    """Yield entries as they are recorded; stops after ``session_end``, or when ``until()`` is true
+    (asked only when nothing new came; what was recorded before it said so is still yielded)."""
+    seen, last_look = 0, False
     while True:
         new = read(store, session_id, seen)
         for entry in new:
@@ -154,9 +155,12 @@ def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
             if entry.get("event") in (events.SESSION_END,):
                 return
         seen += len(new)
+        if last_look:
+            return
         if not new:
             if until is not None and until():
-                return
+                last_look = True  # anything recorded before until() looked is read once more
+                continue
             time.sleep(poll_seconds)
 
 

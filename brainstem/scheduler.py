@@ -35,16 +35,25 @@ log = logging.getLogger("brainstem.run")
 
 WAKE_LOG_KEEP = 500
 BACKOFF_MAX = 300.0
-_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
+
+
+def parse_duration(text: str, option: str = "--every") -> float:
+    """``30s``, ``5m``, ``12h``, ``7d``, ``2w`` (or plain seconds) -> seconds.
+
+    The one parser of durations on the command line (``run --every``, ``sessions --since``...);
+    ``option`` names the option in the one-line error.
+    """
+    m = _DURATION.match(text or "")
+    if not m:
+        raise ConfigError(f"{option} {text!r} is not a duration: use e.g. 30s, 5m, 12h, 7d, 2w")
+    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 def parse_every(text: str) -> float:
     """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
-    m = _EVERY.match(text or "")
-    if not m:
-        raise ConfigError(f"--every {text!r} is not an interval: use e.g. 30s, 5m, 1h")
-    seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    seconds = parse_duration(text, "--every")
     if seconds < 1:
         raise ConfigError(f"--every {text!r} is too short: the smallest interval is 1s")
     return seconds
@@ -96,6 +105,21 @@ def record_fire(store: Store, entry: dict) -> None:
             store.trim_log(keys.WAKE_LOG, WAKE_LOG_KEEP)
     except StoreUnavailable:
         pass  # the outage is logged by the caller
+
+
+def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
+    """The daemon's fires, oldest first (the newest ``limit`` of them); an unreadable line is kept as
+    ``{"fire": "unreadable", "raw": ...}`` rather than dropped."""
+    length = store.log_length(keys.WAKE_LOG)
+    start = max(0, length - limit) if limit is not None else 0
+    out = []
+    for raw in store.read_log(keys.WAKE_LOG, start):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            entry = None
+        out.append(entry if isinstance(entry, dict) else {"fire": "unreadable", "raw": str(raw)[:200]})
+    return out
 
 
 class Runner:

@@ -11,9 +11,11 @@ the tool then holds in ``ctx.secrets`` is an opaque placeholder, never the
 value: the value stays in the runtime process. ``ctx.fetch`` puts the value in
 place of the placeholder (URL, headers, body) only in a request to a host the
 secret is bound to, checked again on every redirect hop; a request carrying a
-placeholder anywhere else is refused before it is sent. A value that comes
-back in a response is turned back into its placeholder before the tool sees
-it.
+placeholder anywhere else is refused before it is sent. A bound host may echo
+what it is sent, so a secret goes in once per request, over https to a remote
+host, and the LLM key into headers only (see :meth:`Grants.check`). A value
+that comes back in a response is turned back into its placeholder before the
+tool sees it.
 
 A few operator settings that are not credentials (``OPENROUTER_BASE_URL``,
 ``WALLET_ADDRESS``, ``BASE_RPC_URL`` when it carries no path, query or user

@@ -74,35 +74,49 @@ def _checked_json(path: Path) -> str:
 
 @dataclass
 class SeedReport:
-    written: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)  # set or changed by this seed
+    kept: list[str] = field(default_factory=list)  # present and left as they are (no --force)
+    unchanged: list[str] = field(default_factory=list)  # --force, but already the shipped value
     soul: str = "absent"  # "set", "kept", "absent"
+
+
+def read_soul_file(path: Path) -> str:
+    """The soul's text from ``path``; a file that cannot be read or is empty is a one-line ConfigError."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read soul file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"soul file {path} is not UTF-8 text") from None
+    if not text.strip():
+        raise ConfigError(f"soul file {path} is empty")
+    return text
 
 
 def seed(store: Store, soul_file: Path | None = None, force: bool = False,
          with_providers: bool = False) -> SeedReport:
+    """Write what is absent (everything with ``force``). The soul file, when given, is read and
+    checked before anything is written, so a wrong path changes nothing."""
+    soul_text = read_soul_file(soul_file) if soul_file is not None else None
+    entries = seed_entries(with_providers=with_providers)
     report = SeedReport()
-    for key, value in seed_entries(with_providers=with_providers).items():
-        if not force and store.get(key) is not None:
+    for key, value in entries.items():
+        old = store.get(key)
+        if old is not None and not force:
             report.kept.append(key)
             continue
-        old = store.get(key)
-        if old != value:
-            store.put(key, value)
-            if old is not None:
-                from .versions import record_write
+        if old == value:
+            report.unchanged.append(key)
+            continue
+        store.put(key, value)
+        if old is not None:
+            from .versions import record_write
 
-                record_write(store, key, old, value, source="seed --force")
+            record_write(store, key, old, value, source="seed --force")
         report.written.append(key)
     if store.get(keys.SOUL) is not None:
         report.soul = "kept"
-    elif soul_file is not None:
-        try:
-            text = Path(soul_file).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read soul file {soul_file}: {exc.strerror}") from None
-        if not text.strip():
-            raise ConfigError(f"soul file {soul_file} is empty")
-        store.put(keys.SOUL, text)
+    elif soul_text is not None:
+        store.put(keys.SOUL, soul_text)
         report.soul = "set"
     return report

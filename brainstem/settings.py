@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
 
     kv: str = Field(default_factory=default_store_url, validation_alias="BRAINSTEM_KV",
-                    description="Store URL: redis://[:password@]host:port/db or sqlite:///path "
+                    description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db or sqlite:////absolute.db "
                                 "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
     kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
                            description="Agent name (keys under NAME:), so several agents can share one store, "

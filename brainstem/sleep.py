@@ -40,6 +40,24 @@ def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
     return t if t is not None and t > now else None
 
 
+def asleep_message(until: datetime) -> str:
+    return f"asleep until {iso(until)}"
+
+
+def asleep_line(until: datetime, *, quiet: bool = False, verbose: bool = False, log_format: str = "text",
+                tty: bool = False) -> str | None:
+    """What ``brainstem wake`` prints when the agent is asleep, the same on the light path and the full
+    one: nothing from cron (not a terminal) or with --quiet; the time it sleeps until on a terminal
+    or with --verbose; with --log-format json, a ``wake_result`` line when --verbose."""
+    if log_format == "json":
+        if not verbose:
+            return None
+        return json.dumps({"event": "wake_result", "status": "asleep", "outcome": None, "session_id": None,
+                           "next_wake_after": iso(until), "operator_action": None,
+                           "message": asleep_message(until)})
+    return asleep_message(until) if verbose or (tty and not quiet) else None
+
+
 def asleep_fast() -> datetime | None:
     """For ``brainstem wake``: the wake time if asleep, else None (then the full path runs and
     reports any problem properly). Never raises."""

@@ -41,6 +41,37 @@ def _running(store: Store) -> dict[str, Any] | None:
     return out
 
 
+def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
+    """Whether the session ``session_id`` has stopped, judged as status judges a running session.
+
+    None while it runs: its breadcrumb (``session:current``) is its own and a live holder has the
+    wake lock. Otherwise ``("ended", why)`` when the history has it (it closed, or was closed for
+    it), or ``("died", why)``: its breadcrumb is gone or names another session, or the lock's
+    holder is gone. A ``session_end`` may have been written just before this looked: read its
+    karma once more before believing either.
+    """
+    from .wake import _holder_is_dead
+
+    crumb = unfinished_session(store)
+    why = None
+    if crumb is None:
+        why = "its breadcrumb (session:current) is gone"
+    elif crumb.get("id") != session_id:
+        why = f"session:current now belongs to {crumb.get('id') or 'an unreadable breadcrumb'}"
+    else:
+        lock = store.lock_owner(keys.WAKE_LOCK)
+        if lock is None:
+            why = "no wake holds the lock any more (it expired or was released)"
+        elif _holder_is_dead(lock):
+            why = f"the process holding the wake lock ({lock}) is gone"
+    if why is None:
+        return None
+    for h in reversed(history.read(store)):
+        if h.get("id") == session_id:
+            return "ended", f"the history has it as {h.get('outcome')}"
+    return "died", why
+
+
 def status(store: Store, settings: Settings) -> dict[str, Any]:
     problems: list[str] = []
     defaults = load_defaults(store, problems)

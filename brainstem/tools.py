@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import events, keys
+from .errors import BrainstemError
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .secrets import Binding
@@ -76,6 +77,38 @@ def parse_meta(key: str, raw: str | None) -> ToolMeta:
         raise ToolError(f"{key} is invalid: {where}: {e['msg']}") from None
     except ValueError:
         raise ToolError(f"{key} is not valid JSON") from None
+
+
+def list_tools(store: Store) -> list[dict[str, Any]]:
+    """Every tool in the store (a ``tool:NAME:code`` or a ``tool:NAME:meta``), by name, with what its
+    meta declares. A tool that cannot run as stored has ``error`` (its meta is invalid, or its code
+    is missing) and the meta's fields are then None."""
+    names: set[str] = set()
+    for info in store.list_all("tool:"):
+        parts = info.name.split(":")
+        if len(parts) == 3 and parts[2] in ("code", "meta") and parts[1]:
+            names.add(parts[1])
+    out = []
+    for name in sorted(names):
+        row: dict[str, Any] = {"name": name, "description": None, "mode": None, "kv_access": None,
+                               "secrets": None, "kv_secrets": None, "timeout_ms": None, "error": None}
+        try:
+            meta = parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
+        except ToolError as exc:
+            row["error"] = str(exc)
+        except BrainstemError as exc:  # a meta that is not text
+            row["error"] = str(exc)
+        else:
+            row.update(description=meta.description, mode=meta.mode, kv_access=meta.kv_access,
+                       secrets=list(meta.secrets), kv_secrets=list(meta.kv_secrets), timeout_ms=meta.timeout_ms)
+        if row["error"] is None:
+            try:
+                if store.get_text(keys.tool_code(name)) is None:
+                    row["error"] = f"{keys.tool_code(name)} is missing"
+            except BrainstemError as exc:
+                row["error"] = str(exc)
+        out.append(row)
+    return out
 
 
 class QuotaExceeded(Exception):

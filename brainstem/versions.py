@@ -35,6 +35,16 @@ def versions(store: Store, key: str) -> list[dict]:
     return [v for v in raw if isinstance(v, dict) and isinstance(v.get("version"), int)] if isinstance(raw, list) else []
 
 
+VERSIONED = "prompt:*, config:*, tool:*, provider:*, wisdom"
+
+
+def no_versions_message(key: str) -> str:
+    """Why ``key`` has no versions to show: a versionable key not changed yet, or a key never versioned."""
+    if keys.is_privileged(key):
+        return f"no versions recorded yet for {key}; versions are kept from its first change on"
+    return f"{key} is not versioned (only {VERSIONED} are)"
+
+
 def record_write(store: Store, key: str, old: str | None, new: str | None, *, source: str,
                  session_id: str | None = None) -> int | None:
     """Append ``new`` (None: a delete) as the next version; returns its number."""
@@ -55,8 +65,7 @@ def find(store: Store, key: str, version: int | None) -> tuple[dict, list[dict]]
     """A version (default: the one before the current value) and the whole list."""
     vs = versions(store, key)
     if not vs:
-        raise BrainstemError(f"no versions recorded for {key!r} (only self-modified keys are versioned: "
-                             "prompt:*, config:*, tool:*, provider:*, wisdom)")
+        raise BrainstemError(no_versions_message(key))
     if version is None:
         if len(vs) < 2:
             raise BrainstemError(f"{key!r} has only one version; nothing to go back to")
@@ -153,3 +162,39 @@ def restore_last_clean(store: Store, session_id: str) -> list[str]:
         record_write(store, key, current, value, source="runtime:auto_restore", session_id=session_id)
         restored.append(key)
     return restored
+
+
+# --- every change, across keys ---
+
+def who_wrote(version: dict) -> str:
+    """Who a version came from: the session that wrote it, the operator, or the runtime."""
+    source = str(version.get("source") or "")
+    if version.get("session_id"):
+        return str(version["session_id"])
+    if source.startswith(("operator", "seed")):
+        return "operator"
+    return source.split(":", 1)[0] or "unknown"
+
+
+def changes(store: Store, since: Any = None) -> list[dict]:
+    """Every recorded write of a versioned key, across keys, oldest first: ``{at, key, version,
+    who, source, session_id, deleted, bytes}``. ``since`` (a datetime) keeps the changes made at or
+    after it. The value a key had before its history began (version 1, ``initial``) is not a change
+    and is left out; values are left out too (``brainstem history KEY --json`` has them)."""
+    from .sleep import parse_iso
+
+    out = []
+    for info in store.list_all(HISTORY_PREFIX):
+        key = info.name[len(HISTORY_PREFIX):]
+        if info.is_log or not keys.is_privileged(key):
+            continue
+        for v in versions(store, key):
+            at = parse_iso(v.get("at"))
+            if at is None or (since is not None and at < since):
+                continue
+            value = v.get("value")
+            out.append({"at": v.get("at"), "key": key, "version": v["version"], "who": who_wrote(v),
+                        "source": v.get("source"), "session_id": v.get("session_id"), "deleted": value is None,
+                        "bytes": None if value is None else len(str(value).encode())})
+    out.sort(key=lambda c: (parse_iso(c["at"]), c["key"], c["version"]))
+    return out

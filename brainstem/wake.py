@@ -52,7 +52,7 @@ from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
 from .tools import ToolPolicy
 from .settings import Settings
-from .sleep import iso, now_utc, sleeping_until
+from .sleep import asleep_message, iso, now_utc, sleeping_until
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 from .templates import render
 from .untrusted import untrusted
@@ -258,7 +258,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
     wake_config = _read_wake_config(store)
     until = sleeping_until(wake_config, now_utc())
     if until is not None and not force:
-        return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
+        return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
     token = _owner_token(uuid.uuid4().hex[:8])
@@ -270,7 +270,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         wake_config = _read_wake_config(store)
         until = sleeping_until(wake_config, now_utc())
         if until is not None and not force:
-            return WakeResult("asleep", message=f"asleep until {iso(until)}", next_wake_after=iso(until))
+            return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
         return _session(settings, store, wake_config, providers, listeners, cancel, token)
     finally:
         _interruptible(False)

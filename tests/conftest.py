@@ -92,7 +92,7 @@ def real_store_url(request, tmp_path):
     if request.param == "redis":
         base = request.getfixturevalue("redis_url")
         return f"{base}?prefix={unique_prefix()}"
-    return f"sqlite://{tmp_path / 'store.db'}"
+    return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):

@@ -56,7 +56,7 @@ def _redis_db_url(base: str, db: int = REDIS_DB) -> str:
 def url(request, tmp_path):
     """A store URL without a prefix: the default agent's, shared with the named agents of the test."""
     if request.param == "sqlite":
-        yield f"sqlite://{tmp_path / 'shared.db'}"
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
         return
     import redis
 
@@ -432,17 +432,21 @@ def _mode(p) -> int:
     return stat.S_IMODE(os.stat(p).st_mode)
 
 
-def test_sqlite_file_wal_shm_and_new_directories_are_owner_only(tmp_path):
+def test_sqlite_file_wal_shm_and_new_directories_are_owner_only(tmp_path, monkeypatch):
     old = os.umask(0)  # the most permissive umask an operator could have
     try:
-        path = tmp_path / "made" / "for" / "brainstem.db"
-        store = open_store(f"sqlite://{path}")
+        # Only the default location has its missing directories created.
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "made"))
+        monkeypatch.delenv("BRAINSTEM_KV", raising=False)
+        path = tmp_path / "made" / "brainstem" / "brainstem.db"
+        store = open_store()
+        assert store.path == path
         store.put("secret:k", "v")
         assert _mode(path) == 0o600
         for suffix in ("-wal", "-shm"):
             side = path.with_name(path.name + suffix)
             assert side.exists() and _mode(side) == 0o600, (suffix, oct(_mode(side)))
-        assert _mode(tmp_path / "made") == 0o700 and _mode(tmp_path / "made" / "for") == 0o700
+        assert _mode(tmp_path / "made") == 0o700 and _mode(tmp_path / "made" / "brainstem") == 0o700
         other = SQLiteStore(path, prefix="bob:")  # a second connection, a named agent: still 0600
         other.put("soul", "x")
         assert _mode(path) == 0o600

@@ -176,10 +176,10 @@ def test_working_adapter_is_snapshotted_then_carries_the_agent_when_tier1_breaks
         assert [c["purpose"] for c in calls] == ["orient", "think", "reflect"]
         assert {c["tier"] for c in calls} == {"dynamic"}
         assert not fallbacks(entries, tier="dynamic")
-        # The requests went through the adapter's ctx.fetch (it sends no HTTP-Referer; the built-in client does).
+        # The requests went through the adapter's ctx.fetch (it sends no brainstem User-Agent; the built-in client does).
         for h in llm.request_headers:
             assert h.get("Authorization") == f"Bearer {API_KEY}"
-            assert h.get("X-Title") == "Brainstem" and "HTTP-Referer" not in h
+            assert h.get("X-Title") == "Brainstem" and not h.get("User-Agent", "").startswith("brainstem/")
         snap = [e for e in events_of(entries, "kv_write") if e.get("key") == LAST_CODE]
         assert len(snap) == 1 and snap[0]["source"] == "runtime"
         assert store.get(LAST_CODE) == adapter
@@ -198,7 +198,7 @@ def test_working_adapter_is_snapshotted_then_carries_the_agent_when_tier1_breaks
         assert [(f["tier"], f["purpose"]) for f in fb] == [("dynamic", p) for p in ("orient", "think", "reflect")]
         assert all("tier one is broken" in f["error"] for f in fb)
         for h in llm.request_headers:
-            assert "HTTP-Referer" not in h  # the snapshot's own ctx.fetch, not the built-in client
+            assert not h.get("User-Agent", "").startswith("brainstem/")  # the snapshot's own ctx.fetch, not the built-in client
         # The snapshot is still the code that worked; the broken code is not snapshotted.
         assert store.get(LAST_CODE) == adapter
         assert not [e for e in events_of(entries, "kv_write") if e.get("key") == LAST_CODE]
@@ -231,7 +231,7 @@ def test_seeded_adapter_is_refused_loopback_unless_the_operator_allows_it(real_s
     assert len(fb) == 1 and "127.0.0.1" in fb[0]["error"], fb
     assert {c["tier"] for c in llm_calls(entries)} == {"hardcoded"}
     for h in llm.request_headers:
-        assert "HTTP-Referer" in h  # only the built-in client got through
+        assert h.get("User-Agent", "").startswith("brainstem/")  # only the built-in client got through
     assert st.get(LAST_CODE) is None
 
 
@@ -340,7 +340,7 @@ def test_llm_balance_comes_from_the_agents_checker(real_store_url, st, llm):
     assert not fallbacks(entries, checker="llm_balance")
     key_gets = [h for p, h in llm.get_requests if p.endswith("/key")]
     assert len(key_gets) == 1  # the checker's, and the hard-coded fallback never ran
-    assert key_gets[0]["Authorization"] == f"Bearer {API_KEY}" and "HTTP-Referer" not in key_gets[0]
+    assert key_gets[0]["Authorization"] == f"Bearer {API_KEY}" and not key_gets[0].get("User-Agent", "").startswith("brainstem/")
 
 
 BROKEN_CHECKERS = {
@@ -367,7 +367,7 @@ def test_broken_llm_balance_checker_falls_back_to_the_hardcoded_one(kind, real_s
     assert error in fb[0]["error"], fb[0]
     assert ground_truth(entries)["balances"]["openrouter"] == pytest.approx(27.1828)
     key_gets = [h for p, h in llm.get_requests if p.endswith("/key")]
-    assert len(key_gets) == 1 and "HTTP-Referer" in key_gets[0]  # the built-in client's request
+    assert len(key_gets) == 1 and key_gets[0].get("User-Agent", "").startswith("brainstem/")  # the built-in client's request
 
 
 def test_broken_llm_balance_checker_with_no_credit_known_gives_null(real_store_url, st, llm):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import json
 
 import pytest
@@ -112,8 +115,48 @@ def test_unreachable_redis_names_the_url_without_password():
 def test_corrupt_sqlite_file_names_the_file(tmp_path):
     bad = tmp_path / "brainstem.db"
     bad.write_bytes(b"this is not an sqlite database at all" * 100)
-    line = one_line_error(run_cli("kv", "ls", env={"BRAINSTEM_KV": f"sqlite://{bad}"}))
+    line = one_line_error(run_cli("kv", "ls", env={"BRAINSTEM_KV": f"sqlite:///{bad}"}))
     assert str(bad) in line and "not a database" in line
+
+
+def _kv_put(url: str, cwd, **env):
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+    full.update(env, BRAINSTEM_KV=url)
+    return subprocess.run([sys.executable, "-m", "brainstem", "kv", "put", "notes:x", "1"], cwd=cwd, env=full,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_sqlite_urls_follow_sqlalchemy_three_slashes_relative_four_absolute(tmp_path):
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    r = _kv_put("sqlite:///data/agent.db", work)
+    assert r.returncode == 0, r.stderr
+    assert (work / "data" / "agent.db").exists() and not Path("/data/agent.db").exists()
+    r = _kv_put(f"sqlite:///{tmp_path}/abs.db", work)  # four slashes in all: an absolute path
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "abs.db").exists()
+
+
+def test_a_store_in_a_missing_directory_is_exit_2_naming_it_not_a_new_agent(tmp_path):
+    r = _kv_put(f"sqlite:///{tmp_path}/nope/agent.db", tmp_path)
+    line = one_line_error(r)
+    assert r.returncode == 2 and f"{tmp_path}/nope" in line and "does not exist" in line
+    assert not (tmp_path / "nope").exists()
+    # The likely slip, three slashes for an absolute path, gets the fix spelled out.
+    r = _kv_put(f"sqlite://{tmp_path}/agent.db", tmp_path / "..")
+    line = one_line_error(r)
+    assert r.returncode == 2 and f"sqlite:///{tmp_path}/agent.db" in line and "four slashes" in line
+    # Two slashes is no SQLite URL at all.
+    assert "four slashes" in one_line_error(_kv_put("sqlite://agent.db", tmp_path))
+
+
+def test_the_default_store_location_is_created(tmp_path):
+    r = _kv_put("", tmp_path, XDG_DATA_HOME=str(tmp_path / "xdg"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "xdg" / "brainstem" / "brainstem.db").exists()
 
 
 def test_bad_store_url_and_bad_setting_are_one_line():

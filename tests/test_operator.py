@@ -319,7 +319,7 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
             assert "outcome=clean" in end
             assert "what it wrote to its memory (last_reflect): First session" in out
             # What it printed is what it stored.
-            store = open_store(f"sqlite://{keep / 'demo.db'}", prefix="")
+            store = open_store(f"sqlite:///{keep / 'demo.db'}", prefix="")
             assert [x["outcome"] for x in history(store)] == ["clean"]
             store.close()
         assert listener_.connections == 0  # an operator's OPENROUTER_BASE_URL is not contacted

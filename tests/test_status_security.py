@@ -11,7 +11,7 @@ VALUE = "tg-token-value-5a4b3c2d1e"
 
 
 def test_status_lists_bindings_and_sandbox_protections_but_no_value(tmp_path):
-    env = {"BRAINSTEM_KV": f"sqlite://{tmp_path / 's.db'}", "TELEGRAM_BOT_TOKEN": VALUE,
+    env = {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}", "TELEGRAM_BOT_TOKEN": VALUE,
            "BRAINSTEM_TOOL_SECRETS": "TELEGRAM_BOT_TOKEN@api.telegram.org,secret:vault@rpc.example.org"}
     r = run_cli("status", env=env)
     assert r.returncode == 0, r.stderr

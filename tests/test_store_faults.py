@@ -59,7 +59,7 @@ def write_raw(url: str, key: str, raw: bytes, column: str = "value") -> None:
         client.set(prefix + key, raw)
         client.close()
         return
-    db = sqlite3.connect(url[len("sqlite://"):])
+    db = sqlite3.connect(url[len("sqlite:///"):])
     if column == "value":
         db.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                    (key, raw))
@@ -136,7 +136,7 @@ def test_not_text_in_the_store_api_names_the_key(store):
 
 
 def test_sqlite_metadata_that_is_not_text(tmp_path):
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = seeded(url)
     write_raw(url, "notes:x", b"{\"a\": \"\xff\"}", column="metadata")
     assert store.get("notes:x") == "fine"  # the value itself is readable
@@ -182,7 +182,7 @@ def read_only_store():
     top = Path(tempfile.mkdtemp(prefix="brainstem-ro-"))
     os.chmod(top, 0o755)
     d = top / "store"
-    url = f"sqlite://{d / 'brainstem.db'}"
+    url = f"sqlite:///{d / 'brainstem.db'}"
     store = seeded(url)
     Karma(store, "1-abcdef").record("session_start", session_id="1-abcdef")
     Karma(store, "1-abcdef").record("session_end", outcome="clean")
@@ -221,7 +221,7 @@ def test_a_read_only_sqlite_store_can_be_inspected(read_only_store, agent):
     one_line(run_as_user(prefix, "kv", "put", "notes:x", "y", env=env), 3, "read-only")
     one_line(run_as_user(prefix, "rollback", "prompt:orient", env=env), 3, "read-only")
     one_line(run_as_user(prefix, "wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
-    assert sorted(p.name for p in Path(read_only_store[len("sqlite://"):]).parent.iterdir()) == ["brainstem.db"]
+    assert sorted(p.name for p in Path(read_only_store[len("sqlite:///"):]).parent.iterdir()) == ["brainstem.db"]
 
 
 def test_a_read_only_file_in_a_writable_directory(tmp_path):
@@ -229,7 +229,7 @@ def test_a_read_only_file_in_a_writable_directory(tmp_path):
     top = Path(tempfile.mkdtemp(prefix="brainstem-ro-"))
     try:
         os.chmod(top, 0o777)
-        url = f"sqlite://{top / 'brainstem.db'}"
+        url = f"sqlite:///{top / 'brainstem.db'}"
         seeded(url).close()
         os.chmod(top / "brainstem.db", 0o444)
         env = {"BRAINSTEM_KV": url}
@@ -305,7 +305,7 @@ def full_disk():
 
 
 def test_a_full_disk_is_one_clear_line(full_disk):
-    url = f"sqlite://{full_disk / 'brainstem.db'}"
+    url = f"sqlite:///{full_disk / 'brainstem.db'}"
     seeded(url).close()
     with open(full_disk / "filler", "wb", buffering=0) as f:  # take what is left
         try:

@@ -27,7 +27,7 @@ TOKEN = "tok-5f1e2d3c4b5a69788796a5b4"
 @pytest.fixture
 def kv(tmp_path):
     """A seeded SQLite store and the environment that points ``brainstem`` at it."""
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)
     seed(store)
     yield store, {"BRAINSTEM_KV": url}

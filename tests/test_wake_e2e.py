@@ -62,6 +62,32 @@ def test_asleep_exits_at_once_without_a_session(st, env, llm, suffix):
     assert st.get_json(keys.WAKE_CONFIG) == {"next_wake_after": stamp}
 
 
+@pytest.mark.parametrize("form", [[], ["--quiet"], ["-q"], ["--log-format", "json"], ["--log-format=json"],
+                                  ["--quiet", "--log-format", "json"], ["-v"], ["--verbose", "--log-format", "json"]])
+def test_every_documented_form_of_wake_sleeps_on_the_light_path_and_says_the_same(st, env, llm, form, tmp_path):
+    """cron and systemd run `wake --quiet` or `--log-format json`: asleep, none of them loads the command
+    line or pydantic, and each prints what the full command prints in that form."""
+    until = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(microsecond=0)
+    st.put(keys.WAKE_CONFIG, {"next_wake_after": until.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    light = run_wake({**env, "PYTHONPROFILEIMPORTTIME": "1"}, *form)
+    assert light.returncode == 0
+    imported = {line.rsplit("|", 1)[-1].strip() for line in light.stderr.splitlines() if "import time:" in line}
+    assert imported and not imported & {"click", "pydantic", "httpx", "brainstem.cli", "brainstem.wake"}, form
+    env_file = tmp_path / "empty.env"
+    env_file.write_text("")
+    full = run_wake({**env, "BRAINSTEM_ENV_FILE": str(env_file)}, *form)  # an env file: the full command line
+    assert full.returncode == 0 and full.stderr == ""
+    assert light.stdout == full.stdout
+    verbose = "-v" in form or "--verbose" in form
+    if not verbose:
+        assert light.stdout == ""  # from cron: silent
+    elif "json" in " ".join(form):
+        assert json.loads(light.stdout)["status"] == "asleep"
+    else:
+        assert light.stdout.startswith("asleep until ")
+    assert llm.requests == [] and karma.latest_session_id(st) is None
+
+
 @pytest.mark.parametrize("wake_config", ["missing", "no_next_wake_after", "not_json"])
 def test_due_when_the_schedule_is_unusable_and_never_every_tick(st, env, llm, wake_config):
     if wake_config == "no_next_wake_after":
@@ -666,3 +692,14 @@ def test_wake_without_an_orient_prompt(st, env, llm):
     r = run_wake(env)
     assert r.returncode == 2 and "prompt:orient" in one_line(r.stderr)
     assert llm.requests == [] and karma.latest_session_id(st) is None
+
+
+def test_on_a_terminal_wake_says_when_it_will_wake_unless_quiet():
+    from brainstem.sleep import asleep_line
+
+    until = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    assert asleep_line(until, tty=True) == "asleep until 2030-01-01T00:00:00Z"
+    assert asleep_line(until, tty=True, quiet=True) is None
+    assert asleep_line(until, tty=False) is None
+    assert asleep_line(until, tty=False, quiet=True, verbose=True) == "asleep until 2030-01-01T00:00:00Z"
+    assert asleep_line(until, tty=True, log_format="json") is None  # JSON lines only when asked

@@ -128,7 +128,7 @@ def execute(args, ctx):
 
 @pytest.fixture
 def tool_env(tmp_path, llm):
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)
     seed(store)
     store.put(keys.tool_code("ask"), ASK)

@@ -14,16 +14,47 @@ from ..errors import ConfigError
 from .base import KeyInfo, ListResult, Store
 from .names import agent_prefix
 
-__all__ = ["KeyInfo", "ListResult", "Store", "open_store", "default_store_url"]
+__all__ = ["KeyInfo", "ListResult", "Store", "open_store", "default_store_url", "sqlite_url"]
+
+
+def default_store_path() -> Path:
+    """The embedded store's default file, in the user's data directory."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).resolve() / "brainstem" / "brainstem.db"
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The URL of an SQLite file, as SQLAlchemy writes it: ``sqlite:///relative.db`` (three slashes,
+    from the working directory) or ``sqlite:////absolute/path.db`` (four)."""
+    return "sqlite:///" + str(path)
 
 
 def default_store_url() -> str:
     """``BRAINSTEM_KV`` or the embedded store in the user's data directory."""
     url = os.environ.get("BRAINSTEM_KV", "").strip()
-    if url:
-        return url
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return f"sqlite://{Path(base).resolve() / 'brainstem' / 'brainstem.db'}"
+    return url or sqlite_url(default_store_path())
+
+
+def sqlite_path(url: str) -> Path:
+    """The file an ``sqlite:///`` URL names (see :func:`sqlite_url`; ``~`` is the home directory).
+
+    A missing directory is a :class:`ConfigError` naming it: a typo in the path must not quietly
+    become a new, empty agent. Only the default location is created when missing."""
+    if not url.startswith("sqlite:///"):
+        raise ConfigError(f"BRAINSTEM_KV {url!r}: write sqlite:///relative/path.db (from the working directory) "
+                          f"or sqlite:////absolute/path.db (four slashes)")
+    raw = url[len("sqlite:///"):].split("?", 1)[0]
+    if not raw.strip("/"):
+        raise ConfigError(f"BRAINSTEM_KV {url!r} names no file: use sqlite:////path/to/brainstem.db")
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if path.parent.is_dir() or path == default_store_path():
+        return path
+    hint = ""
+    if not raw.startswith(("/", "~")) and Path("/" + raw).parent.is_dir():
+        hint = f" (for the absolute path /{raw}, write four slashes: sqlite:////{raw})"
+    raise ConfigError(f"BRAINSTEM_KV {url!r}: the directory {path.parent} does not exist{hint}; create it "
+                      f"or fix the URL (three slashes: relative to the working directory, four: absolute)")
 
 
 def open_store(url: str | None = None, prefix: str | None = None, check: bool = True,
@@ -55,16 +86,9 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
         if check:
             store.ping()
         return store
-    if url.startswith("sqlite://"):
+    if url.startswith("sqlite:"):
         from .sqlite_store import SQLiteStore
 
-        path = url[len("sqlite://"):].split("?", 1)[0]
-        # sqlite:///abs and sqlite:////abs -> /abs ; sqlite://rel -> rel ; sqlite:///~/x -> ~/x
-        if path.startswith("/"):
-            path = "/" + path.lstrip("/")
-        if path.startswith("/~"):
-            path = path[1:]
-        if not path or path == "/":
-            raise ConfigError(f"BRAINSTEM_KV {url!r} names no file: use sqlite:///path/to/brainstem.db")
-        return SQLiteStore(path, prefix=prefix, retry_seconds=retry_seconds)
-    raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db or sqlite:///path")
+        return SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
+    raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db, "
+                      f"sqlite:///relative.db or sqlite:////absolute/path.db")

@@ -52,7 +52,7 @@ class SQLiteStore(Store):
                  retry_seconds: float | None = None):
         self.path = Path(path).expanduser()
         self._set_prefix(prefix, "agent prefix")
-        self.display_url = f"sqlite://{self.path}" + (f"?prefix={self.prefix}" if self.prefix else "")
+        self.display_url = "sqlite:///" + str(self.path) + (f"?prefix={self.prefix}" if self.prefix else "")
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._lock = threading.RLock()
         self.read_only = _not_writable(self.path)
@@ -156,7 +156,7 @@ class SQLiteStore(Store):
             return None
         clash = self._tx(body)
         if clash is not None:
-            raise ConfigError(f"cannot register agent {name!r} in sqlite://{self.path}: the default agent already "
+            raise ConfigError(f"cannot register agent {name!r} in {self.path}: the default agent already "
                               f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
                               f"another name; if they are {name}'s own from before agents were registered: "
                               f"{adopt_hint(name)}")

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from .. import __version__
 from ..wire import DeadlineClock, deadline_transport
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
@@ -56,8 +57,8 @@ _RETRYABLE_TRANSPORT = (
 )
 
 _MESSAGE_LIMIT = 300
-_REFERER = "https://github.com/brainstem-agent/brainstem"
 _TITLE = "Brainstem"
+_USER_AGENT = f"brainstem/{__version__}"
 
 
 @dataclass
@@ -304,8 +305,8 @@ def _headers(api_key: str | None) -> dict[str, str]:
     h = {
         "Content-Type": "application/json",
         "Accept": "application/json",
-        "HTTP-Referer": _REFERER,
-        "X-Title": _TITLE,
+        "X-Title": _TITLE,  # how OpenRouter names the app on the operator's activity page
+        "User-Agent": _USER_AGENT,
     }
     if api_key:
         h["Authorization"] = f"Bearer {api_key}"

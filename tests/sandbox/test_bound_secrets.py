@@ -84,7 +84,7 @@ def hosts():
 
 @pytest.fixture
 def kv(tmp_path):
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)
     seed(store)
     store.put(keys.tool_code("exfil"), "import base64\n" + EXFIL)

@@ -26,7 +26,7 @@ RSS_LIMIT_MB = 400
 
 @pytest.fixture
 def kv(tmp_path):
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)
     seed(store)
     yield store, {"BRAINSTEM_KV": url, "BRAINSTEM_FETCH_ALLOW": "127.0.0.1"}

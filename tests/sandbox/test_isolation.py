@@ -117,6 +117,38 @@ def test_running_worker_has_seccomp_filter(running_worker):
     assert _status(srv)["Seccomp"] == "2"
 
 
+@pytest.mark.slow
+def test_a_tool_run_from_the_command_line_runs_behind_seccomp_and_its_own_network(tmp_path):
+    """Black box: `brainstem tool run` of a tool that sleeps, its worker looked at from outside."""
+    from brainstem import keys
+    from brainstem.kv import open_store
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = open_store(url)
+    store.put(keys.tool_code("sleeper"), SLEEPER)
+    store.put(keys.tool_meta("sleeper"), json.dumps({"timeout_ms": 10000}))
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+    env["BRAINSTEM_KV"] = url
+    proc = subprocess.Popen([sys.executable, "-m", "brainstem", "tool", "run", "sleeper", "--input", '{"s": 2.5}'],
+                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = wait_for(lambda: [p for p in descendants(proc.pid) if (stat(p) or ("",))[0] == "brainstem-tool"], 8.0)
+        assert workers, "no worker"
+        status = _status(workers[0])
+        if ARCH:
+            assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1"
+        assert int(status["CapEff"], 16) == 0
+        if CAN_NETNS:
+            assert os.readlink(f"/proc/{workers[0]}/ns/net") != os.readlink("/proc/self/ns/net")
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0 and json.loads(out) == "done", err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+
 @pytest.mark.skipif(not CAN_NETNS, reason="this process cannot make a network namespace")
 def test_running_worker_has_its_own_network_namespace(running_worker):
     pid, srv = running_worker

@@ -89,7 +89,7 @@ def execute(args, ctx):
 def world(tmp_path):
     attacker = Host(ATTACKER_HOST)
     api = bound_api(attacker.base)
-    url = f"sqlite://{tmp_path / 'store.db'}"
+    url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)
     seed(store)
     store.put(keys.tool_code("deputy"), "import json\n" + DEPUTY)
@@ -138,7 +138,7 @@ def test_the_llm_key_goes_to_the_llm_endpoint_in_a_header_only(tmp_path):
         "usage": {"prompt_tokens": 10, "completion_tokens": 2, "cost": 0.00001}}).encode(),
         {"Content-Type": "application/json"}))
     try:
-        url = f"sqlite://{tmp_path / 'store.db'}"
+        url = f"sqlite:///{tmp_path / 'store.db'}"
         store = open_store(url)
         seed(store)
         model = json.loads(store.get(keys.CONFIG_MODELS))["models"][0]["id"]
