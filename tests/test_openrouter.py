@@ -51,7 +51,7 @@ def test_plain_answer_and_request_sent_as_is(llm):
     h = {k.lower(): v for k, v in llm.request_headers[0].items()}
     assert h["authorization"] == f"Bearer {KEY}"
     assert h["x-title"] == "Brainstem"
-    assert h["http-referer"]
+    assert h["user-agent"].startswith("brainstem/") and "http-referer" not in h
     assert h["content-type"] == "application/json"
 
 
