@@ -57,6 +57,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--redis-url")
     args = ap.parse_args()
+    # An installed package has its bytecode compiled (pip does it); an editable checkout under
+    # PYTHONDONTWRITEBYTECODE would compile brainstem's modules on every run instead.
+    import compileall
+
+    import brainstem
+
+    compileall.compile_dir(str(Path(brainstem.__file__).parent), quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = (None, args.redis_url) if args.redis_url else start_redis(tmp)
         try:

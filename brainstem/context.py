@@ -22,10 +22,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from . import keys
+from . import events, keys
 from .errors import NotText
 from .kv.base import Store
-from .untrusted import PLAIN_NAME, Untrusted
+from .untrusted import PLAIN_NAME, Untrusted, untrusted
 
 NEVER_LOADED_PREFIXES = (keys.SECRET_PREFIX, "karma:", "__")
 INDEX_HIDDEN = ("stats:", "history:")
@@ -80,3 +80,34 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
         index["keys_by_prefix"] = dict(Counter(n.split(":", 1)[0] + (":*" if ":" in n else "") for n in others))
         index["note"] = f"{len(others)} keys; summarised by prefix. List one prefix with a tool to see names."
     return Untrusted(index, "kv:key-index")
+
+
+def load_session_context(s, context: dict) -> None:
+    """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
+    defaults), the last reflection, a bounded index of the store, the effort."""
+    d = s.defaults.memory
+    last = s.store.get_json(keys.LAST_REFLECT, default=None,
+                            on_error=lambda e: s.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
+    names = None
+    if isinstance(last, dict):
+        noc = last.get("next_orient_context")
+        if isinstance(noc, dict) and isinstance(noc.get("load_keys"), list):
+            names = noc["load_keys"]
+    loaded, notes = load_keys(s.store, names if names is not None else d.default_load_keys,
+                              d.max_load_keys, d.max_load_key_bytes)
+    s.reads.update(loaded.keys())
+    context["additionalContext"] = loaded
+    if notes:
+        context["additionalContextNotes"] = notes
+    context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
+    context["kvIndex"] = kv_index(s.store, d.kv_index_max_keys)
+    context["effort"] = s.effort
+
+
+def _capped(value: Any, chars: int) -> Any:
+    from .templates import to_text
+
+    text = to_text(value) if value is not None else None
+    if text is None or len(text) <= chars:
+        return value
+    return text[:chars] + "... [capped]"

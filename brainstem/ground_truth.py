@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import events, keys
 from .config import EFFORT_ORDER, Tripwire
+from .sleep import iso, now_utc
 from .templates import _MISSING, lookup
 
 Check = Callable[[], Any]
@@ -86,3 +88,43 @@ def effort_for(base: str, fired: list[Tripwire]) -> str:
     """The highest of the base effort and every fired tripwire's effort."""
     levels = [base] + [tw.effort for tw in fired]
     return max((lv for lv in levels if lv in EFFORT_ORDER), key=EFFORT_ORDER.index, default="low")
+
+
+def read_world(settings, store, k, agent_kv, meter, timeout: float) -> dict:
+    """The session's ground truth: LLM credit and USDC balance (each through the agent's own checker
+    first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
+    recorded in karma and kept for ``status``."""
+    from .llm.adapters import checked_number
+    from .tools import ToolPolicy
+
+    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
+
+    def credit():
+        if key is None and "openrouter.ai" in settings.openrouter_base_url:
+            return None  # nothing to ask without a key (the offline demo, a cassette)
+        from .llm.openrouter import fetch_credit
+
+        return known(fetch_credit, base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
+
+    def wallet():
+        if not settings.wallet_address:
+            return None
+        from .wallet import usdc_balance
+
+        return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
+
+    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [k.redact.add(n, v)
+                                                                                          for n, v in granted.items()])
+
+    def dynamic_or(name, fallback):
+        # The agent's own checker first (sandboxed), the hard-coded one when it fails.
+        # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
+        return lambda: checked_number(store, name, fallback, agent_kv, k.record, policy, timeout / 2)
+
+    checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
+              "wallet_usdc": dynamic_or("wallet_balance", wallet)}
+    values, errors = gather(checks, timeout=timeout + 1)
+    balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
+    k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
+    store.put(keys.LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
+    return {"balances": balances, "kvUsage": values.get("kvUsage")}

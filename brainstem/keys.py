@@ -29,6 +29,7 @@ PROVIDER_LLM_LAST_WORKING_META = "provider:llm:last_working:meta"
 PROVIDER_LLM_BALANCE_CODE = "provider:llm_balance:code"
 PROVIDER_WALLET_BALANCE_CODE = "provider:wallet_balance:code"
 WAKE_LOG = "wake_log"
+LAST_GROUND_TRUTH = "stats:last_ground_truth"  # what status shows of the balances
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values)
 

@@ -25,13 +25,13 @@ def _running(store: Store) -> dict[str, Any] | None:
     released, or its process on this host is gone: the next wake records it as crashed) or
     ``locked`` (a wake holds the lock but has not started its session yet).
     """
-    from .wake import _holder_is_dead
+    from .lock import holder_is_dead
 
     crumb = unfinished_session(store)
     lock = store.lock_owner(keys.WAKE_LOCK)
     if crumb is None and lock is None:
         return None
-    alive = lock is not None and not _holder_is_dead(lock)
+    alive = lock is not None and not holder_is_dead(lock)
     if crumb is None:
         return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lock_holder": lock}
     out = {"state": "running" if alive else "died", "id": crumb.get("id"), "started_at": crumb.get("started_at"),
@@ -50,7 +50,7 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
     holder is gone. A ``session_end`` may have been written just before this looked: read its
     karma once more before believing either.
     """
-    from .wake import _holder_is_dead
+    from .lock import holder_is_dead
 
     crumb = unfinished_session(store)
     why = None
@@ -62,7 +62,7 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
         lock = store.lock_owner(keys.WAKE_LOCK)
         if lock is None:
             why = "no wake holds the lock any more (it expired or was released)"
-        elif _holder_is_dead(lock):
+        elif holder_is_dead(lock):
             why = f"the process holding the wake lock ({lock}) is gone"
     if why is None:
         return None
@@ -84,7 +84,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
     running = _running(store)
     rejected = store.get_json(history.REJECTED_HISTORY, default=None)
-    truth = store.get_json("stats:last_ground_truth", default=None)
+    truth = store.get_json(keys.LAST_GROUND_TRUTH, default=None)
     return {
         "store": store.display_url,
         "soul_present": _soul_state(store),

@@ -1,31 +1,26 @@
 """One wake: the lifecycle of ``brainstem wake``, top to bottom.
 
-1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once
-2. lock           one wake per agent; a dead holder on this host is reclaimed (never a live one,
-                  even in this process); "due?" is decided again under the lock
-3. crashed?       ``session:current`` still present -> the last session died (closing it is
-                  idempotent: a session already in the history is not recorded twice)
+1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once (:mod:`.sleep`)
+2. lock           one wake per agent (:mod:`.lock`); "due?" is decided again under the lock
+3. crashed?       ``session:current`` still present -> the last session died (:mod:`.crash`)
    restore         after three failing sessions, put back what the last clean one ran with
-4. ground truth   LLM credit, USDC balance, store usage, in parallel, each failing to null
+4. ground truth   LLM credit, USDC balance, store usage, in parallel (:mod:`.ground_truth`)
 5. effort         tripwires over the facts
-6. context        loaded keys and a bounded index of the store
-7. deep reflect when due, else orient -> plan -> execute -> reflect
+6. context        loaded keys and a bounded index of the store (:mod:`.context`)
+7. deep reflect when due, else orient (:mod:`.orient`) -> execute (:mod:`.executor`) -> reflect
 8. record         next wake, session history, breadcrumbs, ``session_end``
 
 Before any work, the schedule is advanced pessimistically (next wake = now +
 the default sleep), so even a session that is SIGKILLed never leaves the agent
 waking every tick. One try/except around the session always records an outcome
-(:mod:`brainstem.outcomes`). Faults that are the operator's or the infrastructure's (the LLM key,
+(:mod:`.outcomes`). Faults that are the operator's or the infrastructure's (the LLM key,
 credit or endpoint, the store) get outcomes of their own, never count towards auto-restore, and
 retry on a short growing backoff (1, 2, 4 ... minutes, at most the default sleep). SIGTERM/SIGINT
-to ``brainstem wake`` (see :class:`SignalGuard`) end the session as ``interrupted``, lock released.
+to ``brainstem wake`` (:mod:`.interrupt`) end the session as ``interrupted``, lock released.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import threading
 import time
 import traceback
@@ -35,31 +30,29 @@ from datetime import timedelta
 from typing import Any
 
 from . import events, history, karma as karma_mod, keys, outcomes, unrecorded
+from .context import load_session_context
+from .crash import close_dead
+from .interrupt import WakeInterrupted, interruptible, stop_reason
+from .lock import acquire_wake_lock, forget_token, lock_ttl, owner_token
+from .orient import orient, plan_budget
 from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
 from .config import Defaults, load_defaults, load_models
-from .context import kv_index, load_keys
-from .errors import ConfigError, LockHeld, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
+from .errors import ConfigError, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
 from .executor import Executor
-from .ground_truth import effort_for, fired_tripwires, gather, known
+from .ground_truth import effort_for, fired_tripwires, read_world
 from .karma import Karma, Redactor
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
 from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
-from .plan import Plan, PlanError, parse_plan
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
 from .tools import ToolPolicy
 from .settings import Settings
 from .sleep import asleep_message, iso, now_utc, sleeping_until
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
-from .templates import render
-from .untrusted import untrusted
 
-LAST_GROUND_TRUTH = "stats:last_ground_truth"
-CRASH_ENTRIES = 40
-CRASH_ENTRY_CHARS = 600
 MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
 
 
@@ -81,142 +74,6 @@ def clamp_sleep(value: Any, default: float) -> float:
     if value >= MAX_SLEEP:  # compared before float(): JSON allows integers far past float's range
         return MAX_SLEEP
     return max(MIN_SLEEP, float(value))
-
-
-# --- the lock ----------------------------------------------------------------
-
-# Lock tokens held by wakes running in this process (the daemon runs several agents in threads).
-_LIVE_TOKENS: set[str] = set()
-_LIVE_LOCK = threading.Lock()
-
-
-def _owner_token(session_hint: str) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{session_hint}"
-
-
-def _holder_is_dead(owner: str) -> bool:
-    """True when the lock holder ran on this host and is gone: its process has exited, or (our own
-    process) no wake here holds that token any more (an earlier wake could not release it because
-    the store went away). A live holder is never reclaimed."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.split(":", 1)[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    if int(pid_text) == os.getpid():
-        with _LIVE_LOCK:
-            return owner not in _LIVE_TOKENS
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
-    with _LIVE_LOCK:
-        _LIVE_TOKENS.add(token)  # ours from before the store has it: never mistaken for a dead holder
-    try:
-        if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
-            return
-        holder = store.lock_owner(keys.WAKE_LOCK)
-        if holder and _holder_is_dead(holder) and store.release_lock(keys.WAKE_LOCK, holder):
-            if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
-                return
-    except BaseException:
-        _forget_token(token)
-        raise
-    _forget_token(token)
-    raise LockHeld(f"another wake is running for this agent (lock held by {holder or 'unknown'}); not waking twice")
-
-
-def _forget_token(token: str) -> None:
-    with _LIVE_LOCK:
-        _LIVE_TOKENS.discard(token)
-
-
-# --- signals -------------------------------------------------------------------
-
-class WakeInterrupted(BaseException):
-    """SIGTERM/SIGINT reached a ``brainstem wake`` mid-session: the session is recorded as interrupted."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class SignalGuard:
-    """SIGTERM and SIGINT for a one-shot ``brainstem wake``, as the daemon handles them.
-
-    The first signal sets ``cancel`` (the budget's: the session stops at its next step or LLM call)
-    and, while the session's work is running, raises :class:`WakeInterrupted` in the main thread
-    so a call blocked on the network ends now, not when it times out. While the runtime records
-    the end of the session (or takes or releases the lock) nothing is raised: the signal only
-    sets ``cancel``, and the wake finishes its bookkeeping, releases the lock and returns.
-    ``signum`` is the signal received (None: none), for the exit status 128 + signum.
-    """
-
-    def __init__(self):
-        self.cancel = threading.Event()
-        self.signum: int | None = None
-        self.interruptible = False
-        self._previous: dict = {}
-
-    def _handle(self, signum, _frame) -> None:
-        first = self.signum is None
-        if first:
-            self.signum = signum
-        self.cancel.set()
-        if first and self.interruptible:
-            self.interruptible = False
-            raise WakeInterrupted(signum)
-
-    def __enter__(self) -> "SignalGuard":
-        global _GUARD
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        _GUARD = self
-        return self
-
-    def __exit__(self, *exc) -> None:
-        global _GUARD
-        _GUARD = None
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-_GUARD: SignalGuard | None = None
-
-
-def _interruptible(on: bool) -> None:
-    """Mark the session's work (on) or the runtime's bookkeeping (off) for the signal guard, if any."""
-    guard = _GUARD
-    if guard is not None and threading.current_thread() is threading.main_thread():
-        guard.interruptible = on and guard.signum is None
-
-
-# --- the dead ------------------------------------------------------------------
-
-def crash_data(store: Store, crumb: dict) -> dict:
-    """What orient learns of a dead session: its breadcrumb and the tail of its karma, capped."""
-    dead_id = crumb.get("id")
-    if not dead_id:
-        return {"session_id": None, "note": "the last session died; its breadcrumb was unreadable",
-                "breadcrumb": untrusted(crumb.get("raw"), "karma:breadcrumb")}
-    entries = karma_mod.read(store, dead_id, start=-CRASH_ENTRIES)
-    total = store.log_length(keys.karma(dead_id))
-    capped = []
-    for e in entries:
-        text = karma_mod.encode_entry(e)
-        capped.append(e if len(text) <= CRASH_ENTRY_CHARS else {"event": e.get("event"), "t": e.get("t"),
-                                                                 "truncated": text[:CRASH_ENTRY_CHARS]})
-    # Its karma holds what its tools returned, logged and raised: untrusted, wrapped when rendered.
-    data = {"session_id": dead_id, "started_at": crumb.get("started_at"), "entries_total": total,
-            "last_entries": untrusted(capped, f"karma:{dead_id}")}
-    if total == 0:
-        data["note"] = "the last session died before recording anything"
-    return data
 
 
 # --- the wake --------------------------------------------------------------------
@@ -261,9 +118,9 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
-    token = _owner_token(uuid.uuid4().hex[:8])
+    token = owner_token(uuid.uuid4().hex[:8])
     # Held first for the operator's ceiling, then cut to the session's own duration once it is known.
-    acquire_wake_lock(store, token, ttl_ms=_lock_ttl(settings.max_session_seconds))
+    acquire_wake_lock(store, token, ttl_ms=lock_ttl(settings.max_session_seconds))
     try:
         # Due is decided again under the lock: a wake that stalled after its first look (while
         # another ran a session and moved the schedule) must not run a second one.
@@ -273,11 +130,11 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
             return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
         return _session(settings, store, wake_config, providers, listeners, cancel, token)
     finally:
-        _interruptible(False)
+        interruptible(False)
         try:
             store.release_lock(keys.WAKE_LOCK, token)
         finally:
-            _forget_token(token)
+            forget_token(token)
 
 
 def _read_wake_config(store: Store) -> Any:
@@ -287,11 +144,6 @@ def _read_wake_config(store: Store) -> Any:
         return "<not text>"
     except MalformedValue:  # not JSON: due now, and the session records it as rejected and repairs it
         return store.get(keys.WAKE_CONFIG)
-
-
-def _lock_ttl(max_duration: float) -> int:
-    """A dead holder blocks for at most about twice the session's duration."""
-    return int(2 * max_duration * 1000) + 60_000
 
 
 def make_budget(defaults: Defaults, settings: Settings, left_today: float,
@@ -343,22 +195,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     sid = f"{number}-{uuid.uuid4().hex[:6]}"
     crash = None
     if crumb is not None:
-        data = crash_data(store, crumb)
-        # Idempotent: a session already in the history (it closed itself, or an earlier wake closed
-        # it and was then killed) is not recorded again, and one that wrote its own session_end
-        # keeps the outcome it recorded.
-        note = unrecorded.recall(store.display_url, crumb.get("id"))
-        if note is not None:  # it lost the store, and left word of it here
-            closed = history.close_dead_session(store, crumb, note["outcome"], detected_by=sid,
-                                                reason=note.get("reason"),
-                                                operator_action=outcomes.operator_action(note["outcome"]))
-            unrecorded.forget(store.display_url, crumb["id"])
-        else:
-            closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=sid)
-        if closed is not None and closed.get("outcome") == outcomes.CRASHED:
-            crash = data
-        elif closed is None and crumb.get("id") is None:
-            crash = data
+        crash = close_dead(store, crumb, detected_by=sid)
         if crash is None:
             crumb = None
     # Restore before anything below reads the keys it may put back, so this session runs with them.
@@ -368,7 +205,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     defaults, models = load_defaults(store, problems), load_models(store, problems)
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = make_budget(defaults, settings, left_today, cancel)
-    store.refresh_lock(keys.WAKE_LOCK, token, _lock_ttl(budget.max_duration))
+    store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
 
     k = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid)
@@ -390,7 +227,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
             k.record(events.CONFIG_REJECTED, reason=p)
         if wake_config is not None and not isinstance(wake_config, dict):
             k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
-        _interruptible(True)
+        interruptible(True)
         if budget.cancel.is_set():  # a signal arrived while the lock was being taken
             budget.check_cancel()
         context: dict[str, Any] = {"sessionId": sid, "now": iso(run.started), "crashData": crash}
@@ -403,7 +240,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         meter = WireMeter(models=models, budget=budget, record=k.record, llm_base_url=settings.openrouter_base_url,
                           on_cost=lambda c: add_daily(store, c), on_anomaly=on_anomaly)
         # Ground truth is part of the session's time: at most a quarter of it.
-        facts = _ground_truth(settings, store, k, agent_kv, meter,
+        facts = read_world(settings, store, k, agent_kv, meter,
                               timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
@@ -425,7 +262,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
-        _load_context(s, context)
+        load_session_context(s, context)
         due, why = deep_reflect_due(store, defaults, number)
         context["deepReflectDue"] = due
         if due:
@@ -440,43 +277,36 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
                 _llm_fault(run, s, tally.last, "deep reflection")
         else:
             _plan_and_execute(run, s, orient_template, token, left_today)
-        _interruptible(False)
+        interruptible(False)
         if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
-            run.outcome, run.reason = outcomes.INTERRUPTED, run.reason or _stop_reason()
+            run.outcome, run.reason = outcomes.INTERRUPTED, run.reason or stop_reason()
     except BudgetExceeded as exc:  # interrupted before the plan: a signal during the lock or ground truth
-        _interruptible(False)
+        interruptible(False)
         run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
-        run.reason = _stop_reason() if exc.limit == "interrupted" else str(exc)
+        run.reason = stop_reason() if exc.limit == "interrupted" else str(exc)
     except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
-        _interruptible(False)
+        interruptible(False)
         run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
         _try(lambda: k.record(events.STORE_ERROR, error=run.reason))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
-        _interruptible(False)
+        interruptible(False)
         run.outcome = outcomes.ERROR
         run.reason = f"{type(exc).__name__}: {exc}"[:300]
         k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc(limit=8)[-4000:])
     except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lock released, no crash
-        _interruptible(False)
+        interruptible(False)
         signal_name = str(exc)
         run.outcome, run.reason, run.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
         _try(lambda: k.record(events.SIGNAL, signal=signal_name))
     except BaseException as exc:  # KeyboardInterrupt with no guard installed (in-process callers): record, let through
-        _interruptible(False)
+        interruptible(False)
         run.outcome, run.reason, run.next_wake, run.clean_snapshot = (outcomes.INTERRUPTED, type(exc).__name__,
                                                                       None, None)
         _finish(run)
         raise
     return _finish(run)
-
-
-def _stop_reason() -> str:
-    guard = _GUARD
-    if guard is not None and guard.signum is not None:
-        return f"received {signal.Signals(guard.signum).name}"
-    return "the runtime is shutting down"
 
 
 def _try(fn) -> None:
@@ -515,7 +345,7 @@ def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, l
     budget = run.budget
     tally = _CallTally(s.llm)
     try:
-        plan = _orient(s, orient_template)
+        plan = orient(s, orient_template)
     except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
         run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
         return
@@ -526,8 +356,8 @@ def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, l
         run.outcome = outcomes.NO_PLAN
         return
     tally.reset()
-    budget.max_cost, budget.max_steps, budget.max_duration = _plan_budget(plan, budget, run.settings, left_today)
-    run.store.refresh_lock(keys.WAKE_LOCK, token, _lock_ttl(budget.max_duration))
+    budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, run.settings, left_today)
+    run.store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
     s.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
@@ -647,123 +477,3 @@ def _max_effort(a: str, b: Any) -> str:
     from .config import max_effort
 
     return max_effort(a, b if isinstance(b, str) else None)
-
-
-def _ground_truth(settings: Settings, store: Store, k: Karma, agent_kv: AgentKV, meter: WireMeter,
-                  timeout: float) -> dict:
-    from .llm.adapters import checked_number
-
-    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
-
-    def credit():
-        if key is None and "openrouter.ai" in settings.openrouter_base_url:
-            return None  # nothing to ask without a key (the offline demo, a cassette)
-        from .llm.openrouter import fetch_credit
-
-        return known(fetch_credit, base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
-
-    def wallet():
-        if not settings.wallet_address:
-            return None
-        from .wallet import usdc_balance
-
-        return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
-
-    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [k.redact.add(n, v)
-                                                                                          for n, v in granted.items()])
-
-    def dynamic_or(name, fallback):
-        # The agent's own checker first (sandboxed), the hard-coded one when it fails.
-        # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
-        return lambda: checked_number(store, name, fallback, agent_kv, k.record, policy, timeout / 2)
-
-    checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
-              "wallet_usdc": dynamic_or("wallet_balance", wallet)}
-    values, errors = gather(checks, timeout=timeout + 1)
-    balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
-    k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
-    store.put(LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
-    return {"balances": balances, "kvUsage": values.get("kvUsage")}
-
-
-def _load_context(s: Session, context: dict) -> None:
-    d = s.defaults.memory
-    last = s.store.get_json(keys.LAST_REFLECT, default=None,
-                            on_error=lambda e: s.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
-    names = None
-    if isinstance(last, dict):
-        noc = last.get("next_orient_context")
-        if isinstance(noc, dict) and isinstance(noc.get("load_keys"), list):
-            names = noc["load_keys"]
-    loaded, notes = load_keys(s.store, names if names is not None else d.default_load_keys,
-                              d.max_load_keys, d.max_load_key_bytes)
-    s.reads.update(loaded.keys())
-    context["additionalContext"] = loaded
-    if notes:
-        context["additionalContextNotes"] = notes
-    context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
-    context["kvIndex"] = kv_index(s.store, d.kv_index_max_keys)
-    context["effort"] = s.effort
-
-
-def _capped(value: Any, chars: int) -> Any:
-    from .templates import to_text
-
-    text = to_text(value) if value is not None else None
-    if text is None or len(text) <= chars:
-        return value
-    return text[:chars] + "... [capped]"
-
-
-def _orient(s: Session, template: str) -> Plan | None:
-    """Ask for a plan; one repair attempt with the validation error; None when there is none."""
-    missing: list[str] = []
-    variables = {"soul": s.soul, "models": s.models_for_prompt(), "resources": s.store.get_json(
-        keys.CONFIG_RESOURCES, default={}), "config": s.defaults.model_dump(), "tools": s.tool_registry,
-        "context": s.context}
-    prompt = render(template, variables, on_missing=missing.append)
-    # {{page}}-style names are plan references the prompt may show as examples; only a path
-    # into a real template variable that does not resolve is a mistake worth recording.
-    missing = [m for m in missing if m.split(".")[0] in variables]
-    if missing:
-        s.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
-    cfg = s.defaults.orient
-    turns: list[dict] = []  # the failed answer and its repair request
-    ask = prompt
-    for attempt in (1, 2):
-        try:
-            result = s.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
-                                effort=s.effort if s.effort != "low" else cfg.effort, history=turns)
-        except BudgetExceeded as exc:
-            if attempt == 1:
-                raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
-            return None
-        except LLMError as exc:
-            if exc.fault is not None:
-                # The key, the credit or the endpoint: not the agent's fault, so not a failing session for
-                # auto-restore (recorded as llm_fault by the caller, with what the operator must do).
-                raise
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
-            return None
-        try:
-            plan = parse_plan(result.content, result.truncated)
-        except PlanError as exc:
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
-            turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
-            ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
-                   "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
-            continue
-        s.record(events.PLAN, steps=len(plan.steps), types=[st.type for st in plan.steps][:50],
-                 session_budget=plan.session_budget.model_dump(exclude_none=True) if plan.session_budget else None)
-        return plan
-    return None
-
-
-def _plan_budget(plan: Plan, budget: Budget, settings: Settings, left_today: float) -> tuple[float, int, float]:
-    pb = plan.session_budget
-    if pb is None:
-        return budget.max_cost, budget.max_steps, budget.max_duration
-    return (min(clamp(pb.max_cost, settings.max_session_cost, budget.max_cost), left_today),
-            int(clamp(pb.max_steps, settings.max_session_steps, budget.max_steps)),
-            clamp(pb.max_duration_seconds, settings.max_session_seconds, budget.max_duration))

@@ -51,7 +51,7 @@ def test_a_lock_left_by_this_same_process_is_reclaimed(agent):
 def test_a_live_lock_of_this_same_process_is_respected(agent):
     # The daemon runs agents in threads of one process: a wake still running here keeps its lock.
     from brainstem.errors import LockHeld
-    from brainstem.wake import _LIVE_TOKENS
+    from brainstem.lock import _LIVE_TOKENS
 
     store, settings, cassette = agent
     token = f"{socket.gethostname()}:{os.getpid()}:running"

@@ -1,0 +1,57 @@
+"""The dead: a session whose breadcrumb is still there when the next wake starts.
+
+The next wake closes it (once: closing is idempotent, so a wake killed while
+closing it does not record it twice) and shows orient what it was doing when it
+died: its breadcrumb and the capped tail of its karma, marked untrusted (it
+holds what tools returned). A session that lost its store and left a note on
+local disk (:mod:`brainstem.unrecorded`) is closed with the outcome the note
+names, not as a crash.
+"""
+
+from __future__ import annotations
+
+from . import history, karma as karma_mod, keys, outcomes, unrecorded
+from .kv.base import Store
+from .untrusted import untrusted
+
+CRASH_ENTRIES = 40
+CRASH_ENTRY_CHARS = 600
+
+
+def crash_data(store: Store, crumb: dict) -> dict:
+    """What orient learns of a dead session: its breadcrumb and the tail of its karma, capped."""
+    dead_id = crumb.get("id")
+    if not dead_id:
+        return {"session_id": None, "note": "the last session died; its breadcrumb was unreadable",
+                "breadcrumb": untrusted(crumb.get("raw"), "karma:breadcrumb")}
+    entries = karma_mod.read(store, dead_id, start=-CRASH_ENTRIES)
+    total = store.log_length(keys.karma(dead_id))
+    capped = []
+    for e in entries:
+        text = karma_mod.encode_entry(e)
+        capped.append(e if len(text) <= CRASH_ENTRY_CHARS else {"event": e.get("event"), "t": e.get("t"),
+                                                                 "truncated": text[:CRASH_ENTRY_CHARS]})
+    # Its karma holds what its tools returned, logged and raised: untrusted, wrapped when rendered.
+    data = {"session_id": dead_id, "started_at": crumb.get("started_at"), "entries_total": total,
+            "last_entries": untrusted(capped, f"karma:{dead_id}")}
+    if total == 0:
+        data["note"] = "the last session died before recording anything"
+    return data
+
+
+def close_dead(store: Store, crumb: dict, detected_by: str) -> dict | None:
+    """Close the session ``crumb`` names, if nobody has; return what orient should learn of it when
+    it crashed (None when it was closed already, or ended for a reason that is no crash)."""
+    data = crash_data(store, crumb)
+    note = unrecorded.recall(store.display_url, crumb.get("id"))
+    if note is not None:  # it lost the store, and left word of it here
+        closed = history.close_dead_session(store, crumb, note["outcome"], detected_by=detected_by,
+                                            reason=note.get("reason"),
+                                            operator_action=outcomes.operator_action(note["outcome"]))
+        unrecorded.forget(store.display_url, crumb["id"])
+    else:
+        closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by)
+    # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.
+    if (closed is not None and closed.get("outcome") == outcomes.CRASHED) or (closed is None and crumb.get("id") is None):
+        return data
+    return None
