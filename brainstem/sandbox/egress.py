@@ -448,24 +448,10 @@ def fetch(
     if type(method) is not str or method.upper() not in ALLOWED_METHODS:
         raise FetchError(f"method {str(method)[:20]!r} is not allowed")
     method = method.upper()
-    try:
-        budget = float(timeout) if timeout is not None else float(max_timeout)
-    except (TypeError, ValueError):
-        raise FetchError("timeout must be a number") from None
-    if budget != budget:
-        raise FetchError("timeout must be a number")
-    budget = max(0.1, min(budget, float(max_timeout)))
+    budget = _time_budget(timeout, max_timeout)
     deadline = time.monotonic() + budget
     guard = guard or Guard()
-    req_headers: dict[str, str] = {}
-    for k, v in (headers or {}).items():
-        if type(k) is not str or type(v) is not str:
-            raise FetchError("headers must be str to str")
-        if k.lower() in ("host", "content-length", "transfer-encoding", "connection", "accept-encoding"):
-            continue
-        req_headers[k] = v
-    # We decode bodies ourselves, capped after decoding; only what we can decode is accepted.
-    req_headers["Accept-Encoding"] = "gzip, deflate"
+    req_headers = _request_headers(headers)
     body, body_kind, content_type = _encode_body(json, data)
     if content_type and not any(k.lower() == "content-type" for k in req_headers):
         req_headers["Content-Type"] = content_type
@@ -489,81 +475,111 @@ def fetch(
                 raise timed_out() from None
             this_origin = (target.url.scheme, _normalise_host(target.host), target.port)
             if origin is not None and this_origin != origin:
-                for k in list(req_headers):
-                    if k.lower() in ("authorization", "cookie", "proxy-authorization"):
-                        del req_headers[k]
+                _drop(req_headers, "authorization", "cookie", "proxy-authorization")  # never across origins
             origin = this_origin
             hop = Hop(method, target, str(target.url), dict(req_headers), body, body_kind)
             if trace is not None:
                 trace.append(hop)
-            send_url, send_headers, send_body = guard.outgoing(hop)
-            sent = httpx.URL(send_url)
-            if _normalise_host(sent.host) != hop.host or (sent.port or target.port) != target.port:
-                raise EgressDenied("refused: the request's host changed after secrets were put in")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise timed_out()
-            request = client.build_request(
-                method,
-                sent.copy_with(host=target.ip),
-                headers={**send_headers, "Host": _host_header(target)},
-                timeout=httpx.Timeout(remaining),
-                extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {},
-                content=send_body,
-            )
-            try:
-                response = client.send(request, stream=True)
-            except httpx.TimeoutException:
-                guard.incoming(hop, None, {}, None, error="timed out")
-                raise timed_out() from None
-            except httpx.HTTPError as e:
-                guard.incoming(hop, None, {}, None, error=type(e).__name__)
-                raise FetchError(f"fetch failed: {type(e).__name__}: {e}") from None
+            response = _send(client, hop, target, guard, deadline, timed_out)
             try:
                 resp_headers = {str(k): str(v) for k, v in response.headers.items()}
                 location = response.headers.get("location")
-                if response.status_code in REDIRECT_CODES and location:
-                    resp_headers, _ = guard.incoming(hop, response.status_code, resp_headers, None)
-                    # The guard has scrubbed Location: a secret echoed into it goes on as its placeholder.
-                    location = next((v for k, v in resp_headers.items() if k.lower() == "location"), location)
-                    current = str(target.url.join(location))
-                    if response.status_code == 303 or (
-                        response.status_code in (301, 302) and method == "POST"
-                    ):
-                        method = "GET" if method != "HEAD" else "HEAD"
-                        body = body_kind = None
-                        for k in list(req_headers):
-                            if k.lower() == "content-type":
-                                del req_headers[k]
-                    continue
-                try:
-                    raw, truncated = _read_body(response, max_bytes, deadline)
-                except (httpx.TimeoutException, FetchTimeout):
-                    guard.incoming(hop, response.status_code, resp_headers, None, error="timed out")
-                    raise timed_out() from None
-                except httpx.HTTPError as e:
-                    guard.incoming(hop, response.status_code, resp_headers, None, error=type(e).__name__)
-                    raise FetchError(f"fetch failed while reading: {type(e).__name__}: {e}") from None
-                except FetchError as e:
-                    guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
-                    raise
-                hop.note["bytes"] = len(raw)
-                text = _decode(raw, response.charset_encoding)
-                resp_headers, text = guard.incoming(hop, response.status_code, resp_headers, text)
-                parsed_json = None
-                if not truncated and text and text.strip():
-                    try:
-                        parsed_json = _json.loads(text, parse_constant=_no_constant)
-                    except (ValueError, RecursionError):
-                        parsed_json = None
-                return {
-                    "status": response.status_code,
-                    "headers": resp_headers,
-                    "text": text or "",
-                    "json": parsed_json,
-                    "url": hop.url,
-                    "truncated": truncated,
-                }
+                if response.status_code not in REDIRECT_CODES or not location:
+                    return _answer(response, hop, resp_headers, guard, max_bytes, deadline, timed_out)
+                resp_headers, _ = guard.incoming(hop, response.status_code, resp_headers, None)
+                # The guard has scrubbed Location: a secret echoed into it goes on as its placeholder.
+                location = next((v for k, v in resp_headers.items() if k.lower() == "location"), location)
+                current = str(target.url.join(location))
+                if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
+                    method = "GET" if method != "HEAD" else "HEAD"
+                    body = body_kind = None
+                    _drop(req_headers, "content-type")
             finally:
                 response.close()
     raise FetchError(f"too many redirects (more than {MAX_REDIRECTS})")
+
+
+def _time_budget(timeout: Any, max_timeout: float) -> float:
+    """The whole fetch's seconds: ``timeout`` (default and at most ``max_timeout``), at least 0.1."""
+    try:
+        budget = float(timeout) if timeout is not None else float(max_timeout)
+    except (TypeError, ValueError):
+        raise FetchError("timeout must be a number") from None
+    if budget != budget:
+        raise FetchError("timeout must be a number")
+    return max(0.1, min(budget, float(max_timeout)))
+
+
+def _request_headers(headers: Any) -> dict[str, str]:
+    """The tool's headers, minus those the transport owns; we decode bodies ourselves, capped after
+    decoding, so only what we can decode is accepted."""
+    out: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if type(name) is not str or type(value) is not str:
+            raise FetchError("headers must be str to str")
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection", "accept-encoding"):
+            continue
+        out[name] = value
+    out["Accept-Encoding"] = "gzip, deflate"
+    return out
+
+
+def _drop(headers: dict[str, str], *names: str) -> None:
+    for name in [k for k in headers if k.lower() in names]:
+        del headers[name]
+
+
+def _send(client: httpx.Client, hop: Hop, target: _Target, guard: Guard, deadline: float,
+          timed_out: Callable[[], FetchTimeout]) -> httpx.Response:
+    """Send one hop, as the guard lets it go, to the address that was checked (never re-resolved)."""
+    send_url, send_headers, send_body = guard.outgoing(hop)
+    sent = httpx.URL(send_url)
+    if _normalise_host(sent.host) != hop.host or (sent.port or target.port) != target.port:
+        raise EgressDenied("refused: the request's host changed after secrets were put in")
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise timed_out()
+    request = client.build_request(
+        hop.method,
+        sent.copy_with(host=target.ip),
+        headers={**send_headers, "Host": _host_header(target)},
+        timeout=httpx.Timeout(remaining),
+        extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {},
+        content=send_body,
+    )
+    try:
+        return client.send(request, stream=True)
+    except httpx.TimeoutException:
+        guard.incoming(hop, None, {}, None, error="timed out")
+        raise timed_out() from None
+    except httpx.HTTPError as e:
+        guard.incoming(hop, None, {}, None, error=type(e).__name__)
+        raise FetchError(f"fetch failed: {type(e).__name__}: {e}") from None
+
+
+def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard, max_bytes: int,
+            deadline: float, timed_out: Callable[[], FetchTimeout]) -> dict:
+    """The final response as the tool sees it: the body read within the deadline, decoded and
+    capped, then through the guard."""
+    try:
+        raw, truncated = _read_body(response, max_bytes, deadline)
+    except (httpx.TimeoutException, FetchTimeout):
+        guard.incoming(hop, response.status_code, resp_headers, None, error="timed out")
+        raise timed_out() from None
+    except httpx.HTTPError as e:
+        guard.incoming(hop, response.status_code, resp_headers, None, error=type(e).__name__)
+        raise FetchError(f"fetch failed while reading: {type(e).__name__}: {e}") from None
+    except FetchError as e:
+        guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
+        raise
+    hop.note["bytes"] = len(raw)
+    text = _decode(raw, response.charset_encoding)
+    resp_headers, text = guard.incoming(hop, response.status_code, resp_headers, text)
+    parsed_json = None
+    if not truncated and text and text.strip():
+        try:
+            parsed_json = _json.loads(text, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            parsed_json = None
+    return {"status": response.status_code, "headers": resp_headers, "text": text or "", "json": parsed_json,
+            "url": hop.url, "truncated": truncated}

@@ -103,26 +103,10 @@ def _kill(pid: int) -> None:
 
 
 def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
-    from . import isolation, worker  # worker also imports policy (RestrictedPython, namespaces)
+    from . import worker  # also imports policy (RestrictedPython, namespaces)
 
-    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     parent = os.getppid()
-    if parent == 1:
-        sys.exit(0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    worker.policy.warm_up()
-    try:
-        setup = isolation.setup_server(tuple(disabled), worker._lock_down)
-    except Exception as e:  # noqa: BLE001 - the sandbox must stay usable: run without, and say so
-        setup = isolation.setup_failed(tuple(disabled), e)
-    # Entering a user namespace clears the parent-death signal: set it again.
-    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        sys.exit(0)
-    # Named only now, so the probe worker of setup_server is no child of a "brainstem-fsrv".
-    worker.prctl(worker._PR_SET_NAME, b"brainstem-fsrv")
-
+    setup = _set_up(disabled, parent)
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -135,57 +119,6 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
     server_pid = os.getpid()
     children: dict[int, _Child] = {}
     control.send(b"ready")
-
-    def reap() -> None:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            child = children.pop(pid, None)
-            if child is None:
-                continue
-            info = {"code": None, "signal": None, "timed_out": child.timed_out}
-            if os.WIFSIGNALED(status):
-                info["signal"] = os.WTERMSIG(status)
-            elif os.WIFEXITED(status):
-                info["code"] = os.WEXITSTATUS(status)
-            _write_line(child.stat_fd, {"exit": info})
-            _close(child.stat_fd)
-
-    def spawn(packet: bytes, fds: list[int]) -> None:
-        try:
-            params = json.loads(packet)
-            if type(params) is dict and params.get("op") == "report" and len(fds) == 1:
-                os.set_blocking(fds[0], True)
-                _write_all(fds[0], setup.report_bytes)
-                _close(fds[0])
-                return
-            timeout_ms = int(params["timeout_ms"])
-            memory_mb = int(params["memory_mb"])
-            chan_fd, stat_fd = fds
-        except Exception:  # noqa: BLE001 - malformed request: drop it
-            for fd in fds:
-                _close(fd)
-            return
-        try:
-            pid = os.fork()
-        except OSError as e:
-            _write_line(stat_fd, {"error": f"fork failed: {e}"})
-            _close(chan_fd)
-            _close(stat_fd)
-            return
-        if pid == 0:  # the worker
-            try:
-                worker.child_main(chan_fd, server_pid, timeout_ms, memory_mb)
-            finally:
-                os._exit(1)
-        _close(chan_fd)
-        children[pid] = _Child(pid, time.monotonic() + timeout_ms / 1000.0, stat_fd)
-        _write_line(stat_fd, {"pid": pid})
-
     try:
         while True:
             timeout = None
@@ -196,11 +129,7 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
             except InterruptedError:
                 ready = []
             if wake_r in ready:
-                try:
-                    while os.read(wake_r, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                _drain(wake_r)
             if control in ready:
                 try:
                     packet, fds, _flags, _addr = socket.recv_fds(control, 65536, 4)
@@ -210,13 +139,9 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
                     for fd in fds:
                         _close(fd)
                     break
-                spawn(packet, fds)
-            reap()
-            now = time.monotonic()
-            for child in children.values():
-                if not child.timed_out and now >= child.deadline:
-                    child.timed_out = True
-                    _kill(child.pid)
+                _spawn(packet, fds, children, setup, server_pid, worker.child_main)
+            _reap(children)
+            _kill_overdue(children)
             if os.getppid() != parent:
                 break
     finally:
@@ -224,6 +149,98 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
             _kill(child.pid)
         deadline = time.monotonic() + 2.0
         while children and time.monotonic() < deadline:
-            reap()
+            _reap(children)
             time.sleep(0.01)
         os._exit(0)
+
+
+def _set_up(disabled: tuple[str, ...], parent: int):
+    """Warm the interpreter, build the kernel isolation (or say why not), and die with the runtime."""
+    from . import isolation, worker
+
+    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent == 1:
+        sys.exit(0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker.policy.warm_up()
+    try:
+        setup = isolation.setup_server(tuple(disabled), worker._lock_down)
+    except Exception as e:  # noqa: BLE001 - the sandbox must stay usable: run without, and say so
+        setup = isolation.setup_failed(tuple(disabled), e)
+    # Entering a user namespace clears the parent-death signal: set it again.
+    worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        sys.exit(0)
+    # Named only now, so the probe worker of setup_server is no child of a "brainstem-fsrv".
+    worker.prctl(worker._PR_SET_NAME, b"brainstem-fsrv")
+    return setup
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _reap(children: dict[int, _Child]) -> None:
+    """Collect every exited worker and tell its runner how it ended."""
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        child = children.pop(pid, None)
+        if child is None:
+            continue
+        info = {"code": None, "signal": None, "timed_out": child.timed_out}
+        if os.WIFSIGNALED(status):
+            info["signal"] = os.WTERMSIG(status)
+        elif os.WIFEXITED(status):
+            info["code"] = os.WEXITSTATUS(status)
+        _write_line(child.stat_fd, {"exit": info})
+        _close(child.stat_fd)
+
+
+def _kill_overdue(children: dict[int, _Child]) -> None:
+    now = time.monotonic()
+    for child in children.values():
+        if not child.timed_out and now >= child.deadline:
+            child.timed_out = True
+            _kill(child.pid)
+
+
+def _spawn(packet: bytes, fds: list[int], children: dict[int, _Child], setup, server_pid: int, child_main) -> None:
+    """One request from the runtime: fork a worker (or answer the isolation report)."""
+    try:
+        params = json.loads(packet)
+        if type(params) is dict and params.get("op") == "report" and len(fds) == 1:
+            os.set_blocking(fds[0], True)
+            _write_all(fds[0], setup.report_bytes)
+            _close(fds[0])
+            return
+        timeout_ms = int(params["timeout_ms"])
+        memory_mb = int(params["memory_mb"])
+        chan_fd, stat_fd = fds
+    except Exception:  # noqa: BLE001 - malformed request: drop it
+        for fd in fds:
+            _close(fd)
+        return
+    try:
+        pid = os.fork()
+    except OSError as e:
+        _write_line(stat_fd, {"error": f"fork failed: {e}"})
+        _close(chan_fd)
+        _close(stat_fd)
+        return
+    if pid == 0:  # the worker
+        try:
+            child_main(chan_fd, server_pid, timeout_ms, memory_mb)
+        finally:
+            os._exit(1)
+    _close(chan_fd)
+    children[pid] = _Child(pid, time.monotonic() + timeout_ms / 1000.0, stat_fd)
+    _write_line(stat_fd, {"pid": pid})
