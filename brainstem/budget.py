@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .kv.base import Store
+from .sleep import iso, now_utc
 
 DAILY_COST_KEY = "stats:daily_cost"
 ANOMALIES_KEY = "stats:cost_anomalies"
@@ -128,7 +129,7 @@ def note_anomaly(store: Store, anomaly: dict, session_id: str | None = None) -> 
     rec = store.get_json(ANOMALIES_KEY, default=None)
     items = rec.get("items", []) if isinstance(rec, dict) and rec.get("date") == today() else []
     items = [*items, {**anomaly, "session_id": session_id,
-                      "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}][-MAX_ANOMALIES_KEPT:]
+                      "at": iso(now_utc())}][-MAX_ANOMALIES_KEPT:]
     store.put(ANOMALIES_KEY, {"date": today(), "items": items})
 
 
@@ -154,6 +155,6 @@ def correct_anomaly(store: Store, number: int, billed: float) -> tuple[dict, flo
     if not 0 <= billed <= reported:
         raise ValueError(f"--billed must be between 0 and the ${reported:.4f} that was reported")
     total = max(0.0, add_daily(store, billed - reported))
-    item.update(corrected_to=billed, corrected_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    item.update(corrected_to=billed, corrected_at=iso(now_utc()))
     store.put(ANOMALIES_KEY, {"date": today(), "items": items})
     return item, total

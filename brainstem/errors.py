@@ -5,6 +5,12 @@ and exits non-zero, with no traceback unless ``--debug`` is given.
 """
 
 
+def one_line(text: object, limit: int = 500) -> str:
+    """``text`` as one line of at most ``limit`` characters: how every message reaches an operator."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 class BrainstemError(Exception):
     """Base of every error Brainstem raises deliberately."""
 

@@ -17,12 +17,12 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import datetime, timezone
 from typing import Any
 
 from . import events, keys
 from .kv.base import Store
 from .secrets import replacer, secret_forms
+from .sleep import iso, now_utc
 
 MAX_FIELD_CHARS = 100_000  # one string field of one entry; keeps a runaway answer from bloating karma
 MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary words
@@ -33,7 +33,7 @@ SENSITIVE_NAMES = frozenset({
 
 
 def utcnow_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso(now_utc(), ms=True)
 
 
 class Redactor:

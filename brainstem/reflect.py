@@ -19,7 +19,6 @@ as they are.
 from __future__ import annotations
 
 import copy
-import math
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -31,7 +30,9 @@ from .config import Defaults, Models
 from .errors import KVWriteRefused, NotText
 from .karma import read as read_karma, utcnow_iso
 from .llm.chokepoint import LLMError
+from .json_numbers import finite
 from .plan import PlanError, parse_object
+from .sleep import parse_iso
 from .templates import render
 from .timeline import format_entry
 from .untrusted import Untrusted, untrusted
@@ -179,7 +180,7 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
     since = session_number - int(_num(sched.get("last_session"), 0))
     if since >= after_sessions:
         return True, f"{since} sessions since the last (every {after_sessions:g})"
-    last_at = _parse_time(sched.get("last_at"))
+    last_at = parse_iso(sched.get("last_at"))
     if last_at is not None and now - last_at >= timedelta(days=after_days):
         return True, f"{(now - last_at).days} days since the last (every {after_days:g} days)"
     return False, f"{since} of {after_sessions:g} sessions"
@@ -326,24 +327,8 @@ def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> 
 
 
 def _num(v: Any, default: float) -> float:
-    """A finite number, else the default (JSON's 1e999 parses to infinity, and int(inf) raises)."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return float(default)
-    try:
-        f = float(v)  # an integer past float's range (JSON allows 10**400) overflows here
-    except OverflowError:
-        return float(default)
-    return f if math.isfinite(f) else float(default)
-
-
-def _parse_time(v: Any) -> datetime | None:
-    if not isinstance(v, str):
-        return None
-    try:
-        t = datetime.fromisoformat(v.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    f = finite(v)
+    return float(default) if f is None else f
 
 
 DEFAULT_REFLECT_PROMPT = (

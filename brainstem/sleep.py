@@ -17,8 +17,10 @@ def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def iso(t: datetime) -> str:
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso(t: datetime, ms: bool = False) -> str:
+    """ISO-8601 UTC with a ``Z``: to the second (schedules, history), or the millisecond (karma)."""
+    t = t.astimezone(timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if ms else t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_iso(value: Any) -> datetime | None:

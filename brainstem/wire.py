@@ -8,12 +8,20 @@ deadline: used by tool fetches and by the hard-coded LLM client alike.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import time
 from typing import Any
 
 import httpcore
 import httpx
+
+
+@functools.lru_cache(maxsize=1)
+def tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process, shared by tool fetches and the LLM client: building
+    one loads the CA bundle (~25 ms), too slow per call."""
+    return httpx.create_ssl_context()
 
 
 class DeadlineClock:

@@ -18,11 +18,11 @@ counts as a failed check.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
+from ..json_numbers import finite
 from .. import events, keys
 from ..budget import BudgetExceeded
 from ..kv.base import Store
@@ -136,7 +136,7 @@ def sane_balance(value: Any) -> tuple[float | None, str | None]:
         return None, "check() returned None"
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None, f"check() returned {type(value).__name__}, not a number"
-    if not math.isfinite(value):
+    if finite(value) is None:
         return None, f"check() returned {value}, not a finite number"
     if value < 0:
         return None, f"check() returned {value}, a negative balance"

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
+from ..json_numbers import count, finite
 from .. import events
 from ..budget import Budget
 from ..config import Models
@@ -162,8 +163,7 @@ class WireMeter:
         tokens_in = _count(usage, "prompt_tokens")
         tokens_out = _count(usage, "completion_tokens")
         reported = usage.get("cost") if usage else None
-        if isinstance(reported, (int, float)) and not isinstance(reported, bool) and math.isfinite(reported) \
-                and reported >= 0:
+        if finite(reported) is not None and reported >= 0:
             cost, source = float(reported), "provider"
         elif tokens_in is not None or tokens_out is not None:
             cost, source = listed_cost(self.models, note["model"], tokens_in or 0, tokens_out or 0), "price_list"
@@ -198,5 +198,4 @@ class WireMeter:
 
 
 def _count(usage: dict | None, name: str) -> int | None:
-    v = usage.get(name) if usage else None
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None
+    return count(usage.get(name)) if usage else None

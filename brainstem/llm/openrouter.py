@@ -17,7 +17,6 @@ not retried.
 from __future__ import annotations
 
 import email.utils
-import functools
 import json
 import math
 import random
@@ -29,16 +28,12 @@ from typing import Any, Callable
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from ..errors import one_line
+from ..json_numbers import count, finite
 from .. import __version__
-from ..wire import DeadlineClock, deadline_transport
+from ..wire import DeadlineClock, deadline_transport, tls_context
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
-
-
-@functools.lru_cache(maxsize=1)
-def ssl_context():
-    """One TLS context per process: building one loads the CA bundle (~25 ms), too slow per call."""
-    return httpx.create_ssl_context()
 
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -121,13 +116,6 @@ class ProviderError(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def _one_line(text: Any, limit: int = _MESSAGE_LIMIT) -> str:
-    s = " ".join(str(text).split())
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return s
-
-
 def _redact(text: str, api_key: str | None) -> str:
     """Last line of defence: a server that echoes the key back must not make us log it."""
     if api_key:
@@ -160,20 +148,7 @@ def _parse_retry_after(value: str | None) -> float | None:
 
 
 def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        return 0
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and math.isfinite(v):
-        return int(v)
-    return 0
-
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    return count(v) or 0
 
 
 def _error_fields(err: Any) -> tuple[str, int | None]:
@@ -216,7 +191,7 @@ def _parse_usage(usage: Any) -> dict:
         "prompt_tokens": _int(usage.get("prompt_tokens")),
         "completion_tokens": _int(usage.get("completion_tokens")),
         "reasoning_tokens": _int(details.get("reasoning_tokens")),
-        "cost": _number(usage.get("cost")),
+        "cost": finite(usage.get("cost")),
     }
 
 
@@ -227,7 +202,7 @@ def _parse_body(body: Any, requested_model: str) -> LLMResponse:
         msg, code = _error_fields(body["error"])
         retryable = code in RETRYABLE_STATUS if code is not None else False
         raise ProviderError(
-            f"openrouter: error in response{f' {code}' if code is not None else ''}: {_one_line(msg)}",
+            f"openrouter: error in response{f' {code}' if code is not None else ''}: {one_line(msg, _MESSAGE_LIMIT)}",
             status=code,
             retryable=retryable,
         )
@@ -239,7 +214,7 @@ def _parse_body(body: Any, requested_model: str) -> LLMResponse:
         # OpenRouter reports a provider failure mid-generation inside the choice
         msg, code = _error_fields(choice["error"])
         raise ProviderError(
-            f"openrouter: error in choice{f' {code}' if code is not None else ''}: {_one_line(msg)}",
+            f"openrouter: error in choice{f' {code}' if code is not None else ''}: {one_line(msg, _MESSAGE_LIMIT)}",
             status=code,
             retryable=code in RETRYABLE_STATUS if code is not None else False,
         )
@@ -276,7 +251,7 @@ def _http_error(resp: httpx.Response) -> ProviderError:
             detail = resp.text
         except Exception:  # noqa: BLE001 - undecodable body
             detail = ""
-    detail = _one_line(detail) or (resp.reason_phrase or "")
+    detail = one_line(detail, _MESSAGE_LIMIT) or (resp.reason_phrase or "")
     retry_after = _parse_retry_after(resp.headers.get("retry-after")) if status in (429, 503) else None
     return ProviderError(
         f"openrouter: HTTP {status}: {detail}".rstrip(": ").rstrip(),
@@ -345,7 +320,7 @@ def chat(
     try:
         payload = json.dumps(request).encode("utf-8")
     except (TypeError, ValueError) as e:
-        raise ProviderError(f"openrouter: request is not JSON-serialisable: {_one_line(type(e).__name__)}") from None
+        raise ProviderError(f"openrouter: request is not JSON-serialisable: {one_line(type(e).__name__, _MESSAGE_LIMIT)}") from None
 
     url = f"{str(base_url).rstrip('/')}/chat/completions"
     headers = _headers(api_key)
@@ -376,10 +351,10 @@ def chat(
             resp = client.post(url, content=payload, headers=headers, timeout=_timeout(clock.deadline - now))
         except _RETRYABLE_TRANSPORT as e:
             raise ProviderError(
-                f"openrouter: {type(e).__name__}: {_one_line(e) or 'no detail'}", retryable=True
+                f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}", retryable=True
             ) from None
         except httpx.HTTPError as e:  # bad URL, unsupported protocol, decoding...
-            raise ProviderError(f"openrouter: {type(e).__name__}: {_one_line(e) or 'no detail'}") from None
+            raise ProviderError(f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}") from None
         if resp.status_code != 200:
             raise _http_error(resp)
         try:
@@ -389,8 +364,8 @@ def chat(
         return _parse_body(body, requested_model)
 
     try:
-        with httpx.Client(transport=transport or deadline_transport(clock, ssl_context()),
-                          timeout=_timeout(timeout), verify=ssl_context()) as client:
+        with httpx.Client(transport=transport or deadline_transport(clock, tls_context()),
+                          timeout=_timeout(timeout), verify=tls_context()) as client:
             retrying = Retrying(
                 stop=stop_after_attempt(max_attempts) | out_of_time,
                 wait=wait,
@@ -413,7 +388,7 @@ def chat(
         ) from None
     except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
         raise ProviderError(
-            _redact(f"openrouter: unexpected {type(e).__name__}: {_one_line(e)}", api_key), attempts=attempts
+            _redact(f"openrouter: unexpected {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT)}", api_key), attempts=attempts
         ) from None
     result.attempts = attempts
     return result
@@ -444,8 +419,8 @@ def fetch_credit(
         headers.pop("Content-Type", None)
         # One deadline for both requests, every byte of them: a dripping server cannot hold ground truth.
         deadline = time.monotonic() + timeout
-        with httpx.Client(transport=transport or deadline_transport(deadline, ssl_context()), timeout=_timeout(timeout),
-                          verify=ssl_context()) as client:
+        with httpx.Client(transport=transport or deadline_transport(deadline, tls_context()), timeout=_timeout(timeout),
+                          verify=tls_context()) as client:
 
             def data(path: str) -> dict | None:
                 try:
@@ -455,7 +430,7 @@ def fetch_credit(
                         return None
                     body = r.json()
                 except Exception as exc:  # noqa: BLE001
-                    reasons.append(f"{path}: {type(exc).__name__}: {_one_line(exc)}")
+                    reasons.append(f"{path}: {type(exc).__name__}: {one_line(exc, _MESSAGE_LIMIT)}")
                     return None
                 d = body.get("data") if isinstance(body, dict) else None
                 if not isinstance(d, dict):
@@ -464,18 +439,18 @@ def fetch_credit(
 
             d = data("/key")
             if d is not None:
-                remaining = _number(d.get("limit_remaining"))
+                remaining = finite(d.get("limit_remaining"))
                 if remaining is not None:
                     return remaining
                 reasons.append("/key: the key has no spending limit")
             d = data("/credits")
             if d is not None:
-                total, used = _number(d.get("total_credits")), _number(d.get("total_usage"))
+                total, used = finite(d.get("total_credits")), finite(d.get("total_usage"))
                 if total is not None and used is not None:
                     return total - used
                 reasons.append("/credits: no total_credits/total_usage numbers")
     except Exception as exc:  # noqa: BLE001 - a balance checker never breaks a wake
-        reasons.append(f"{type(exc).__name__}: {_one_line(exc)}")
+        reasons.append(f"{type(exc).__name__}: {one_line(exc, _MESSAGE_LIMIT)}")
     if why is not None:
         why.append(_redact("; ".join(reasons) or "unknown", api_key))
     return None

@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable
 
 import httpx
 
-from ..wire import deadline_transport
+from ..wire import deadline_transport, tls_context
 
 MAX_REDIRECTS = 5
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -86,16 +86,6 @@ _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 Resolver = Callable[[str, int], Iterable[str]]
 
 
-_ssl_context = None
-
-
-def _tls_context():
-    """One verifying SSL context per process (building one costs ~30 ms); connections
-    themselves are never pooled across fetches (see fetch)."""
-    global _ssl_context
-    if _ssl_context is None:
-        _ssl_context = httpx.create_ssl_context()
-    return _ssl_context
 
 
 class FetchError(Exception):
@@ -463,8 +453,8 @@ def fetch(
     origin = None
     # A fresh client (and so a fresh connection pool) per fetch: a pooled
     # connection keyed by IP could otherwise carry a request for another name.
-    with httpx.Client(transport=transport or deadline_transport(deadline, _tls_context()), follow_redirects=False,
-                      trust_env=False, verify=_tls_context()) as client:
+    with httpx.Client(transport=transport or deadline_transport(deadline, tls_context()), follow_redirects=False,
+                      trust_env=False, verify=tls_context()) as client:
         for _hop in range(MAX_REDIRECTS + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
+from ..errors import one_line
 from .protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
 
 # How long past timeout_ms the runtime waits before it kills the worker itself
@@ -224,9 +225,6 @@ def _spawn(params: dict) -> tuple[socket.socket, socket.socket]:
 # --------------------------------------------------------------------------- one execution
 
 
-def _one_line(text: str, limit: int = 500) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _service_error(e: BaseException) -> str:
@@ -392,7 +390,7 @@ class _Execution:
         if msg.get("ok") is True:
             return Outcome(True, msg.get("value"), None, self.elapsed_ms(), output)
         error = msg.get("error")
-        return Outcome(False, None, _one_line(error) if type(error) is str else "tool failed",
+        return Outcome(False, None, one_line(error) if type(error) is str else "tool failed",
                        self.elapsed_ms(), output)
 
     def _fail(self, error: str) -> Outcome:
@@ -524,19 +522,19 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
     except NotJSON as e:
         return fail(str(e))
     except (TypeError, ValueError) as e:
-        return fail(f"bad arguments: {_one_line(e)}")
+        return fail(f"bad arguments: {one_line(e)}")
 
     try:
         chan, stat = _spawn({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})
     except (SandboxUnavailable, OSError) as e:
-        return fail(f"sandbox unavailable: {_one_line(e)}")
+        return fail(f"sandbox unavailable: {one_line(e)}")
     status = _Status(stat)
     execution = _Execution(services, limits, kv_granted, start)
     try:
         return execution.serve(chan, status, job)
     except Exception as e:  # noqa: BLE001 - never let a tool break the runtime
         status.kill()
-        return fail(f"sandbox error: {_one_line(f'{type(e).__name__}: {e}')}")
+        return fail(f"sandbox error: {one_line(f'{type(e).__name__}: {e}')}")
     finally:
         chan.close()
         stat.close()

@@ -28,6 +28,7 @@ import signal
 import types
 from typing import Any, NoReturn
 
+from ..errors import one_line
 from . import isolation, policy
 from .protocol import (
     FrameTooLarge,
@@ -107,11 +108,6 @@ def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int) -
 # --------------------------------------------------------------------------- messages
 
 
-def _one_line(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _safe_str(x: Any) -> str:
     try:
         s = str(x)
@@ -138,7 +134,7 @@ def describe_exception(e: BaseException, memory_mb: int) -> str:
     text = f"{name}: {message}" if message else name
     if line is not None:
         text += f" (line {line})"
-    return _one_line(text)
+    return one_line(text, MAX_ERROR_CHARS)
 
 
 # --------------------------------------------------------------------------- ctx
@@ -366,7 +362,7 @@ def _run(memory_mb: int) -> NoReturn:
     except RecursionError:
         fail("result is not JSON: nested too deeply")
     except (ValueError, TypeError) as e:
-        fail(_one_line(f"result is not JSON: {e}"))
+        fail(one_line(f"result is not JSON: {e}", MAX_ERROR_CHARS))
     if len(body) > max_result:
         fail(f"result too large ({len(body)} bytes, limit {max_result})")
     del body
