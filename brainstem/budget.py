@@ -15,11 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from . import keys
 from .kv.base import Store
 from .sleep import iso, now_utc
 
-DAILY_COST_KEY = "stats:daily_cost"
-ANOMALIES_KEY = "stats:cost_anomalies"
 MAX_ANOMALIES_KEPT = 20
 
 
@@ -107,7 +106,7 @@ def today() -> str:
 
 def daily_spent(store: Store) -> float:
     """USD spent on LLM calls today (UTC), across sessions."""
-    rec = store.get_json(DAILY_COST_KEY, default=None)
+    rec = store.get_json(keys.DAILY_COST, default=None)
     if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("usd"), (int, float)):
         return float(rec["usd"])
     return 0.0
@@ -116,7 +115,7 @@ def daily_spent(store: Store) -> float:
 def add_daily(store: Store, usd: float) -> float:
     """Add to today's spend. Sessions hold the wake lock, so read-modify-write is safe here."""
     total = daily_spent(store) + usd
-    store.put(DAILY_COST_KEY, {"date": today(), "usd": round(total, 8)})
+    store.put(keys.DAILY_COST, {"date": today(), "usd": round(total, 8)})
     return total
 
 
@@ -126,15 +125,15 @@ def note_anomaly(store: Store, anomaly: dict, session_id: str | None = None) -> 
 
     The cost itself is already in today's spend: it was billed. This is so the operator sees why.
     """
-    rec = store.get_json(ANOMALIES_KEY, default=None)
+    rec = store.get_json(keys.COST_ANOMALIES, default=None)
     items = rec.get("items", []) if isinstance(rec, dict) and rec.get("date") == today() else []
     items = [*items, {**anomaly, "session_id": session_id,
                       "at": iso(now_utc())}][-MAX_ANOMALIES_KEPT:]
-    store.put(ANOMALIES_KEY, {"date": today(), "items": items})
+    store.put(keys.COST_ANOMALIES, {"date": today(), "items": items})
 
 
 def anomalies_today(store: Store) -> list[dict]:
-    rec = store.get_json(ANOMALIES_KEY, default=None)
+    rec = store.get_json(keys.COST_ANOMALIES, default=None)
     if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("items"), list):
         return [i for i in rec["items"] if isinstance(i, dict)]
     return []
@@ -156,5 +155,5 @@ def correct_anomaly(store: Store, number: int, billed: float) -> tuple[dict, flo
         raise ValueError(f"--billed must be between 0 and the ${reported:.4f} that was reported")
     total = max(0.0, add_daily(store, billed - reported))
     item.update(corrected_to=billed, corrected_at=iso(now_utc()))
-    store.put(ANOMALIES_KEY, {"date": today(), "items": items})
+    store.put(keys.COST_ANOMALIES, {"date": today(), "items": items})
     return item, total

@@ -28,7 +28,6 @@ from .kv.base import Store
 from .untrusted import PLAIN_NAME, Untrusted, untrusted
 
 NEVER_LOADED_PREFIXES = (keys.SECRET_PREFIX, "karma:", "__")
-INDEX_HIDDEN = ("stats:", "history:")
 
 
 def load_keys(store: Store, names: list[Any], max_keys: int, max_bytes: int) -> tuple[dict[str, Any], list[Any]]:
@@ -70,7 +69,7 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
 
     Marked untrusted as a whole (``.value`` is the index itself): tools choose key names.
     """
-    names = [k.name for k in store.list_all(limit=max_keys * 50) if not k.name.startswith(INDEX_HIDDEN)]
+    names = [k.name for k in store.list_all(limit=max_keys * 50) if not k.name.startswith(keys.BOOKKEEPING_PREFIXES)]
     logs = [n for n in names if n.startswith("karma:")]
     others = [n for n in names if not n.startswith("karma:")]
     index: dict[str, Any] = {"karma_logs": len(logs)}

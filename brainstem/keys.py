@@ -29,7 +29,18 @@ PROVIDER_LLM_LAST_WORKING_META = "provider:llm:last_working:meta"
 PROVIDER_LLM_BALANCE_CODE = "provider:llm_balance:code"
 PROVIDER_WALLET_BALANCE_CODE = "provider:wallet_balance:code"
 WAKE_LOG = "wake_log"
+
+# The runtime's own bookkeeping (runtime-owned: stats:*, history:*).
 LAST_GROUND_TRUTH = "stats:last_ground_truth"  # what status shows of the balances
+DAILY_COST = "stats:daily_cost"  # today's spend, across sessions
+COST_ANOMALIES = "stats:cost_anomalies"  # today's calls billed above their worst case
+READS = "stats:reads"  # per-key read counts, for deep reflection's pruning
+NOTES = "stats:notes"  # the agent's notes to its future self
+REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that could not be read whole
+LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"  # what the last clean session ran with
+AUTO_RESTORE_MARK = "stats:auto_restore"  # the failing streak auto-restore already answered
+VERSIONS_PREFIX = "history:"  # history:{key} holds the previous versions of a self-modified key
+BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX)  # never in the agent's key index
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values)
 

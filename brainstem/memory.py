@@ -21,8 +21,6 @@ from .karma import utcnow_iso
 from .kv.base import Store
 from .untrusted import Untrusted
 
-READS = "stats:reads"
-NOTES = "stats:notes"
 MAX_NOTES = 20
 IGNORED = ("karma:", "history:", "stats:", "session:", "__")
 
@@ -30,34 +28,34 @@ IGNORED = ("karma:", "history:", "stats:", "session:", "__")
 def flush_reads(store: Store, reads: Counter, session_number: int) -> None:
     if not reads:
         return
-    stats = store.get_json(READS, default={})
+    stats = store.get_json(keys.READS, default={})
     stats = stats if isinstance(stats, dict) else {}
     now = utcnow_iso()
     for key, n in reads.items():
         rec = stats.get(key) if isinstance(stats.get(key), dict) else {"count": 0}
         stats[key] = {"count": int(rec.get("count", 0)) + n, "last_read": now, "last_session": session_number}
-    store.put(READS, stats)
+    store.put(keys.READS, stats)
 
 
 def remember_note(store: Store, note: str, session_id: str) -> None:
     if not isinstance(note, str) or not note.strip():
         return
-    notes = store.get_json(NOTES, default=[])
+    notes = store.get_json(keys.NOTES, default=[])
     notes = notes if isinstance(notes, list) else []
     notes.append({"session_id": session_id, "written_at": utcnow_iso(), "note": note[:2000]})
-    store.put(NOTES, notes[-MAX_NOTES:])
+    store.put(keys.NOTES, notes[-MAX_NOTES:])
 
 
 def notes_for_prompt(store: Store) -> Untrusted:
     """The notes of past selves, each with when it was written, marked untrusted for a prompt."""
-    notes = store.get_json(NOTES, default=[])
+    notes = store.get_json(keys.NOTES, default=[])
     return Untrusted(notes if isinstance(notes, list) else [], "memory:notes")
 
 
 def summary(store: Store, session_number: int, stale_after: int = 20, top: int = 10,
             max_keys: int = 2000) -> dict[str, Any]:
     """Hot keys, keys not read in ``stale_after`` sessions (or never), the largest keys, and past notes."""
-    stats = store.get_json(READS, default={})
+    stats = store.get_json(keys.READS, default={})
     stats = stats if isinstance(stats, dict) else {}
     # Only keys the agent can act on: the soul and the runtime's own keys (session_history, wake_config...)
     # cannot be pruned, and a kv_operations batch naming one of them is rejected whole.
@@ -68,7 +66,7 @@ def summary(store: Store, session_number: int, stale_after: int = 20, top: int =
     stale = [k for k in names
              if not isinstance(stats.get(k), dict) or session_number - stats[k].get("last_session", 0) >= stale_after]
     sizes = sorted(((k, len(store.get(k) or "")) for k in names), key=lambda kv: -kv[1])[:top]
-    notes = store.get_json(NOTES, default=[])
+    notes = store.get_json(keys.NOTES, default=[])
     return {"hotKeys": [{"key": k, "reads": n} for k, n in hot],
             "notReadRecently": stale[:50], "notReadRecentlyCount": len(stale),
             "largestKeys": [{"key": k, "chars": n} for k, n in sizes],

@@ -19,7 +19,6 @@ import pytest
 
 from brainstem import karma, keys
 from brainstem.kv import open_store
-from brainstem.memory import NOTES, READS
 from brainstem.seed import example_soul_path, seed
 from brainstem.sleep import parse_iso
 from brainstem.versions import versions
@@ -220,7 +219,7 @@ def test_reflection_is_applied_and_feeds_the_next_session(agent):
     assert models["alias_map"] == models_before["alias_map"]
     assert versions(st, keys.CONFIG_MODELS)[-1]["session_id"] == sid
 
-    notes = st.get_json(NOTES)
+    notes = st.get_json(keys.NOTES)
     assert notes[-1]["note"] == "NOTE-ONE: check the pantry" and notes[-1]["session_id"] == sid
     assert before - timedelta(seconds=1) <= parse_iso(notes[-1]["written_at"]) <= after + timedelta(seconds=1)
 
@@ -229,7 +228,7 @@ def test_reflection_is_applied_and_feeds_the_next_session(agent):
     sid2, entries2, reqs2 = agent.wake()
     orient = last_message(one(reqs2, "orient"))
     assert "REMEMBER-ME-42" in orient and "OLD-VALUE-17" in orient and "SUMMARY-ONE" in orient
-    reads = st.get_json(READS)
+    reads = st.get_json(keys.READS)
     assert reads["notes:remember"]["count"] == 1 and reads["notes:new"]["count"] == 1
     assert st.get_json(keys.LAST_REFLECT)["session_id"] == sid2
 
@@ -259,14 +258,14 @@ def test_unusable_reflection_keeps_memory_and_sleeps_the_default(agent, case):
         assert not events_of(entries, "reflect_parse_error")
         assert st.get("notes:new") is None and st.get("notes:keep") == "K"  # the batch is rejected whole
         assert last["session_summary"] == "NEW-SUMMARY" and last["session_id"] == sid and "parse_error" not in last
-        assert st.get_json(NOTES)[-1]["note"] == "NEW-NOTE"
+        assert st.get_json(keys.NOTES)[-1]["note"] == "NEW-NOTE"
     else:
         errors = events_of(entries, "reflect_parse_error")
         assert len(errors) == 1 and errors[0]["error"]
         assert not events_of(entries, "reflect")
         assert {k: last[k] for k in old} == old
         assert last["parse_error"]["session_id"] == sid and last["parse_error"]["error"]
-        assert st.get(NOTES) is None
+        assert st.get(keys.NOTES) is None
         assert "summary" not in agent.entry(sid)
 
 
@@ -392,7 +391,7 @@ def test_deep_reflection_applies_every_field(agent):
     last = st.get_json(keys.LAST_REFLECT)
     assert last["reflection"] == "DEEP-REFLECTION" and last["kind"] == "deep" and last["session_id"] == sid
     assert last["next_orient_context"] == {"load_keys": ["notes:hot"]}  # short-term memory carried over
-    assert st.get_json(NOTES)[-1]["note"] == "DEEP-NOTE"
+    assert st.get_json(keys.NOTES)[-1]["note"] == "DEEP-NOTE"
     assert agent.entry(sid)["summary"] == "DEEP-REFLECTION"
 
     # session 21: not due (1 of 5) -> orient, with the new prompt and the new (clamped) budget

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from brainstem import karma, keys
-from brainstem.budget import DAILY_COST_KEY
 
 from .conftest import run_cli
 from .redis_server import free_port
@@ -523,7 +522,7 @@ def test_daily_ceiling_stops_a_second_session(st, real_store_url, llm):
     llm.responder = answers(verbose)
     sid1, entries1 = finished(run_wake(env, "--force"), st, "budget_exhausted")
     assert entries1[0]["budget"]["max_cost"] == 0.03
-    daily = st.get_json(DAILY_COST_KEY)["usd"]
+    daily = st.get_json(keys.DAILY_COST)["usd"]
     assert daily <= 0.03 and abs(daily - entries1[-1]["cost"]) < 1e-6
     llm.reset()
     llm.queue(plan(think("one more?")))
@@ -533,7 +532,7 @@ def test_daily_ceiling_stops_a_second_session(st, real_store_url, llm):
     assert llm.requests == [] and llm_calls(entries2) == []
     assert [e["purpose"] for e in events_of(entries2, "budget_exceeded")] == ["orient"]
     assert events_of(entries2, "orient_parse_error") == []
-    assert st.get_json(DAILY_COST_KEY)["usd"] == daily
+    assert st.get_json(keys.DAILY_COST)["usd"] == daily
 
 
 # --- bad input -------------------------------------------------------------------------------------
