@@ -130,7 +130,7 @@ def demo(keep: Path | None) -> None:
     Examples:
       brainstem demo
       brainstem demo --keep ./demo
-      BRAINSTEM_KV=sqlite://$PWD/demo/demo.db brainstem sessions
+      BRAINSTEM_KV=sqlite:///demo/demo.db brainstem sessions   # three slashes: relative
     """
     from .demo import run_demo
 
@@ -178,7 +178,7 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
 
         listeners.append(listener(log_format, click.echo, tty=sys.stdout.isatty() and log_format == "text"))
     from .outcomes import operator_action
-    from .wake import SignalGuard, WakeInterrupted
+    from .interrupt import SignalGuard, WakeInterrupted
 
     with SignalGuard() as guard:
         try:
@@ -435,30 +435,31 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
       brainstem karma 12                     # one session's flight recorder, by its number
     """
     from . import history
+    from .sleep import iso
 
     cutoff = history.parse_since(since_text) if since_text else None
     rows = history.started_since(history.read(c.store), cutoff)
-    since = f" since {history.iso(cutoff)}" if cutoff else ""
+    since = f" since {iso(cutoff)}" if cutoff else ""
     total = history.totals(rows)
     if by_day:
         days = history.by_day(rows)
         days = days[-limit:] if limit else days
         if as_json:
-            click.echo(json.dumps({"since": history.iso(cutoff) if cutoff else None, "days": days, "totals": total},
+            click.echo(json.dumps({"since": iso(cutoff) if cutoff else None, "days": days, "totals": total},
                                   ensure_ascii=False))
             return
         if not days:
             click.echo(f"no sessions{since}")
             return
         cells = [[d["day"], str(d["sessions"]), _usd(d["cost"]), _outcome_counts(d["outcomes"])] for d in days]
-        cells.append([f"total{since}", str(total["sessions"]), _usd(total["cost"]), _outcome_counts(total["outcomes"])])
+        cells.append(["total", str(total["sessions"]), _usd(total["cost"]), _outcome_counts(total["outcomes"])])
         for line in _table(cells, right=(1, 2), header=["DAY", "SESSIONS", "COST", "OUTCOMES"]):
             click.echo(line)
         return
     if cutoff is None or limit is not None:
         rows = rows[-(limit or 20):]
     if as_json and cutoff is not None:
-        click.echo(json.dumps({"since": history.iso(cutoff), "sessions": rows, "totals": total}, ensure_ascii=False))
+        click.echo(json.dumps({"since": iso(cutoff), "sessions": rows, "totals": total}, ensure_ascii=False))
         return
     if as_json:
         for h in rows:
@@ -471,7 +472,7 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
         click.echo(line)
     if cutoff is not None:
         shown = f" (showing the last {len(rows)})" if len(rows) < total["sessions"] else ""
-        click.echo(f"{total['sessions']} sessions{since}, {_usd(total['cost'])}: "
+        click.echo(f"{total['sessions']} session{'' if total['sessions'] == 1 else 's'}{since}, {_usd(total['cost'])}: "
                    f"{_outcome_counts(total['outcomes'])}{shown}")
 
 
@@ -768,27 +769,38 @@ def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
 def history(c: Ctx, key: str, as_json: bool) -> None:
     """List the recorded versions of a self-modified KEY (prompt:*, config:*, tool:*, provider:*, wisdom).
 
+    A version is recorded at every change, by the agent or the operator; the
+    value a key had before its first change is kept as version 1.
+
     \b
     Examples:
       brainstem history prompt:orient
       brainstem diff prompt:orient          # previous version -> current
       brainstem rollback prompt:orient      # restore the previous version
+      brainstem changes --since 1d          # every change to any key
     """
-    from .versions import versions
+    from .versions import no_versions_message, versions
 
     vs = versions(c.store, key)
     if not vs:
-        raise BrainstemError(f"no versions recorded for {key!r}")
+        if not keys.is_privileged(key):
+            raise BadArgument(no_versions_message(key))
+        if not as_json:
+            click.echo(no_versions_message(key))
+        return
     current = c.store.get(key)
+    rows = []
     for v in vs:
         if as_json:
             click.echo(json.dumps(v, ensure_ascii=False))
             continue
         value = v.get("value")
         first = "(deleted)" if value is None else (value.strip().splitlines() or [""])[0][:60]
-        mark = "*" if value == current else " "
-        click.echo(f"{mark} v{v['version']:<3} {v.get('at') or 'before history':<24} {v.get('source') or '':<22} "
-                   f"{v.get('session_id') or '-':<12} {0 if value is None else len(value):>7}B  {first}")
+        rows.append(["*" if value == current else " ", f"v{v['version']}", v.get("at") or "before history",
+                     _text(v.get("source"), ""), _text(v.get("session_id")),
+                     f"{0 if value is None else len(value)}B", first])
+    for line in _table(rows, right=(5,)):
+        click.echo(line)
 
 
 @cli.command()
@@ -796,7 +808,14 @@ def history(c: Ctx, key: str, as_json: bool) -> None:
 @click.argument("version", type=int, required=False)
 @pass_ctx
 def diff(c: Ctx, key: str, version: int | None) -> None:
-    """Show what changed in KEY since VERSION (default: the previous version)."""
+    """Show what changed in KEY since VERSION (default: the previous version), as a unified diff.
+
+    \b
+    Examples:
+      brainstem diff prompt:orient          # the last change
+      brainstem diff config:defaults 1      # everything since the seeded original
+      brainstem history config:defaults     # the version numbers
+    """
     from .versions import diff as version_diff
 
     text = version_diff(c.store, key, version)
@@ -808,7 +827,14 @@ def diff(c: Ctx, key: str, version: int | None) -> None:
 @click.option("--to", "version", type=int, help="The version to restore (default: the previous one).")
 @pass_ctx
 def rollback(c: Ctx, key: str, version: int | None) -> None:
-    """Restore KEY to an earlier version. The restore is recorded as a new version, so it can be undone too."""
+    """Restore KEY to an earlier version. The restore is recorded as a new version, so it can be undone too.
+
+    \b
+    Examples:
+      brainstem rollback prompt:orient          # undo the last change
+      brainstem rollback config:models --to 1   # back to the seeded original
+      brainstem rollback prompt:orient          # again: undoes the rollback
+    """
     from .versions import rollback as do_rollback
 
     if key == keys.SOUL:
@@ -817,35 +843,156 @@ def rollback(c: Ctx, key: str, version: int | None) -> None:
     click.echo(f"{key}: restored version {out['restored_version']} (now version {out['new_version']})")
 
 
+@cli.command()
+@click.option("--since", "since_text", metavar="WHEN",
+              help="Only changes made since WHEN: a duration back from now (30m, 12h, 7d, 2w) or a UTC date or "
+                   "time (2026-05-01).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
+@pass_ctx
+def changes(c: Ctx, since_text: str | None, as_json: bool) -> None:
+    """Every recorded change to a versioned key, across keys, newest last.
+
+    Each line: when, the key, its new version, who wrote it (the session's id,
+    operator, or runtime) and the path it came through (reflect, deep_reflect,
+    tool:NAME, operator, operator:rollback, seed --force, runtime:auto_restore).
+
+    \b
+    Examples:
+      brainstem changes --since 7d
+      brainstem changes --json | jq -r 'select(.who != "operator") | .key'
+      brainstem diff prompt:orient           # then look at one of them
+    """
+    from .history import parse_since
+    from .sleep import iso
+    from .versions import changes as all_changes
+
+    cutoff = parse_since(since_text) if since_text else None
+    found = all_changes(c.store, cutoff)
+    if as_json:
+        for ch in found:
+            click.echo(json.dumps(ch, ensure_ascii=False))
+        return
+    if not found:
+        click.echo("no changes recorded" + (f" since {iso(cutoff)}" if cutoff else " yet"))
+        return
+    rows = [[ch["at"], ch["key"], f"v{ch['version']}", ch["who"], _text(ch["source"], ""),
+             "(deleted)" if ch["deleted"] else f"{ch['bytes']}B"] for ch in found]
+    for line in _table(rows, right=(5,), header=["TIME", "KEY", "VERSION", "WHO", "PATH", "SIZE"]):
+        click.echo(line)
+
+
 # --- karma ----------------------------------------------------------------
 
 @cli.command()
-@click.argument("session_id", required=False)
+@click.argument("session_id", metavar="[SESSION]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="One JSON entry per line, exactly as recorded.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing entries as they are recorded, until the session ends.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing entries as they are recorded: exit 0 at the session's end, 1 when it died.")
 @pass_ctx
 def karma(c: Ctx, session_id: str | None, as_json: bool, follow: bool) -> None:
     """Show the flight recorder of a session (the most recently started by default).
 
+    SESSION is a session id (12-a1b2c3) or its number (12).
+
     \b
     Examples:
       brainstem karma                  # the latest session, as a timeline
+      brainstem karma 42               # session number 42
       brainstem karma 42-1a2b --json   # one session, machine-readable
       brainstem karma --follow         # watch the running session live
     """
+    from . import history
+    from .status import session_gone
     from .timeline import format_entry
 
     store = c.store
-    sid = session_id or karma_mod.latest_session_id(store)
-    if sid is None:
-        raise BrainstemError("no session has run yet; nothing to show (run `brainstem wake`)")
-    if not store.log_length(keys.karma(sid)) and not follow:
-        raise BrainstemError(f"no karma for session {sid!r}")
-    entries = karma_mod.follow(store, sid) if follow else karma_mod.read(store, sid)
+    if session_id is None:
+        sid = karma_mod.latest_session_id(store)
+        if sid is None:
+            raise BrainstemError("no session has run yet; nothing to show (run `brainstem wake`)")
+    else:
+        sid = history.resolve_session(store, session_id.strip())
+        if sid is None:
+            raise NotFound(f"no session {session_id} in {store.display_url}; `brainstem sessions` lists them")
+    if not follow and not store.log_length(keys.karma(sid)):
+        entry = next((h for h in history.read(store) if h.get("id") == sid), None)
+        why = (f" (it ended {_text(entry.get('outcome'))}; its karma was dropped after "
+               f"BRAINSTEM_KARMA_RETENTION_DAYS, its summary is in `brainstem sessions`)") if entry else ""
+        raise BrainstemError(f"no karma for session {sid}{why}")
+    gone: list = []
+
+    def stopped() -> bool:
+        gone[:] = [session_gone(store, sid)]
+        return gone[0] is not None
+    entries = karma_mod.follow(store, sid, until=stopped) if follow else karma_mod.read(store, sid)
     if not as_json:
         click.echo(f"session {sid}")
+    last = None
     for entry in entries:
+        last = entry
         click.echo(json.dumps(entry, ensure_ascii=False) if as_json else format_entry(entry))
+    if not follow or (last or {}).get("event") == "session_end":
+        return
+    state, why = gone[0] if gone and gone[0] else session_gone(store, sid) or ("died", "it stopped")
+    if state == "ended":
+        click.echo(f"session {sid} has ended ({why}) with no session_end in its karma", err=True)
+        return
+    raise BrainstemError(f"session {sid} died without recording its end: {why}; the next wake records it "
+                         f"as crashed")
+
+
+# --- wake_log -------------------------------------------------------------
+
+@cli.command()
+@click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
+              help="The last N fires.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per fire, exactly as recorded.")
+@pass_ctx
+def wakes(c: Ctx, limit: int, as_json: bool) -> None:
+    """What the daemon (`brainstem run`) did at each fire, newest last: from the agent's wake_log.
+
+    A fire ran a session (with its outcome), slept (the agent was not due),
+    was skipped (another wake held the lock, or the previous fire was still
+    running), was missed (later than --misfire-grace), or failed.
+
+    \b
+    Examples:
+      brainstem wakes
+      brainstem wakes -n 10 --json
+      brainstem karma 12                 # a session a fire ran
+    """
+    from .scheduler import read_wake_log
+
+    fires = read_wake_log(c.store, limit)
+    if as_json:
+        for f in fires:
+            click.echo(json.dumps(f, ensure_ascii=False))
+        return
+    if not fires:
+        click.echo("no fires recorded (the wake_log is written by `brainstem run`)")
+        return
+    rows = []
+    for f in fires:
+        fire = _text(f.get("fire"), "?")
+        if fire == "ran":
+            detail = f"session {_text(f.get('session_id'))}  {_text(f.get('outcome'))}"
+        elif fire == "slept":
+            detail = f"asleep until {_text(f.get('until'))}"
+        elif fire == "skipped":
+            detail = {"locked": "another wake held the lock",
+                      "still_running": "the previous fire was still running"}.get(f.get("reason"),
+                                                                                   _text(f.get("reason")))
+            if f.get("scheduled"):
+                detail += f" (scheduled {_text(f['scheduled'])})"
+        elif fire == "missed":
+            detail = f"scheduled {_text(f.get('scheduled'))}"
+        elif fire == "error":
+            detail = _text(f.get("error"))
+        else:
+            detail = " ".join(f"{k}={_text(v)}" for k, v in f.items() if k not in ("t", "fire"))
+        rows.append([_text(f.get("t")), fire, detail])
+    for line in _table(rows, header=["TIME", "FIRE", "DETAIL"]):
+        click.echo(line)
 
 
 # --- entry point ----------------------------------------------------------

@@ -191,12 +191,16 @@ def _cost(h: dict) -> float:
 
 def totals(entries: list[dict]) -> dict[str, Any]:
     """``{"sessions": N, "cost": USD, "outcomes": {outcome: count}}`` over ``entries``, outcomes in the
-    order they first appear."""
-    by_outcome: dict[str, int] = {}
+    order of the outcomes table (``clean`` first), any others after them by name."""
+    from .outcomes import ALL
+
+    counts: dict[str, int] = {}
     for h in entries:
         name = str(h.get("outcome") or "unknown")
-        by_outcome[name] = by_outcome.get(name, 0) + 1
-    return {"sessions": len(entries), "cost": round(sum(_cost(h) for h in entries), 10), "outcomes": by_outcome}
+        counts[name] = counts.get(name, 0) + 1
+    order = [o for o in ALL if o in counts] + sorted(set(counts) - set(ALL))
+    return {"sessions": len(entries), "cost": round(sum(_cost(h) for h in entries), 10),
+            "outcomes": {o: counts[o] for o in order}}
 
 
 def by_day(entries: list[dict]) -> list[dict[str, Any]]:

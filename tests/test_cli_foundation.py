@@ -98,7 +98,8 @@ def test_karma_timeline_and_json(real_store_url):
     assert "session 7-test" in text.stdout and "llm_call" in text.stdout and "outcome=clean" in text.stdout
     lines = run_cli("karma", "7-test", "--json", env=env).stdout.splitlines()
     assert [json.loads(l)["event"] for l in lines] == ["session_start", "llm_call", "session_end"]
-    assert "no karma for session 'nope'" in one_line_error(run_cli("karma", "nope", env=env))
+    r = run_cli("karma", "nope", env=env)
+    assert "no session nope in " in one_line_error(r) and "brainstem sessions" in r.stderr and r.returncode == 2
 
 
 def test_karma_with_no_sessions(env):

@@ -53,3 +53,20 @@ def test_readme_lists_every_outcome_with_whose_move_it_is():
     for name in outcomes.ALL:
         counts = rows[name].rstrip(" |").rsplit("|", 1)[1]
         assert ("yes" in counts) == (name in outcomes.FAILING), name
+
+
+def test_readme_commands_table_names_every_command():
+    """Every command and subcommand of the CLI is in the README's command table."""
+    import click
+
+    from brainstem.cli import cli
+
+    table = README.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    names = []
+    for name, cmd in cli.commands.items():
+        if isinstance(cmd, click.Group):
+            names += [f"{name} {sub}" for sub in cmd.commands]
+        else:
+            names.append(name)
+    missing = [n for n in names if not re.search(r"`(brainstem )?" + re.escape(n) + r"\b", table)]
+    assert not missing, missing

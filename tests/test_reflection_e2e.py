@@ -486,7 +486,7 @@ def test_rollback_restores_the_seed_orient_prompt(agent):
     lines = r.stdout.splitlines()
     assert len(lines) == 2
     assert lines[0].lstrip(" ").startswith("v1") and "initial" in lines[0] and "# Orient" in lines[0]
-    assert lines[1].startswith("* v2") and sid in lines[1] and f"{len(NEW_ORIENT)}B" in lines[1]
+    assert lines[1].split()[:2] == ["*", "v2"] and sid in lines[1] and f"{len(NEW_ORIENT)}B" in lines[1]
     assert versions(st, keys.PROMPT_ORIENT)[1]["source"] not in ("initial", "operator")
 
     r = agent.cli("diff", "prompt:orient")

@@ -1,6 +1,7 @@
 """``brainstem tool run NAME --input JSON``: one KV tool in the real sandbox, as an operator runs it.
 
-Every failure is one line on stderr and exit 1, never a traceback; success is
+Every failure is one line on stderr and exit 1 (2 for an --input that is not a JSON object), never a
+traceback; success is
 the tool's result as JSON on stdout. The last test runs a broken tool inside a
 real session (``brainstem wake --force``) to show a failing tool fails its step,
 not the session.
@@ -155,7 +156,8 @@ def test_missing_tool(kv):
 
 def test_bad_input_json(kv):
     _, env = kv
-    assert_one_line_failure(tool_run(env, "kv_write", "--input", "{not json"), "--input", "not valid JSON")
+    assert_one_line_failure(tool_run(env, "kv_write", "--input", "{not json"), "--input", "not valid JSON",
+                            "JSON object", code=2)
 
 
 BROKEN = {
@@ -192,9 +194,14 @@ def test_looping_tool_is_killed_at_its_timeout(kv):
     assert elapsed < 2.0, elapsed  # interpreter start-up included; the tool itself gets 300 ms
 
 
-def test_input_that_is_not_an_object_fails_in_the_tool_not_the_cli(kv):
-    _, env = kv
-    assert_one_line_failure(tool_run(env, "kv_write", "--input", "[1, 2]"), "kv_write")
+@pytest.mark.parametrize("given, kind", [("[1]", "array"), ("[1, 2]", "array"), ('"x"', "string"), ("3", "number"),
+                                         ("null", "null"), ("true", "boolean")])
+def test_input_that_is_not_a_json_object_is_exit_2_before_the_tool_runs(kv, given, kind):
+    store, env = kv
+    line = assert_one_line_failure(tool_run(env, "kv_write", "--input", given), code=2)
+    example = """--input '{"url": "https://example.org"}'"""
+    assert line == f"brainstem: error: --input must be a JSON object, e.g. {example}; got a JSON {kind}"
+    assert not [k for k in store.list_all("tooldata:")]  # the tool never ran
 
 
 # --- inside a session -------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
 
 
 def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
-    from ..kv import open_store
+    from ..kv import open_store, sqlite_url
     from ..llm.cassette import CassetteProvider
     from ..seed import example_soul_path, seed
     from ..settings import Settings, load_settings
@@ -33,12 +33,12 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
     from ..wake import wake
 
     workdir.mkdir(parents=True, exist_ok=True)
-    url = f"sqlite://{workdir.resolve() / 'demo.db'}"
+    url = sqlite_url(workdir.resolve() / "demo.db")
     store = open_store(url, prefix="")
     try:
         seed(store, soul_file=example_soul_path())
-        where = url if kept else "a throwaway store (deleted when the demo ends; --keep DIR keeps it)"
-        echo(f"seeded a new agent in {where} (example soul, shipped prompts and tools)")
+        where = url if kept else "a throwaway store, deleted when the demo ends (--keep DIR keeps it)"
+        echo(f"seeded a new agent (example soul, shipped prompts and tools) in {where}")
         echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
         # No key, the default endpoint and no wallet: the balance checks ask nobody (an operator's
         # OPENROUTER_BASE_URL must not make the offline demo reach for the network).
