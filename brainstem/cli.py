@@ -434,15 +434,15 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
       brainstem sessions --by-day --since 2w # per UTC day: sessions, cost, outcomes
       brainstem karma 12                     # one session's flight recorder, by its number
     """
-    from . import history
+    from . import session_history
     from .sleep import iso
 
-    cutoff = history.parse_since(since_text) if since_text else None
-    rows = history.started_since(history.read(c.store), cutoff)
+    cutoff = session_history.parse_since(since_text) if since_text else None
+    rows = session_history.started_since(session_history.read(c.store), cutoff)
     since = f" since {iso(cutoff)}" if cutoff else ""
-    total = history.totals(rows)
+    total = session_history.totals(rows)
     if by_day:
-        days = history.by_day(rows)
+        days = session_history.by_day(rows)
         days = days[-limit:] if limit else days
         if as_json:
             click.echo(json.dumps({"since": iso(cutoff) if cutoff else None, "days": days, "totals": total},
@@ -862,7 +862,7 @@ def changes(c: Ctx, since_text: str | None, as_json: bool) -> None:
       brainstem changes --json | jq -r 'select(.who != "operator") | .key'
       brainstem diff prompt:orient           # then look at one of them
     """
-    from .history import parse_since
+    from .session_history import parse_since
     from .sleep import iso
     from .versions import changes as all_changes
 
@@ -901,7 +901,7 @@ def karma(c: Ctx, session_id: str | None, as_json: bool, follow: bool) -> None:
       brainstem karma 42-1a2b --json   # one session, machine-readable
       brainstem karma --follow         # watch the running session live
     """
-    from . import history
+    from . import session_history
     from .status import session_gone
     from .timeline import format_entry
 
@@ -911,11 +911,11 @@ def karma(c: Ctx, session_id: str | None, as_json: bool, follow: bool) -> None:
         if sid is None:
             raise BrainstemError("no session has run yet; nothing to show (run `brainstem wake`)")
     else:
-        sid = history.resolve_session(store, session_id.strip())
+        sid = session_history.resolve_session(store, session_id.strip())
         if sid is None:
             raise NotFound(f"no session {session_id} in {store.display_url}; `brainstem sessions` lists them")
     if not follow and not store.log_length(keys.karma(sid)):
-        entry = next((h for h in history.read(store) if h.get("id") == sid), None)
+        entry = next((h for h in session_history.read(store) if h.get("id") == sid), None)
         why = (f" (it ended {_text(entry.get('outcome'))}; its karma was dropped after "
                f"BRAINSTEM_KARMA_RETENTION_DAYS, its summary is in `brainstem sessions`)") if entry else ""
         raise BrainstemError(f"no karma for session {sid}{why}")

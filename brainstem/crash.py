@@ -10,7 +10,7 @@ names, not as a crash.
 
 from __future__ import annotations
 
-from . import history, karma as karma_mod, keys, outcomes, unrecorded
+from . import session_history, karma as karma_mod, keys, outcomes, unrecorded
 from .kv.base import Store
 from .untrusted import untrusted
 
@@ -45,12 +45,12 @@ def close_dead(store: Store, crumb: dict, detected_by: str) -> dict | None:
     data = crash_data(store, crumb)
     note = unrecorded.recall(store.display_url, crumb.get("id"))
     if note is not None:  # it lost the store, and left word of it here
-        closed = history.close_dead_session(store, crumb, note["outcome"], detected_by=detected_by,
+        closed = session_history.close_dead_session(store, crumb, note["outcome"], detected_by=detected_by,
                                             reason=note.get("reason"),
                                             operator_action=outcomes.operator_action(note["outcome"]))
         unrecorded.forget(store.display_url, crumb["id"])
     else:
-        closed = history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by)
+        closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by)
     # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.
     if (closed is not None and closed.get("outcome") == outcomes.CRASHED) or (closed is None and crumb.get("id") is None):
         return data

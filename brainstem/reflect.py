@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import events, history, keys
+from . import events, session_history, keys
 from .budget import BudgetExceeded
 from .config import Defaults, Models
 from .errors import KVWriteRefused, NotText
@@ -203,7 +203,7 @@ def run_deep_reflect(s) -> dict | None:
         "recentKarma": recent_karma(st, s.id),
         "orientPrompt": st.get(keys.PROMPT_ORIENT) or "",
         "currentDefaults": s.defaults.model_dump(),
-        "sessionHistory": Untrusted(history.read(st)[-30:], "memory:session_history"),
+        "sessionHistory": Untrusted(session_history.read(st)[-30:], "memory:session_history"),
         "models": s.models_for_prompt(),
         "context": context,
     }
@@ -318,7 +318,7 @@ def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> 
     The summary and the karma are marked untrusted; the id and outcome are the runtime's.
     """
     out = []
-    for h in history.read(store)[-sessions:]:
+    for h in session_history.read(store)[-sessions:]:
         if isinstance(h.get("id"), str) and h["id"] != current_id:
             out.append({"session": h["id"], "outcome": h.get("outcome"),
                         "summary": untrusted(h.get("summary"), f"memory:summary-{h['id']}"),

@@ -262,12 +262,12 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from . import history, karma as karma_mod, outcomes
+        from . import session_history, karma as karma_mod, outcomes
 
         try:
             crumb = karma_mod.unfinished_session(agent.store)
             if crumb and crumb.get("id"):
-                history.close_dead_session(agent.store, crumb, outcomes.INTERRUPTED,
+                session_history.close_dead_session(agent.store, crumb, outcomes.INTERRUPTED,
                                            reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 karma_mod.end_session(agent.store, crumb["id"])
             log.warning("%s: session still running after the grace period; recorded as interrupted",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import history, keys
+from . import session_history, keys
 from .budget import anomalies_today, daily_spent
 from .config import load_defaults, load_models
 from .karma import unfinished_session
@@ -66,7 +66,7 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
             why = f"the process holding the wake lock ({lock}) is gone"
     if why is None:
         return None
-    for h in reversed(history.read(store)):
+    for h in reversed(session_history.read(store)):
         if h.get("id") == session_id:
             return "ended", f"the history has it as {h.get('outcome')}"
     return "died", why
@@ -76,14 +76,14 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     problems: list[str] = []
     defaults = load_defaults(store, problems)
     load_models(store, problems)  # an invalid price list is named here, not only in the next session's karma
-    hist = history.read(store)
+    hist = session_history.read(store)
     last = hist[-1] if hist else None
     wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
     until = sleeping_until(wake_config, now_utc())
     number = store.get_json(keys.SESSION_COUNTER, default=0)
     due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
     running = _running(store)
-    rejected = store.get_json(history.REJECTED_HISTORY, default=None)
+    rejected = store.get_json(session_history.REJECTED_HISTORY, default=None)
     truth = store.get_json(keys.LAST_GROUND_TRUTH, default=None)
     return {
         "store": store.display_url,
@@ -93,7 +93,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "running": running,
         "operator_action": operator_action(last.get("outcome")) if last else None,
         "session_history_rejected": ({"at": rejected.get("at"), "reason": rejected.get("reason"),
-                                      "raw_kept_at": history.REJECTED_HISTORY}
+                                      "raw_kept_at": session_history.REJECTED_HISTORY}
                                      if isinstance(rejected, dict) else None),
         "failing_in_a_row": len(failing_streak(hist)),
         "cost_today": round(daily_spent(store), 6),

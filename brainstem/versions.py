@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from . import history, keys, outcomes
+from . import session_history, keys, outcomes
 from .errors import BrainstemError
 from .karma import utcnow_iso
 from .kv.base import Store
@@ -131,7 +131,7 @@ def failing_streak(entries: list) -> list[str]:
 
 def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | None:
     """After ``threshold`` failing sessions in a row, restore the last clean session's versions, once per streak."""
-    streak = failing_streak(history.read(store))
+    streak = failing_streak(session_history.read(store))
     if len(streak) < threshold:
         return None
     mark = store.get_json(AUTO_RESTORE_MARK, default={})

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, history, karma as karma_mod, keys, outcomes, unrecorded
+from . import events, session_history, karma as karma_mod, keys, outcomes, unrecorded
 from .context import load_session_context
 from .crash import close_dead
 from .interrupt import WakeInterrupted, interruptible, stop_reason
@@ -163,7 +163,7 @@ def _next_number(store: Store) -> int:
     try:
         return store.incr(keys.SESSION_COUNTER)
     except MalformedValue:
-        number = len(history.read(store)) + 1
+        number = len(session_history.read(store)) + 1
         store.put(keys.SESSION_COUNTER, str(number))
         return number
 
@@ -422,7 +422,7 @@ def _record_end(run: _Run) -> WakeResult:
     if action is not None:
         # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
         # it works at the next tick without --force. A clean session ends the streak.
-        streak = outcomes.fault_streak(history.read(store)) + 1
+        streak = outcomes.fault_streak(session_history.read(store)) + 1
         sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
     elif run.outcome == outcomes.INTERRUPTED:
         # Stopped from outside, its work cut short: due again as soon as the runtime is back.
@@ -455,10 +455,10 @@ def _record_end(run: _Run) -> WakeResult:
         save_clean_snapshot(store, run.clean_snapshot, run.id)
     # Keyed by id: a kill between this write and session_end leaves the session in the history, and
     # the next wake's crash detection skips it rather than record it a second time as crashed.
-    expired = history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
+    expired = session_history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
                              on_reject=lambda why: run.karma.record(
                                  events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
-                                 kept_raw_at=history.REJECTED_HISTORY))
+                                 kept_raw_at=session_history.REJECTED_HISTORY))
     run.karma.record(events.SESSION_END, outcome=run.outcome, kind=run.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
                      karma_expired=expired or None, reason=run.reason, operator_action=action)

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import history as history_mod, keys
+from brainstem import session_history as history_mod, keys
 from brainstem.errors import ConfigError
 from brainstem.karma import Karma
 from brainstem.kv import sqlite_path, sqlite_url

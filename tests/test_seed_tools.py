@@ -1,15 +1,25 @@
 """Behaviour of the seed tools (tools_seed/) and sanity of the seed prompts/config.
 
-Each tool's source is executed in-process, in two ways:
+A tool's own logic (input checks, parsing answers, errors) is tested with its
+source executed in-process and a ``ctx`` double that hands it real secret
+values, in two ways:
 
 * ``plain``: ``exec`` of the source into a dict, as the brief's minimal harness;
 * ``restricted``: ``compile_restricted`` with only RestrictedPython's stock
-  ``safe_builtins`` + ``limited_builtins``, its standard guards, and an import
-  hook that hands out small prepared namespaces (never real modules). This is
-  the strictest sandbox the runtime is likely to offer, so a tool that passes
-  here should pass there.
+  ``safe_builtins`` + ``limited_builtins`` (plus ``dict``, which the runtime's
+  sandbox offers), its standard guards, and an import hook that hands out
+  small prepared namespaces (never real modules). This is the strictest
+  sandbox the runtime is likely to offer, so a tool that passes here should
+  pass there.
 
 ``ctx.fetch`` really does HTTP (httpx) against a loopback ThreadingHTTPServer.
+
+Where a secret may go is not the tool's decision but the runtime's: the tools
+hold placeholders, and ``ctx.fetch`` puts a value in only for a host the
+operator bound it to. Those tests run the file under test through
+``brainstem.tools.run_tool`` (the real sandbox, ``ToolServices``, bindings as
+in ``BRAINSTEM_TOOL_SECRETS``), with a second API double on 127.0.0.2 that
+would accept the real token, so a token that reached it would show.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ import ast
 import base64 as std_base64
 import datetime as std_datetime
 import hashlib as std_hashlib
+import ipaddress
 import json
 import math as std_math
 import random as std_random
@@ -39,6 +50,14 @@ from RestrictedPython.Guards import (
     guarded_unpack_sequence,
     safer_getattr,
 )
+
+from brainstem import keys
+from brainstem.kv.guarded import AgentKV
+from brainstem.kv.sqlite_store import SQLiteStore
+from brainstem.sandbox import egress
+from brainstem.secrets import parse_bindings, placeholder_for
+from brainstem.tools import ToolPolicy
+from brainstem.tools import run_tool as run_in_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS_DIR = ROOT / "tools_seed"
@@ -133,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
             body = raw.decode(errors="replace")
         self.record(body)
         path = self.path
-        if path == "/rpc":
+        if path in ("/", "/rpc"):
             return self.rpc(body)
         if path == "/rpc-500":
             return self.reply(500, "internal error", "text/plain")
@@ -144,6 +163,9 @@ class Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/tg/bot([^/]+)/sendMessage", path)
         if m:
             return self.telegram(m.group(1), body)
+        m = re.fullmatch(r"/tg-echo/bot([^/]+)/sendMessage", path)
+        if m:  # a server that repeats the token it was sent in its error
+            return self.reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized: no bot " + m.group(1)})
         if re.fullmatch(r"/tg-html/bot[^/]+/sendMessage", path):
             return self.reply(502, "<html>Bad Gateway</html>", "text/html")
         return self.reply(404, {"error": "no route"})
@@ -176,14 +198,29 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(200, {"ok": True, "result": {"message_id": 4242, "chat": {"id": body["chat_id"]}, "text": body["text"]}})
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+def serve(address):
+    srv = ThreadingHTTPServer((address, 0), Handler)
     srv.daemon_threads = True
     srv.requests = []
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    srv.base = "http://127.0.0.1:%d" % srv.server_address[1]
+    srv.base = "http://%s:%d" % (address, srv.server_address[1])
+    return srv
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = serve("127.0.0.1")
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def other_server():
+    """The same API double on 127.0.0.2: any host a secret is not bound to. It accepts the real
+    token, so a request that reached it with the token would succeed."""
+    srv = serve("127.0.0.2")
     yield srv
     srv.shutdown()
     srv.server_close()
@@ -305,6 +342,7 @@ def load_plain(source, filename):
 def load_restricted(source, filename):
     builtins = dict(safe_builtins)
     builtins.update(limited_builtins)
+    builtins["dict"] = dict  # the runtime's sandbox has it (for isinstance)
     builtins["__import__"] = restricted_import
     env = {
         "__builtins__": builtins,
@@ -333,6 +371,69 @@ def run_tool(request):
         return result
 
     return run
+
+
+# --------------------------------------------------------------------------
+# the real runtime: where a secret may go
+# --------------------------------------------------------------------------
+
+# Names a test makes up or borrows, as a resolver standing in for DNS answers them:
+# each at the address of `other_server`. Any other name resolves to nothing.
+OTHER_NAMES = {"api.telegram.org", "openrouter.ai", "api.telegram.org.evil.example", "openrouter.ai.evil.example"}
+
+
+def fake_resolve(host, port, timeout=10.0):
+    host = host.lower()
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    if host == "localhost":
+        return ["127.0.0.1"]
+    if host in OTHER_NAMES:
+        return ["127.0.0.2"]
+    return []
+
+
+class Runtime:
+    """The file under test stored in a real store and run by ``brainstem.tools.run_tool``: the real
+    sandbox and ``ToolServices``, the operator's bindings (``BRAINSTEM_TOOL_SECRETS`` entries) and
+    fetch allow list. Secret values come from the environment; karma entries land in ``events``."""
+
+    def __init__(self, store):
+        self.store = store
+        self.events = []
+
+    def record(self, event, **fields):
+        self.events.append(dict(fields, event=event))
+
+    def __call__(self, name, args, bindings, *, llm_base_url="https://openrouter.ai/api/v1", public=None):
+        self.events.clear()
+        self.store.put(keys.tool_code(name), (TOOLS_DIR / (name + ".py")).read_text())
+        self.store.put(keys.tool_meta(name), (TOOLS_DIR / (name + ".json")).read_text())
+        policy = ToolPolicy(bindings=parse_bindings(bindings, llm_base_url), fetch_allow=["127.0.0.0/8"],
+                            public=public or {})
+        out = run_in_runtime(name, args, store=self.store, agent_kv=AgentKV(self.store, self.record),
+                             record=self.record, policy=policy)
+        assert out.ok, out.error  # the tool ran; what it answered is out.value
+        json.dumps(out.value)
+        return out.value
+
+    def of(self, event):
+        return [e for e in self.events if e["event"] == event]
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    monkeypatch.setattr(egress, "_default_resolver", fake_resolve)
+    store = SQLiteStore(tmp_path / "store.db")
+    yield Runtime(store)
+    store.close()
+
+
+def reached(srv, value):
+    """The requests ``srv`` received that carry ``value`` anywhere."""
+    return [r for r in srv.requests if value in json.dumps(r)]
 
 
 # --------------------------------------------------------------------------
@@ -475,31 +576,83 @@ def test_send_telegram_missing_secrets(run_tool, http_client):
     assert ctx.fetches == []
 
 
-def test_send_telegram_error_status_never_leaks_token(run_tool, server, http_client):
+def test_send_telegram_reports_error_answers(run_tool, server, http_client):
     ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_BAD_TOKEN, TELEGRAM_CHAT_ID="1")
     r = run_tool("send_telegram", {"text": "hi", "api_base": server.base + "/tg"}, ctx)
-    assert r["ok"] is False and "401" in r["error"] and "Unauthorized" in r["error"]
-    assert TG_BAD_TOKEN not in json.dumps(r)
+    assert r == {"ok": False, "error": "Telegram answered 401: Unauthorized"}
     ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
     r = run_tool("send_telegram", {"text": "hi", "api_base": server.base + "/tg-html"}, ctx)
-    assert r["ok"] is False and "502" in r["error"] and TG_TOKEN not in json.dumps(r)
+    assert r == {"ok": False, "error": "Telegram answered 502: non-JSON or unexpected response"}
 
 
-def test_send_telegram_unreachable_never_leaks_token(run_tool, http_client, closed_port_url):
+def test_send_telegram_reports_a_failed_request(run_tool, http_client, closed_port_url):
     ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
     r = run_tool("send_telegram", {"text": "hi", "api_base": closed_port_url}, ctx)
-    assert r["ok"] is False and "failed" in r["error"]
-    assert TG_TOKEN not in json.dumps(r)
+    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: ")
+    assert len(ctx.fetches) == 1
 
 
-@pytest.mark.parametrize("api_base", ["https://evil.example", "http://api.telegram.org",
-                                      "http://127.0.0.1:1@evil.example", "https://api.telegram.org.evil.example",
-                                      "http://127.0.0.1:80x", "ftp://127.0.0.1"])
-def test_send_telegram_refuses_to_send_token_elsewhere(run_tool, http_client, api_base):
+@pytest.mark.parametrize("api_base", ["ftp://127.0.0.1", "file:///etc/passwd", "127.0.0.1:8080", "api.telegram.org"])
+def test_send_telegram_wants_an_http_api_base(run_tool, http_client, api_base):
     ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
     r = run_tool("send_telegram", {"text": "hi", "api_base": api_base}, ctx)
-    assert r["ok"] is False and "api_base" in r["error"]
+    assert r == {"ok": False, "error": "api_base must be an http:// or https:// URL"}
     assert ctx.fetches == []
+    with pytest.raises(Exception):
+        run_tool("send_telegram", {"text": "hi", "api_base": 5}, ctx)
+    assert ctx.fetches == []
+
+
+TG_BOUND = ["TELEGRAM_BOT_TOKEN@127.0.0.1"]
+
+
+def elsewhere_url(where, server, other_server, path):
+    bound, other = server.server_address[1], other_server.server_address[1]
+    return {
+        "another_host": "http://127.0.0.2:%d" % other,
+        "another_name_for_the_bound_host": "http://localhost:%d" % bound,
+        "user_info_disguise": "http://127.0.0.1:%d@127.0.0.2:%d" % (bound, other),
+        "look_alike_name": "http://%s.evil.example:%d" % ("api.telegram.org" if "tg" in path else "openrouter.ai", other),
+    }[where] + path
+
+
+ELSEWHERE = ["another_host", "another_name_for_the_bound_host", "user_info_disguise", "look_alike_name"]
+
+
+@pytest.mark.parametrize("where", ELSEWHERE)
+def test_send_telegram_token_goes_only_to_the_bound_host(runtime, server, other_server, monkeypatch, where):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
+    # The bound host gets the token, put in by the runtime: the binding works.
+    r = runtime("send_telegram", {"text": "hi", "chat_id": 777, "api_base": server.base + "/tg"}, TG_BOUND)
+    assert r == {"ok": True, "message_id": 4242}
+    assert server.requests[-1]["path"] == "/tg/bot%s/sendMessage" % TG_TOKEN
+    sent = len(server.requests), len(other_server.requests)
+
+    api_base = elsewhere_url(where, server, other_server, "/tg")
+    r = runtime("send_telegram", {"text": "hi", "chat_id": 777, "api_base": api_base}, TG_BOUND)
+    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: refused")
+    assert "TELEGRAM_BOT_TOKEN" in r["error"] and "not bound to" in r["error"]
+    assert (len(server.requests), len(other_server.requests)) == sent  # refused before anything was sent
+    assert reached(other_server, TG_TOKEN) == [] and TG_TOKEN not in json.dumps(r)
+    (refused,) = runtime.of("secret_refused")
+    assert refused["secrets"] == ["TELEGRAM_BOT_TOKEN"] and refused["host"] != "127.0.0.1"
+
+
+def test_send_telegram_an_echoed_token_comes_back_as_its_placeholder(runtime, server, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
+    r = runtime("send_telegram", {"text": "hi", "chat_id": 1, "api_base": server.base + "/tg-echo"}, TG_BOUND)
+    assert server.requests[-1]["path"] == "/tg-echo/bot%s/sendMessage" % TG_TOKEN  # the server had the token
+    assert r == {"ok": False,
+                 "error": "Telegram answered 401: Unauthorized: no bot " + placeholder_for("TELEGRAM_BOT_TOKEN")}
+
+
+def test_send_telegram_unreachable_through_the_runtime(runtime, closed_port_url, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
+    r = runtime("send_telegram", {"text": "hi", "chat_id": 1, "api_base": closed_port_url}, TG_BOUND)
+    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: ")
+    assert TG_TOKEN not in json.dumps(r)
+    (fetch,) = runtime.of("fetch")
+    assert fetch["secrets"] == ["TELEGRAM_BOT_TOKEN"] and fetch["error"]  # it was tried, with the token
 
 
 def test_send_telegram_requires_text(run_tool, http_client):
@@ -537,8 +690,7 @@ def test_or_balance_falls_back_to_credits_when_key_errors(run_tool, server, http
 
 def test_or_balance_both_denied(run_tool, server, http_client):
     r, _ = or_run(run_tool, server, http_client, "denied")
-    assert r["ok"] is False and "401" in r["error"] and "403" in r["error"]
-    assert OR_KEY not in json.dumps(r)
+    assert r == {"ok": False, "error": "could not read the OpenRouter balance (/key: HTTP 401; /credits: HTTP 403)"}
 
 
 def test_or_balance_non_json(run_tool, server, http_client):
@@ -552,31 +704,77 @@ def test_or_balance_missing_secret(run_tool, server, http_client):
     assert ctx.fetches == []
 
 
-@pytest.mark.parametrize("base_url", ["https://evil.example/api/v1", "http://openrouter.ai/api/v1",
-                                      "https://openrouter.ai@evil.example/api/v1", "http://localhost:1@evil.example"])
-def test_or_balance_refuses_to_send_key_elsewhere(run_tool, http_client, base_url):
+@pytest.mark.parametrize("base_url", ["ftp://openrouter.ai/api/v1", "openrouter.ai/api/v1", "file:///etc/passwd"])
+def test_or_balance_wants_an_http_base_url(run_tool, http_client, base_url):
     ctx = Ctx(http_client, secrets={"OPENROUTER_API_KEY": OR_KEY})
     r = run_tool("check_or_balance", {"base_url": base_url}, ctx)
-    assert r["ok"] is False and "base_url" in r["error"]
+    assert r == {"ok": False, "error": "base_url must be an http:// or https:// URL"}
     assert ctx.fetches == []
 
 
-def test_or_balance_trusts_the_configured_base_url_host(run_tool, server, http_client):
-    # 127.0.0.2 is not on the loopback allow-list by name, so only the
-    # OPENROUTER_BASE_URL grant makes it acceptable (nothing listens there).
-    configured = "http://127.0.0.2:%d/or/limited" % server.server_address[1]
+def test_or_balance_uses_the_configured_base_url_unless_given_one(run_tool, server, http_client):
+    configured = server.base + "/or/limited"
     ctx = Ctx(http_client, secrets={"OPENROUTER_API_KEY": OR_KEY, "OPENROUTER_BASE_URL": configured})
-    r = run_tool("check_or_balance", {}, ctx)
-    assert ctx.fetches and ctx.fetches[0] == configured + "/key"
-    ctx = Ctx(http_client, secrets={"OPENROUTER_API_KEY": OR_KEY})
-    r = run_tool("check_or_balance", {"base_url": configured}, ctx)
-    assert r["ok"] is False and ctx.fetches == []
+    assert run_tool("check_or_balance", {}, ctx) == {"ok": True, "balance": 12.5, "source": "key"}
+    assert ctx.fetches == [configured + "/key"]
+    ctx = Ctx(http_client, secrets={"OPENROUTER_API_KEY": OR_KEY, "OPENROUTER_BASE_URL": configured})
+    r = run_tool("check_or_balance", {"base_url": server.base + "/or/unlimited"}, ctx)
+    assert r == {"ok": True, "balance": 12.75, "source": "credits"}
+    assert ctx.fetches == [server.base + "/or/unlimited/key", server.base + "/or/unlimited/credits"]
 
 
-def test_or_balance_unreachable_never_leaks_key(run_tool, http_client, closed_port_url):
+def test_or_balance_reports_failed_requests(run_tool, http_client, closed_port_url):
     ctx = Ctx(http_client, secrets={"OPENROUTER_API_KEY": OR_KEY})
     r = run_tool("check_or_balance", {"base_url": closed_port_url}, ctx)
-    assert r["ok"] is False and OR_KEY not in json.dumps(r)
+    assert r["ok"] is False and "/key: fetch " in r["error"] and "/credits: fetch " in r["error"]
+    assert ctx.fetches == [closed_port_url + "/key", closed_port_url + "/credits"]
+
+
+@pytest.mark.parametrize("where", ELSEWHERE)
+def test_or_balance_key_goes_only_to_the_bound_host(runtime, server, other_server, monkeypatch, where):
+    monkeypatch.setenv("OPENROUTER_API_KEY", OR_KEY)
+    configured = server.base + "/or/limited"
+
+    def run(args):  # a bare OPENROUTER_API_KEY is bound to the host of OPENROUTER_BASE_URL
+        return runtime("check_or_balance", args, ["OPENROUTER_API_KEY"], llm_base_url=configured,
+                       public={"OPENROUTER_BASE_URL": configured})
+
+    assert run({}) == {"ok": True, "balance": 12.5, "source": "key"}
+    assert server.requests[-1]["path"] == "/or/limited/key"
+    assert server.requests[-1]["headers"]["Authorization"] == "Bearer " + OR_KEY
+    sent = len(server.requests), len(other_server.requests)
+
+    r = run({"base_url": elsewhere_url(where, server, other_server, "/or/limited")})
+    assert r["ok"] is False and "/key: refused" in r["error"] and "/credits: refused" in r["error"]
+    assert "OPENROUTER_API_KEY" in r["error"] and "not bound to" in r["error"]
+    assert (len(server.requests), len(other_server.requests)) == sent  # refused before anything was sent
+    assert reached(other_server, OR_KEY) == [] and OR_KEY not in json.dumps(r)
+    assert [e["secrets"] for e in runtime.of("secret_refused")] == [["OPENROUTER_API_KEY"]] * 2
+
+
+@pytest.mark.parametrize("tool,args,binding", [
+    ("send_telegram", {"text": "hi", "chat_id": 1, "api_base": "http://api.telegram.org:%d"},
+     "TELEGRAM_BOT_TOKEN@api.telegram.org"),
+    ("check_or_balance", {"base_url": "http://openrouter.ai:%d/or/limited"}, "OPENROUTER_API_KEY@openrouter.ai"),
+])
+def test_a_secret_never_goes_over_plain_http_to_a_remote_host(runtime, other_server, monkeypatch, tool, args, binding):
+    # The bound name resolves (here) to the second double, reached over plain http: refused.
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
+    monkeypatch.setenv("OPENROUTER_API_KEY", OR_KEY)
+    args = {k: v % other_server.server_address[1] if k in ("api_base", "base_url") else v for k, v in args.items()}
+    sent = len(other_server.requests)
+    r = runtime(tool, args, [binding])
+    assert r["ok"] is False and "refused" in r["error"] and "plain http" in r["error"]
+    assert len(other_server.requests) == sent
+    assert reached(other_server, TG_TOKEN) == reached(other_server, OR_KEY) == []
+
+
+def test_or_balance_unreachable_through_the_runtime(runtime, closed_port_url, monkeypatch):
+    monkeypatch.setenv("OPENROUTER_API_KEY", OR_KEY)
+    r = runtime("check_or_balance", {"base_url": closed_port_url}, ["OPENROUTER_API_KEY@127.0.0.1"])
+    assert r["ok"] is False and "/key: " in r["error"] and "/credits: " in r["error"]
+    assert "Connection refused" in r["error"] and "not bound" not in r["error"] and OR_KEY not in json.dumps(r)
+    assert [f["secrets"] for f in runtime.of("fetch")] == [["OPENROUTER_API_KEY"]] * 2  # tried, with the key
 
 
 # --------------------------------------------------------------------------
@@ -626,12 +824,17 @@ def test_wallet_balance_unreachable_rpc(run_tool, http_client, closed_port_url):
     assert r["ok"] is False and "RPC request failed" in r["error"]
 
 
-def test_wallet_balance_unreachable_rpc_never_leaks_secret_url(run_tool, http_client, closed_port_url):
-    secret_url = closed_port_url + "/v2/PROVIDER-API-KEY-123"
-    ctx = Ctx(http_client, secrets={"WALLET_ADDRESS": WALLET, "BASE_RPC_URL": secret_url})
-    r = run_tool("check_wallet_balance", {}, ctx)
-    assert ctx.fetches == [secret_url]
-    assert r["ok"] is False and "PROVIDER-API-KEY-123" not in json.dumps(r)
+def test_wallet_balance_rpc_url_holding_a_key_never_reaches_the_tool(runtime, server):
+    # A BASE_RPC_URL without a path is a setting the tool gets ...
+    r = runtime("check_wallet_balance", {}, [], public={"WALLET_ADDRESS": WALLET, "BASE_RPC_URL": server.base})
+    assert r["ok"] is True and r["raw"] == "123456789" and server.requests[-1]["path"] == "/"
+    # ... one with a path, where a provider's key hides, is withheld: the tool uses the public
+    # endpoint, which nothing here resolves.
+    keyed = server.base + "/rpc/v2/PROVIDER-API-KEY-123"
+    r = runtime("check_wallet_balance", {}, [], public={"WALLET_ADDRESS": WALLET, "BASE_RPC_URL": keyed})
+    assert r["ok"] is False and r["error"].startswith("RPC request failed") and "mainnet.base.org" in r["error"]
+    assert "PROVIDER-API-KEY-123" not in json.dumps(r) and reached(server, "PROVIDER-API-KEY-123") == []
+    assert [n["secret_name"] for n in runtime.of("secret_not_granted")] == ["BASE_RPC_URL"]
 
 
 # --------------------------------------------------------------------------

@@ -176,18 +176,19 @@ def run_as_user(prefix: list[str], *args: str, env: dict) -> subprocess.Complete
 @pytest.fixture
 def read_only_store():
     """An SQLite store with a session in its history, then made read-only: file 0444, directory 0555."""
-    from brainstem import history, keys
+    from brainstem import keys, session_history
     from brainstem.karma import Karma
 
     top = Path(tempfile.mkdtemp(prefix="brainstem-ro-"))
     os.chmod(top, 0o755)
     d = top / "store"
+    d.mkdir()
     url = f"sqlite:///{d / 'brainstem.db'}"
     store = seeded(url)
     Karma(store, "1-abcdef").record("session_start", session_id="1-abcdef")
     Karma(store, "1-abcdef").record("session_end", outcome="clean")
     store.put(keys.SESSION_LAST_STARTED, "1-abcdef")
-    history.append(store, {"id": "1-abcdef", "outcome": "clean", "started_at": "2026-01-01T00:00:00Z", "steps": 1,
+    session_history.append(store, {"id": "1-abcdef", "outcome": "clean", "started_at": "2026-01-01T00:00:00Z", "steps": 1,
                            "cost": 0.01, "summary": "a quiet session"})
     store.put("prompt:orient", "orient v2")
     from brainstem.versions import record_write

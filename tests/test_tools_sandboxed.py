@@ -431,8 +431,12 @@ def test_check_or_balance_errors(run, llm, monkeypatch):
     out = run("check_or_balance", {"base_url": llm.base_url}, allowed=["OPENROUTER_API_KEY@127.0.0.1"])
     assert out.ok and out.value["ok"] is False
     assert "/key: HTTP 500" in out.value["error"] and "/credits: HTTP 500" in out.value["error"]
-    out = run("check_or_balance", {"base_url": "https://example.com/api/v1"}, allowed=["OPENROUTER_API_KEY@127.0.0.1"])
-    assert out.ok and out.value["ok"] is False and "base_url must be" in out.value["error"]
+    # Any host but the bound one: the runtime refuses before sending, and the tool reports it.
+    out = run("check_or_balance", {"base_url": "http://127.0.0.2:9/api/v1"}, allowed=["OPENROUTER_API_KEY@127.0.0.1"],
+              fetch_allow=("127.0.0.0/8",))
+    assert out.ok and out.value["ok"] is False
+    assert "/key: refused" in out.value["error"] and "not bound to" in out.value["error"]
+    assert [e["host"] for e in run.of("secret_refused")] == ["127.0.0.2", "127.0.0.2"]
     assert "sk-or-test" not in json.dumps(out.value)
 
 

@@ -22,7 +22,7 @@ from .sleep import iso, now_utc, parse_iso
 HISTORY_MAX = 1000
 
 
-REJECTED_HISTORY = "stats:rejected_session_history"  # the raw text of a history that could not be read whole
+REJECTED_HISTORY = keys.REJECTED_SESSION_HISTORY
 
 
 def read(store: Store) -> list[dict]:

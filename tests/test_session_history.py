@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from brainstem import history, keys
+from brainstem import session_history, keys
 
 
 def _session(store, sid: str, ended: datetime) -> dict:
@@ -15,28 +15,28 @@ def _session(store, sid: str, ended: datetime) -> dict:
 def test_retention_counts_back_from_the_given_time_not_the_wall_clock(store):
     start = datetime(2020, 1, 1, tzinfo=timezone.utc)  # long ago by the wall clock
     for i in range(5):
-        history.append(store, _session(store, f"s{i}", start + timedelta(days=i)), retention_days=2,
+        session_history.append(store, _session(store, f"s{i}", start + timedelta(days=i)), retention_days=2,
                        now=start + timedelta(days=i))
-    kept = [h["id"] for h in history.read(store) if not h.get("karma_expired")]
+    kept = [h["id"] for h in session_history.read(store) if not h.get("karma_expired")]
     assert kept == ["s2", "s3", "s4"]  # within two days of the last session's end
     assert [store.log_length(keys.karma(f"s{i}")) for i in range(5)] == [0, 0, 1, 1, 1]
-    assert len(history.read(store)) == 5  # summaries stay
+    assert len(session_history.read(store)) == 5  # summaries stay
 
 
 def test_sessions_leaving_the_history_take_their_karma(store, monkeypatch):
-    monkeypatch.setattr(history, "HISTORY_MAX", 3)
+    monkeypatch.setattr(session_history, "HISTORY_MAX", 3)
     now = datetime.now(timezone.utc)
     for i in range(5):
-        history.append(store, _session(store, f"s{i}", now))
-    assert [h["id"] for h in history.read(store)] == ["s2", "s3", "s4"]
+        session_history.append(store, _session(store, f"s{i}", now))
+    assert [h["id"] for h in session_history.read(store)] == ["s2", "s3", "s4"]
     assert [store.log_length(keys.karma(f"s{i}")) for i in range(5)] == [0, 0, 1, 1, 1]
 
 
 def test_a_dead_session_is_closed_in_history_and_its_own_karma(store):
     store.append(keys.karma("7-dead"), '{"event": "step_start"}')
-    history.close_dead_session(store, {"id": "7-dead", "started_at": "2026-01-01T00:00:00Z"}, "crashed",
+    session_history.close_dead_session(store, {"id": "7-dead", "started_at": "2026-01-01T00:00:00Z"}, "crashed",
                                detected_by="8-new")
-    (entry,) = history.read(store)
+    (entry,) = session_history.read(store)
     assert entry == {"id": "7-dead", "outcome": "crashed", "started_at": "2026-01-01T00:00:00Z",
                      "detected_by": "8-new"}
     from brainstem import karma
@@ -46,6 +46,6 @@ def test_a_dead_session_is_closed_in_history_and_its_own_karma(store):
 
 def test_unreadable_history_reads_as_empty(store):
     store.put(keys.SESSION_HISTORY, "{not json")
-    assert history.read(store) == []
+    assert session_history.read(store) == []
     store.put(keys.SESSION_HISTORY, {"not": "a list"})
-    assert history.read(store) == []
+    assert session_history.read(store) == []
