@@ -21,17 +21,6 @@ def is_address(value):
     return isinstance(value, str) and len(value) == 42 and value.startswith("0x") and is_hex(value[2:])
 
 
-def is_object(value):
-    # True for a JSON object. Duck-typed: the sandbox's builtins may lack `dict`.
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return False
-    try:
-        value.items()
-        return True
-    except Exception:
-        return False
-
-
 def execute(args, ctx):
     address = args.get("address")
     if address is None or address == "":
@@ -57,21 +46,17 @@ def execute(args, ctx):
     try:
         response = ctx.fetch(rpc_url, method="POST", json=payload, timeout=10)
     except Exception as err:
-        message = str(err)
-        secret_url = ctx.secrets.get("BASE_RPC_URL")
-        if secret_url:  # provider URLs often embed an API key
-            message = message.replace(secret_url, "<BASE_RPC_URL>")
-        return {"ok": False, "error": "RPC request failed: " + message}
+        return {"ok": False, "error": "RPC request failed: " + str(err)}
 
     status = response.get("status")
     if status != 200:
         return {"ok": False, "error": "RPC answered HTTP " + str(status)}
     body = response.get("json")
-    if not is_object(body):
+    if not isinstance(body, dict):
         return {"ok": False, "error": "RPC answer is not JSON"}
     if body.get("error") is not None:
         problem = body.get("error")
-        if is_object(problem):
+        if isinstance(problem, dict):
             problem = problem.get("message") or problem
         return {"ok": False, "error": "RPC error: " + str(problem)}
 

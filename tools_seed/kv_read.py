@@ -22,21 +22,10 @@ def check_key(key):
         raise ValueError("kv_read cannot read secret:* keys")
 
 
-def is_object(value):
-    # True for a JSON object. Duck-typed: the sandbox's builtins may lack `dict`.
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return False
-    try:
-        value.items()
-        return True
-    except Exception:
-        return False
-
-
 def execute(args, ctx):
     if "keys" in args and args.get("keys") is not None:
         keys = args.get("keys")
-        if is_object(keys) or isinstance(keys, (str, int, float, bool)):
+        if isinstance(keys, (dict, str, int, float, bool)):
             raise ValueError("'keys' must be a list of key names")
         if len(keys) == 0:
             raise ValueError("'keys' is empty")
