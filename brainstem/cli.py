@@ -321,28 +321,28 @@ def status(c: Ctx, as_json: bool) -> None:
     """
     from .status import status as get_status
 
-    st = get_status(c.store, c.settings)
+    report = get_status(c.store, c.settings)
     if as_json:
-        click.echo(json.dumps(st, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
         return
-    last = st["last_session"] or {}
-    truth = st["balances_last_seen"] or {}
+    last = report["last_session"] or {}
+    truth = report["balances_last_seen"] or {}
     bal = truth.get("balances") if isinstance(truth.get("balances"), dict) else {}
 
     def money(v):
         return "unknown" if v is None else _usd(v, 2)
-    _row("store", st["store"])
-    soul = st["soul_present"]
+    _row("store", report["store"])
+    soul = report["soul_present"]
     _row("soul", "present" if soul is True else "MISSING (brainstem seed --soul FILE)" if not soul
          else "NOT TEXT (brainstem kv put soul --file FILE --force-soul)")
-    _row("sessions", _text(st["sessions"]))
+    _row("sessions", _text(report["sessions"]))
     if last:
         _row("last session", f"{_text(last.get('id'))}  {_text(last.get('outcome'))}  "
                              f"{_text(last.get('ended_at') or last.get('started_at'))}  {_usd(last.get('cost') or 0)}  "
                              f"{_text(last.get('steps', 0))} steps")
-    if last and st.get("operator_action"):
-        _row("OPERATOR", st["operator_action"])
-    run_ = st["running"]
+    if last and report.get("operator_action"):
+        _row("OPERATOR", report["operator_action"])
+    run_ = report["running"]
     if run_:
         where = f" (pid {run_.get('pid')} on {_text(run_.get('host'), 'unknown host')})" if run_.get("pid") else ""
         if run_["state"] == "running":
@@ -353,21 +353,21 @@ def status(c: Ctx, as_json: bool) -> None:
             _row("died", f"session {_text(run_.get('id'), '(unknown id)')} started "
                          f"{_text(run_.get('started_at'), 'at an unknown time')}{where} and is gone (its lock "
                          f"expired or its process exited); the next wake records it as crashed")
-    if st.get("session_history_rejected"):
-        r = st["session_history_rejected"]
+    if report.get("session_history_rejected"):
+        r = report["session_history_rejected"]
         _row("history problem", f"{_text(r.get('at'))}: {_text(r.get('reason'))} (its raw text is kept in "
                                 f"{_text(r.get('raw_kept_at'))})")
-    _row("failing in a row", _text(st["failing_in_a_row"]))
-    _row("spent today", f"{_usd(st['cost_today'])} of {_usd(st['daily_ceiling'], 2)} (per session at most "
-                        f"{_usd(st['session_ceiling'], 2)})")
+    _row("failing in a row", _text(report["failing_in_a_row"]))
+    _row("spent today", f"{_usd(report['cost_today'])} of {_usd(report['daily_ceiling'], 2)} (per session at most "
+                        f"{_usd(report['session_ceiling'], 2)})")
     _row("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC {money(bal.get('wallet_usdc'))}"
          + (f" (as of {_text(truth.get('at'))})" if truth else ""))
-    _row("next wake", f"{st['next_wake_after'] or 'due now'}{' (asleep)' if st['asleep'] else ''}")
-    _row("deep reflection", f"{'due at next wake' if st['deep_reflection_due_next_wake'] else 'not due'} "
-                            f"({_text(st['deep_reflection'])})")
-    for p in st["config_problems"] or []:
+    _row("next wake", f"{report['next_wake_after'] or 'due now'}{' (asleep)' if report['asleep'] else ''}")
+    _row("deep reflection", f"{'due at next wake' if report['deep_reflection_due_next_wake'] else 'not due'} "
+                            f"({_text(report['deep_reflection'])})")
+    for p in report["config_problems"] or []:
         _row("config problem", _text(p))
-    for n, a in enumerate(st["cost_anomalies_today"] or [], 1):
+    for n, a in enumerate(report["cost_anomalies_today"] or [], 1):
         head = (f"{_text(a.get('at'))} session {_text(a.get('session_id'))}: the endpoint reported "
                 f"{_usd(a.get('reported', 0))} for a {_text(a.get('model'))} call that could cost at most "
                 f"{_usd(a.get('worst_case', 0))}.")
@@ -377,7 +377,7 @@ def status(c: Ctx, as_json: bool) -> None:
             _row(f"COST ANOMALY {n}", f"{head} It counts towards today's ceiling as billed; check the provider's "
                                       f"activity page, and if it billed less, `brainstem anomaly {n} --billed USD` "
                                       f"corrects today's spend for this call alone.")
-    sandbox = st.get("sandbox") or {}
+    sandbox = report.get("sandbox") or {}
     if sandbox.get("error"):
         _row("sandbox", sandbox["error"])
     else:
@@ -386,7 +386,7 @@ def status(c: Ctx, as_json: bool) -> None:
         off = [k for k, v in prot.items() if v.get("state") == "off"]
         _row("sandbox", f"runtime as {_text(sandbox.get('runtime'))}; on: {', '.join(on) or 'none'}"
              + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else ""))
-    bindings = st["secret_bindings"]
+    bindings = report["secret_bindings"]
     if not bindings:
         _row("secrets", "none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)")
     for label, b in bindings.items():

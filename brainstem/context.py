@@ -81,26 +81,26 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
     return Untrusted(index, "kv:key-index")
 
 
-def load_session_context(s, context: dict) -> None:
+def load_session_context(session, context: dict) -> None:
     """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
     defaults), the last reflection, a bounded index of the store, the effort."""
-    d = s.defaults.memory
-    last = s.store.get_json(keys.LAST_REFLECT, default=None,
-                            on_error=lambda e: s.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
+    d = session.defaults.memory
+    last = session.store.get_json(keys.LAST_REFLECT, default=None,
+                            on_error=lambda e: session.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
     names = None
     if isinstance(last, dict):
         noc = last.get("next_orient_context")
         if isinstance(noc, dict) and isinstance(noc.get("load_keys"), list):
             names = noc["load_keys"]
-    loaded, notes = load_keys(s.store, names if names is not None else d.default_load_keys,
+    loaded, notes = load_keys(session.store, names if names is not None else d.default_load_keys,
                               d.max_load_keys, d.max_load_key_bytes)
-    s.reads.update(loaded.keys())
+    session.reads.update(loaded.keys())
     context["additionalContext"] = loaded
     if notes:
         context["additionalContextNotes"] = notes
     context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
-    context["kvIndex"] = kv_index(s.store, d.kv_index_max_keys)
-    context["effort"] = s.effort
+    context["kvIndex"] = kv_index(session.store, d.kv_index_max_keys)
+    context["effort"] = session.effort
 
 
 def _capped(value: Any, chars: int) -> Any:

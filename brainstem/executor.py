@@ -53,9 +53,9 @@ class StopSession(Exception):
 class Executor:
     """Runs a plan's steps for one session. ``s`` is the :class:`~brainstem.session.Session`."""
 
-    def __init__(self, s, tripwires: list[MidSessionTripwire] | None = None,
+    def __init__(self, session, tripwires: list[MidSessionTripwire] | None = None,
                  reflect: Callable[[], Any] | None = None):
-        self.s = s
+        self.session = session
         self.tripwires = tripwires or []
         self.reflect = reflect
         self.results: dict[str, Any] = {}
@@ -82,28 +82,28 @@ class Executor:
                 return
 
     def run_step(self, step, depth: int) -> None:
-        s = self.s
+        session = self.session
         sid = self._step_id(step)
         try:
-            s.budget.before_step()
+            session.budget.before_step()
         except BudgetExceeded as exc:
-            s.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc), **s.budget.snapshot())
+            session.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc), **session.budget.snapshot())
             raise _stop_for(exc) from None
         if isinstance(step, UnknownStep):
-            s.record(events.UNKNOWN_STEP_TYPE, step_id=sid, type=step.type,
+            session.record(events.UNKNOWN_STEP_TYPE, step_id=sid, type=step.type,
                      known=["action", "think", "conditional", "subplan", "reflect"])
             self._failed(step, sid, f"unknown step type {step.type!r}", cascade_only=True)
             return
         blocked = self._blocked_by(step)
         if blocked:
-            s.record(events.STEP_SKIPPED, step_id=sid, type=step.type, reason=blocked)
+            session.record(events.STEP_SKIPPED, step_id=sid, type=step.type, reason=blocked)
             self.failed_ids.add(sid)
             if step.store_result_as:
                 self.failed_names.add(step.store_result_as)
             return
-        s.budget.steps += 1
-        s.record(events.STEP_START, step_id=sid, type=step.type, depth=depth, step_number=s.budget.steps,
-                 max_steps=s.budget.max_steps)
+        session.budget.steps += 1
+        session.record(events.STEP_START, step_id=sid, type=step.type, depth=depth, step_number=session.budget.steps,
+                 max_steps=session.budget.max_steps)
         retries = self._retries(step)
         last_error = "failed"
         for attempt in range(1, retries + 2):
@@ -113,7 +113,7 @@ class Executor:
                 self.failed_ids.add(sid)
                 if step.store_result_as:
                     self.failed_names.add(step.store_result_as)
-                self.s.record(events.STEP_FAILED, step_id=sid, type=step.type, error=str(exc))
+                self.session.record(events.STEP_FAILED, step_id=sid, type=step.type, error=str(exc))
                 raise _stop_for(exc) from None
             except StopSession:
                 raise
@@ -126,21 +126,21 @@ class Executor:
             self._check_cost_tripwire()
             return
         if attempt > 1:  # retries were made and all failed (a final error is not retried)
-            s.record(events.RETRY_FAILED, step_id=sid, attempts=attempt, error=last_error)
+            session.record(events.RETRY_FAILED, step_id=sid, attempts=attempt, error=last_error)
         self._failed(step, sid, last_error)
 
     # --- one attempt of one step ---
     def _execute(self, step, sid: str, depth: int, attempt: int) -> tuple[Any, str | None]:
         if isinstance(step, ActionStep):
             args = self._substitute(step.input, for_prompt=False)
-            out = self.s.run_tool(step.tool, args, attempt=attempt, step_id=sid)
+            out = self.session.run_tool(step.tool, args, attempt=attempt, step_id=sid)
             if not out.ok:
                 raise _StepFailure(f"tool {step.tool}: {out.error}", final=not out.retryable)
             return out.value, f"tool:{step.tool}"
         if isinstance(step, ThinkStep):
             prompt = self._substitute(step.prompt, for_prompt=True)
-            model = step.model or self.s.defaults.orient.model
-            max_tokens = step.max_tokens or self.s.defaults.execution.think_max_tokens
+            model = step.model or self.session.defaults.orient.model
+            max_tokens = step.max_tokens or self.session.defaults.execution.think_max_tokens
             answer = self._ask("think", sid, model, to_text(prompt), max_tokens, step.effort).content
             return answer, self._derived_source(step.prompt, sid)
         if isinstance(step, ConditionalStep):
@@ -158,7 +158,7 @@ class Executor:
 
     def _ask(self, purpose: str, sid: str, model: str, prompt: str, max_tokens: int, effort: str | None = None):
         try:
-            result = self.s.llm.call(purpose=purpose, model=model, prompt=prompt, max_tokens=max_tokens,
+            result = self.session.llm.call(purpose=purpose, model=model, prompt=prompt, max_tokens=max_tokens,
                                      effort=effort, step_id=sid)
         except LLMError as exc:
             raise _StepFailure(str(exc), final="unknown model" in str(exc)) from None
@@ -171,12 +171,12 @@ class Executor:
         options = [k for k in step.branches if k != "default"]
         prompt = to_text(self._substitute(step.prompt, for_prompt=True))
         prompt += f"\n\nAnswer with exactly one of: {', '.join(options)}. No other words."
-        model = step.model or self.s.defaults.reflect.model
+        model = step.model or self.session.defaults.reflect.model
         answer = self._ask("conditional", sid, model, prompt, 50).content
         chosen = match_branch(answer, step.branches)
         if chosen is None:
             fallback = step.default if step.default in step.branches else ("default" if "default" in step.branches else None)
-            self.s.record(events.CONDITIONAL_NO_MATCH, step_id=sid, answer=answer[:200], branches=options,
+            self.session.record(events.CONDITIONAL_NO_MATCH, step_id=sid, answer=answer[:200], branches=options,
                           default=fallback)
             if fallback is None:
                 raise _StepFailure(f"answer {answer[:80]!r} matches no branch ({', '.join(options)}) and there is "
@@ -186,20 +186,20 @@ class Executor:
         return normalise_answer(answer) if chosen != "default" else "default"
 
     def _subplan(self, step: SubplanStep, sid: str, depth: int) -> dict:
-        s = self.s
-        limit = s.defaults.execution.max_subplan_depth
+        session = self.session
+        limit = session.defaults.execution.max_subplan_depth
         if depth + 1 > limit:
-            s.record(events.SUBPLAN_DEPTH_EXCEEDED, step_id=sid, depth=depth + 1, max_depth=limit)
+            session.record(events.SUBPLAN_DEPTH_EXCEEDED, step_id=sid, depth=depth + 1, max_depth=limit)
             raise _StepFailure(f"subplan depth {depth + 1} exceeds the limit of {limit}", final=True)
-        template = s.store.get(keys.PROMPT_SUBPLAN) or DEFAULT_SUBPLAN_PROMPT
+        template = session.store.get(keys.PROMPT_SUBPLAN) or DEFAULT_SUBPLAN_PROMPT
         max_steps = step.max_steps or 5
         prompt = render(template, {"goal": step.goal, "maxSteps": max_steps, "maxCost": step.max_cost,
                                    "depth": depth + 1, "results": self.results_for_prompt(),
-                                   "tools": s.tool_registry, "models": s.models_for_prompt()})
-        model = step.planner_model or s.defaults.orient.model
+                                   "tools": session.tool_registry, "models": session.models_for_prompt()})
+        model = step.planner_model or session.defaults.orient.model
         try:
-            with s.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend
-                answer = self._ask("subplan", sid, model, prompt, s.defaults.orient.max_output_tokens)
+            with session.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend
+                answer = self._ask("subplan", sid, model, prompt, session.defaults.orient.max_output_tokens)
         except BudgetExceeded as exc:
             if exc.limit != "subplan":
                 raise
@@ -210,10 +210,10 @@ class Executor:
         except PlanError as exc:
             raise _StepFailure(f"subplan: {exc}") from None
         steps = sub.steps[:max_steps]
-        with s.budget.cap(cost=step.max_cost, steps=max_steps):
+        with session.budget.cap(cost=step.max_cost, steps=max_steps):
             self.run(steps, depth + 1)
         if self.stop is not None and self.stop.outcome == SUBPLAN_BUDGET:
-            s.record(events.BUDGET_EXCEEDED, limit="subplan", step_id=sid, reason=str(self.stop))
+            session.record(events.BUDGET_EXCEEDED, limit="subplan", step_id=sid, reason=str(self.stop))
             self.stop = None
         return {"steps_planned": len(sub.steps), "steps_run": len(steps)}
 
@@ -225,7 +225,7 @@ class Executor:
             self.failed_names.discard(step.store_result_as)
             if source:
                 self.sources[step.store_result_as] = source
-        self.s.record(events.STEP_COMPLETE, step_id=sid, type=step.type, stored_as=step.store_result_as,
+        self.session.record(events.STEP_COMPLETE, step_id=sid, type=step.type, stored_as=step.store_result_as,
                       result=_preview(value))
 
     def _failed(self, step, sid: str, error: str, cascade_only: bool = False) -> None:
@@ -234,21 +234,21 @@ class Executor:
         if step.store_result_as:
             self.failed_names.add(step.store_result_as)
         if not cascade_only:
-            self.s.record(events.STEP_FAILED, step_id=sid, type=step.type, error=error)
+            self.session.record(events.STEP_FAILED, step_id=sid, type=step.type, error=error)
         on_fail = (step.failure.on_fail if step.failure and step.failure.on_fail
-                   else self.s.defaults.failure_handling.on_fail)
+                   else self.session.defaults.failure_handling.on_fail)
         if on_fail == "stop_session":
             raise StopSession(outcomes.STOPPED, f"step {sid} failed and asks to stop the session: {error}")
         for tw in self.tripwires:
             if tw.condition == "step_fails":
-                self.s.record(events.TRIPWIRE_FIRED, condition="step_fails", step_id=sid)
+                self.session.record(events.TRIPWIRE_FIRED, condition="step_fails", step_id=sid)
                 raise StopSession(outcomes.STOPPED, f"tripwire step_fails fired at step {sid}")
 
     def _check_cost_tripwire(self) -> None:
         for tw in self.tripwires:
-            if tw.condition == "cost_above" and tw.value is not None and self.s.budget.spent > tw.value:
-                self.s.record(events.TRIPWIRE_FIRED, condition="cost_above", value=tw.value,
-                              spent=round(self.s.budget.spent, 6))
+            if tw.condition == "cost_above" and tw.value is not None and self.session.budget.spent > tw.value:
+                self.session.record(events.TRIPWIRE_FIRED, condition="cost_above", value=tw.value,
+                              spent=round(self.session.budget.spent, 6))
                 raise StopSession(outcomes.STOPPED, f"tripwire cost_above {tw.value} fired")
 
     def _blocked_by(self, step) -> str | None:
@@ -283,7 +283,7 @@ class Executor:
         Tool results (and answers derived from them) name their source; every other result is a record
         of this session's work (a model's answer, a branch taken) and is marked as a step result.
         """
-        cap = max_chars or self.s.defaults.execution.max_result_chars
+        cap = max_chars or self.session.defaults.execution.max_result_chars
         out = {}
         for name, value in self.results.items():
             text = to_text(value)
@@ -294,7 +294,7 @@ class Executor:
     def _retries(self, step) -> int:
         if step.failure is not None and step.failure.retries is not None:
             return step.failure.retries
-        return self.s.defaults.failure_handling.retries
+        return self.session.defaults.failure_handling.retries
 
     def _step_id(self, step) -> str:
         if step.id:

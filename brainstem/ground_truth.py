@@ -90,7 +90,7 @@ def effort_for(base: str, fired: list[Tripwire]) -> str:
     return max((lv for lv in levels if lv in EFFORT_ORDER), key=EFFORT_ORDER.index, default="low")
 
 
-def read_world(settings, store, k, agent_kv, meter, timeout: float) -> dict:
+def read_world(settings, store, karma, agent_kv, meter, timeout: float) -> dict:
     """The session's ground truth: LLM credit and USDC balance (each through the agent's own checker
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
     recorded in karma and kept for ``status``."""
@@ -113,18 +113,18 @@ def read_world(settings, store, k, agent_kv, meter, timeout: float) -> dict:
 
         return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
 
-    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [k.redact.add(n, v)
+    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [karma.redact.add(n, v)
                                                                                           for n, v in granted.items()])
 
     def dynamic_or(name, fallback):
         # The agent's own checker first (sandboxed), the hard-coded one when it fails.
         # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
-        return lambda: checked_number(store, name, fallback, agent_kv, k.record, policy, timeout / 2)
+        return lambda: checked_number(store, name, fallback, agent_kv, karma.record, policy, timeout / 2)
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}
     values, errors = gather(checks, timeout=timeout + 1)
     balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
-    k.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
+    karma.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
     store.put(keys.LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
     return {"balances": balances, "kvUsage": values.get("kvUsage")}

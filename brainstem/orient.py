@@ -19,46 +19,46 @@ from .settings import Settings
 from .templates import render
 
 
-def orient(s: Session, template: str) -> Plan | None:
+def orient(session: Session, template: str) -> Plan | None:
     """Ask for a plan; one repair attempt with the validation error; None when there is none."""
     missing: list[str] = []
-    variables = {"soul": s.soul, "models": s.models_for_prompt(), "resources": s.store.get_json(
-        keys.CONFIG_RESOURCES, default={}), "config": s.defaults.model_dump(), "tools": s.tool_registry,
-        "context": s.context}
+    variables = {"soul": session.soul, "models": session.models_for_prompt(), "resources": session.store.get_json(
+        keys.CONFIG_RESOURCES, default={}), "config": session.defaults.model_dump(), "tools": session.tool_registry,
+        "context": session.context}
     prompt = render(template, variables, on_missing=missing.append)
     # {{page}}-style names are plan references the prompt may show as examples; only a path
     # into a real template variable that does not resolve is a mistake worth recording.
     missing = [m for m in missing if m.split(".")[0] in variables]
     if missing:
-        s.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
-    cfg = s.defaults.orient
+        session.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
+    cfg = session.defaults.orient
     turns: list[dict] = []  # the failed answer and its repair request
     ask = prompt
     for attempt in (1, 2):
         try:
-            result = s.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
-                                effort=s.effort if s.effort != "low" else cfg.effort, history=turns)
+            result = session.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
+                                effort=session.effort if session.effort != "low" else cfg.effort, history=turns)
         except BudgetExceeded as exc:
             if attempt == 1:
                 raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
+            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
             return None
         except LLMError as exc:
             if exc.fault is not None:
                 # The key, the credit or the endpoint: not the agent's fault, so not a failing session for
                 # auto-restore (recorded as llm_fault by the caller, with what the operator must do).
                 raise
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
+            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
             return None
         try:
             plan = parse_plan(result.content, result.truncated)
         except PlanError as exc:
-            s.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
+            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
             turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
             ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
                    "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
             continue
-        s.record(events.PLAN, steps=len(plan.steps), types=[st.type for st in plan.steps][:50],
+        session.record(events.PLAN, steps=len(plan.steps), types=[st.type for st in plan.steps][:50],
                  session_budget=plan.session_budget.model_dump(exclude_none=True) if plan.session_budget else None)
         return plan
     return None

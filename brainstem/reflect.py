@@ -79,7 +79,7 @@ def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
     return Untrusted(text[-chars:], f"karma:{session_id}")
 
 
-def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
+def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
     """(object, None) or (None, why it failed). Uses the budget's reserved slice.
 
     A call that could not be made (the provider failed, the budget refused) is recorded here as
@@ -87,7 +87,7 @@ def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | Non
     that the reflection is missing, not a parse error the model never made.
     """
     try:
-        result = s.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
+        result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
                             effort=cfg.effort, use_reserve=True)
     except (BudgetExceeded, LLMError) as exc:
         fields = {"kind": "deep"} if purpose == "deep_reflect" else {}
@@ -95,7 +95,7 @@ def _ask_json(s, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | Non
             fields.update(fault=exc.fault, status=exc.status)
         else:
             fields["limit"] = exc.limit
-        s.record(events.REFLECT_CALL_FAILED, error=f"{purpose} call failed: {exc}", **fields)
+        session.record(events.REFLECT_CALL_FAILED, error=f"{purpose} call failed: {exc}", **fields)
         return None, CALL_FAILED + f"{purpose} call failed: {exc}"
     try:
         return parse_object(result.content, result.truncated), None
@@ -116,50 +116,50 @@ def _validated(raw: dict | None, error: str | None, model: type[BaseModel], labe
 
 # --- reflect ---------------------------------------------------------------
 
-def run_reflect(s, results: dict[str, Any], plan: dict | None) -> dict | None:
+def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | None:
     """Reflect on this session; returns the ``next_wake_config`` it asked for (or None)."""
-    previous = s.store.get_json(keys.LAST_REFLECT, default=None)
-    template = s.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
+    previous = session.store.get_json(keys.LAST_REFLECT, default=None)
+    template = session.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
     # results come marked from the executor (results_for_prompt); the plan and the last reflection are
     # model output that may quote what the model read.
-    variables = {"karma": karma_digest(s.store, s.id), "sessionCost": round(s.budget.spent, 6),
-                 "results": results, "plan": untrusted(plan, f"plan:{s.id}"),
+    variables = {"karma": karma_digest(session.store, session.id), "sessionCost": round(session.budget.spent, 6),
+                 "results": results, "plan": untrusted(plan, f"plan:{session.id}"),
                  "context": {"lastReflect": untrusted(previous, "memory:last_reflect"),
-                             "balances": s.context.get("balances")}}
-    raw, error = _ask_json(s, "reflect", render(template, variables), s.defaults.reflect)
+                             "balances": session.context.get("balances")}}
+    raw, error = _ask_json(session, "reflect", render(template, variables), session.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
         failed_call = error.startswith(CALL_FAILED)
         error = error.removeprefix(CALL_FAILED)
         if not failed_call:
-            s.record(events.REFLECT_PARSE_ERROR, error=error)
+            session.record(events.REFLECT_PARSE_ERROR, error=error)
         kept = previous if isinstance(previous, dict) else {}
-        kept = {**kept, ("call_error" if failed_call else "parse_error"): {"session_id": s.id, "at": utcnow_iso(),
+        kept = {**kept, ("call_error" if failed_call else "parse_error"): {"session_id": session.id, "at": utcnow_iso(),
                                                                           "error": error}}
-        s.store.put(keys.LAST_REFLECT, kept)
+        session.store.put(keys.LAST_REFLECT, kept)
         return None
     from .memory import remember_note
 
-    remember_note(s.store, out.note_to_future_self, s.id)
+    remember_note(session.store, out.note_to_future_self, session.id)
     # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
     memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
                             exclude_none=True)
-    memory.update({"session_id": s.id, "written_at": utcnow_iso()})
-    s.store.put(keys.LAST_REFLECT, memory)
+    memory.update({"session_id": session.id, "written_at": utcnow_iso()})
+    session.store.put(keys.LAST_REFLECT, memory)
     unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
-    s.record(events.REFLECT, summary=out.session_summary[:500], load_keys=out.next_orient_context.get("load_keys"),
+    session.record(events.REFLECT, summary=out.session_summary[:500], load_keys=out.next_orient_context.get("load_keys"),
              ignored_fields=unknown or None)
     if out.kv_operations:
-        _apply_operations(s, out.kv_operations, "reflect")
+        _apply_operations(session, out.kv_operations, "reflect")
     if out.model_details_updates:
-        apply_model_details(s, out.model_details_updates, "reflect")
+        apply_model_details(session, out.model_details_updates, "reflect")
     return out.next_wake_config
 
 
-def _apply_operations(s, ops: list, source: str) -> bool:
+def _apply_operations(session, ops: list, source: str) -> bool:
     """True when the batch was applied; a rejected batch (nothing written) is False."""
     try:
-        s.agent_kv.apply_operations(ops, source=source)
+        session.agent_kv.apply_operations(ops, source=source)
     except KVWriteRefused:
         return False  # recorded by the guarded view; the rest of the reflection still applies
     return True
@@ -186,74 +186,74 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
     return False, f"{since} of {after_sessions:g} sessions"
 
 
-def run_deep_reflect(s) -> dict | None:
+def run_deep_reflect(session) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
     from .memory import notes_for_prompt, remember_note
 
-    st = s.store
-    template = st.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
+    store = session.store
+    template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
-    context = {**s.context, "notes": notes_for_prompt(st)}
+    context = {**session.context, "notes": notes_for_prompt(store)}
     if "memoryStats" in context:  # key names (tools choose them) and past notes
         context["memoryStats"] = untrusted(context["memoryStats"], "memory:statistics")
     # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked. The orient
     # prompt and the defaults are its configuration, under review: shown as they are.
     variables = {
-        "wisdom": untrusted(_text_or_none(st, keys.WISDOM), "memory:wisdom") or "",
-        "recentKarma": recent_karma(st, s.id),
-        "orientPrompt": st.get(keys.PROMPT_ORIENT) or "",
-        "currentDefaults": s.defaults.model_dump(),
-        "sessionHistory": Untrusted(session_history.read(st)[-30:], "memory:session_history"),
-        "models": s.models_for_prompt(),
+        "wisdom": untrusted(_text_or_none(store, keys.WISDOM), "memory:wisdom") or "",
+        "recentKarma": recent_karma(store, session.id),
+        "orientPrompt": store.get(keys.PROMPT_ORIENT) or "",
+        "currentDefaults": session.defaults.model_dump(),
+        "sessionHistory": Untrusted(session_history.read(store)[-30:], "memory:session_history"),
+        "models": session.models_for_prompt(),
         "context": context,
     }
-    raw, error = _ask_json(s, "deep_reflect", render(template, variables), s.defaults.deep_reflect)
+    raw, error = _ask_json(session, "deep_reflect", render(template, variables), session.defaults.deep_reflect)
     out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
-    schedule = {"last_session": s.number, "last_at": utcnow_iso(),
-                "after_sessions": s.defaults.deep_reflect.default_interval_sessions,
-                "after_days": s.defaults.deep_reflect.default_interval_days}
+    schedule = {"last_session": session.number, "last_at": utcnow_iso(),
+                "after_sessions": session.defaults.deep_reflect.default_interval_sessions,
+                "after_days": session.defaults.deep_reflect.default_interval_days}
     if out is None:
         if not error.startswith(CALL_FAILED):
-            s.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
-        st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+            session.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
+        store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
         return None
-    remember_note(st, out.note_to_future_self, s.id)
+    remember_note(store, out.note_to_future_self, session.id)
     applied = []
     if out.updated_wisdom is not None:
-        if _put(s, keys.WISDOM, out.updated_wisdom):
+        if _put(session, keys.WISDOM, out.updated_wisdom):
             applied.append("wisdom")
     if out.kv_operations:
-        if _apply_operations(s, out.kv_operations, "deep_reflect"):
+        if _apply_operations(session, out.kv_operations, "deep_reflect"):
             applied.append("kv_operations")
     if out.updated_defaults:
-        if apply_defaults_update(s, out.updated_defaults):
+        if apply_defaults_update(session, out.updated_defaults):
             applied.append("defaults")
     if out.updated_model_details:
-        if apply_model_details(s, out.updated_model_details, "deep_reflect"):
+        if apply_model_details(session, out.updated_model_details, "deep_reflect"):
             applied.append("model_details")
     for proposal in out.orient_prompt_proposals or []:
         text = proposal.get("proposed_text") if isinstance(proposal, dict) else None
         if isinstance(text, str) and text.strip():
-            if _put(s, keys.PROMPT_ORIENT, text):
+            if _put(session, keys.PROMPT_ORIENT, text):
                 applied.append("orient_prompt")
             break
     nxt = out.next_deep_reflect or {}
     schedule["after_sessions"] = max(1, int(_num(nxt.get("after_sessions"), schedule["after_sessions"])))
     schedule["after_days"] = min(365.0, max(0.01, _num(nxt.get("after_days"), schedule["after_days"])))
-    st.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+    store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
     memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
-              "session_id": s.id, "written_at": utcnow_iso(), "kind": "deep"}
-    previous = st.get_json(keys.LAST_REFLECT, default={})
+              "session_id": session.id, "written_at": utcnow_iso(), "kind": "deep"}
+    previous = store.get_json(keys.LAST_REFLECT, default={})
     if isinstance(previous, dict) and previous.get("next_orient_context"):
         memory["next_orient_context"] = previous["next_orient_context"]
-    st.put(keys.LAST_REFLECT, memory)
-    s.record(events.DEEP_REFLECT, applied=applied, next_deep_reflect=schedule)
+    store.put(keys.LAST_REFLECT, memory)
+    session.record(events.DEEP_REFLECT, applied=applied, next_deep_reflect=schedule)
     return out.next_wake_config
 
 
-def _put(s, key: str, value: Any) -> bool:
+def _put(session, key: str, value: Any) -> bool:
     try:
-        s.agent_kv.put(key, value, source="deep_reflect")
+        session.agent_kv.put(key, value, source="deep_reflect")
         return True
     except KVWriteRefused:
         return False
@@ -269,27 +269,27 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def apply_defaults_update(s, update: dict) -> bool:
+def apply_defaults_update(session, update: dict) -> bool:
     """Deep-merge into config:defaults and validate; an invalid result is rejected whole and recorded."""
-    current = s.store.get_json(keys.CONFIG_DEFAULTS, default=None)
+    current = session.store.get_json(keys.CONFIG_DEFAULTS, default=None)
     if not isinstance(current, dict):
-        current = s.defaults.model_dump()
+        current = session.defaults.model_dump()
     merged = deep_merge(current, update)
     try:
         Defaults.model_validate(merged)
     except ValidationError as exc:
         e = exc.errors()[0]
-        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, update=update,
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, update=update,
                  reason=f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
         return False
-    return _put(s, keys.CONFIG_DEFAULTS, merged)
+    return _put(session, keys.CONFIG_DEFAULTS, merged)
 
 
-def apply_model_details(s, updates: dict, source: str) -> bool:
+def apply_model_details(session, updates: dict, source: str) -> bool:
     """Merge per-model field updates ``{alias_or_id: {field: value}}`` into config:models, validated."""
-    current = s.store.get_json(keys.CONFIG_MODELS, default=None)
+    current = session.store.get_json(keys.CONFIG_MODELS, default=None)
     if not isinstance(current, dict):
-        current = s.models.model_dump()
+        current = session.models.model_dump()
     models = current.get("models") if isinstance(current.get("models"), list) else []
     reasons = []
     for name, fields in updates.items():
@@ -303,13 +303,13 @@ def apply_model_details(s, updates: dict, source: str) -> bool:
     except ValidationError as exc:
         e = exc.errors()[0]
         reasons.append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
-        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
                  source=source)
         return False
     if reasons:
-        s.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
                  source=source, partial=True)
-    return _put(s, keys.CONFIG_MODELS, current)
+    return _put(session, keys.CONFIG_MODELS, current)
 
 
 def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> list[dict]:

@@ -22,7 +22,6 @@ from .sleep import iso, now_utc, parse_iso
 HISTORY_MAX = 1000
 
 
-REJECTED_HISTORY = keys.REJECTED_SESSION_HISTORY
 
 
 def read(store: Store) -> list[dict]:
@@ -89,7 +88,7 @@ def append(store: Store, entry: dict, retention_days: float | None = None, now: 
     history, problem = read_checked(store)
     if problem is not None:
         raw = store.get(keys.SESSION_HISTORY)
-        store.put(REJECTED_HISTORY, {"at": now_iso(), "reason": problem, "raw": raw})
+        store.put(keys.REJECTED_SESSION_HISTORY, {"at": now_iso(), "reason": problem, "raw": raw})
         if on_reject is not None:
             on_reject(problem)
     if entry.get("id") is not None and any(h.get("id") == entry.get("id") for h in history):

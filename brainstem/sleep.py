@@ -66,13 +66,14 @@ def asleep_fast() -> datetime | None:
     if os.environ.get("BRAINSTEM_ENV_FILE"):
         return None  # settings may come from a file: let the full path read them
     try:
+        from . import keys
         from .kv import open_store
 
         # No retries here: an unreachable store or a value that is not text (or not JSON) means
         # "due", and the full path reports it in one line.
         store = open_store(check=False, retry_seconds=0)
         try:
-            raw = store.get_text("wake_config")
+            raw = store.get_text(keys.WAKE_CONFIG)
         finally:
             store.close()
         return sleeping_until(json.loads(raw), now_utc()) if raw else None

@@ -83,7 +83,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     number = store.get_json(keys.SESSION_COUNTER, default=0)
     due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
     running = _running(store)
-    rejected = store.get_json(session_history.REJECTED_HISTORY, default=None)
+    rejected = store.get_json(keys.REJECTED_SESSION_HISTORY, default=None)
     truth = store.get_json(keys.LAST_GROUND_TRUTH, default=None)
     return {
         "store": store.display_url,
@@ -93,7 +93,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "running": running,
         "operator_action": operator_action(last.get("outcome")) if last else None,
         "session_history_rejected": ({"at": rejected.get("at"), "reason": rejected.get("reason"),
-                                      "raw_kept_at": session_history.REJECTED_HISTORY}
+                                      "raw_kept_at": keys.REJECTED_SESSION_HISTORY}
                                      if isinstance(rejected, dict) else None),
         "failing_in_a_row": len(failing_streak(hist)),
         "cost_today": round(daily_spent(store), 6),

@@ -19,15 +19,13 @@ from .karma import utcnow_iso
 from .kv.base import Store
 
 MAX_VERSIONS = 20
-HISTORY_PREFIX = "history:"
-LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"
 # What auto-restore watches: the keys whose breakage stops a session from planning.
 WATCHED = (keys.PROMPT_ORIENT, keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS, keys.PROVIDER_LLM_CODE,
            keys.PROVIDER_LLM_META)
 
 
 def history_key(key: str) -> str:
-    return HISTORY_PREFIX + key
+    return keys.VERSIONS_PREFIX + key
 
 
 def versions(store: Store, key: str) -> list[dict]:
@@ -107,14 +105,13 @@ def snapshot(store: Store) -> dict[str, Any]:
 
 
 def save_clean_snapshot(store: Store, snap: dict[str, Any], session_id: str) -> None:
-    store.put(LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": utcnow_iso(), "values": snap})
+    store.put(keys.LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": utcnow_iso(), "values": snap})
 
 
 # The agent's own failures. Interruptions and operator/infrastructure faults (a bad key, no credit,
 # an outage, the store going away) are never the agent's: they neither count nor break a streak's count.
 FAILING_OUTCOMES = outcomes.FAILING
 NEUTRAL_OUTCOMES = (outcomes.INTERRUPTED, *outcomes.OPERATOR_FAULTS)
-AUTO_RESTORE_MARK = "stats:auto_restore"
 
 
 def failing_streak(entries: list) -> list[str]:
@@ -134,18 +131,18 @@ def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | No
     streak = failing_streak(session_history.read(store))
     if len(streak) < threshold:
         return None
-    mark = store.get_json(AUTO_RESTORE_MARK, default={})
+    mark = store.get_json(keys.AUTO_RESTORE_MARK, default={})
     if isinstance(mark, dict) and mark.get("streak_start") == streak[0]:
         return None  # already restored for this streak: do not loop
     restored = restore_last_clean(store, session_id)
-    store.put(AUTO_RESTORE_MARK, {"streak_start": streak[0], "at": utcnow_iso(), "session_id": session_id,
+    store.put(keys.AUTO_RESTORE_MARK, {"streak_start": streak[0], "at": utcnow_iso(), "session_id": session_id,
                                   "restored": restored})
     return {"failed_sessions": streak, "restored": restored}
 
 
 def restore_last_clean(store: Store, session_id: str) -> list[str]:
     """Put back every watched key that differs from what the last clean session ran with."""
-    saved = store.get_json(LAST_CLEAN_SNAPSHOT, default=None)
+    saved = store.get_json(keys.LAST_CLEAN_SNAPSHOT, default=None)
     if not isinstance(saved, dict) or not isinstance(saved.get("values"), dict):
         return []
     restored = []
@@ -184,8 +181,8 @@ def changes(store: Store, since: Any = None) -> list[dict]:
     from .sleep import parse_iso
 
     out = []
-    for info in store.list_all(HISTORY_PREFIX):
-        key = info.name[len(HISTORY_PREFIX):]
+    for info in store.list_all(keys.VERSIONS_PREFIX):
+        key = info.name[len(keys.VERSIONS_PREFIX):]
         if info.is_log or not keys.is_privileged(key):
             continue
         for v in versions(store, key):

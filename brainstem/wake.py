@@ -98,13 +98,13 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
                               backoff_base=settings.llm_backoff)
 
 
-def cascade(settings: Settings, s: Session) -> list:
+def cascade(settings: Settings, session: Session) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     from .llm.adapters import dynamic_providers
 
     from .secrets import public_url
 
-    dynamic = dynamic_providers(s.store, s.agent_kv, s.record, s.policy(),
+    dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
                                 base_url=public_url(settings.openrouter_base_url))
     return [*dynamic, hardcoded_provider(settings)]
 
@@ -207,62 +207,62 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     budget = make_budget(defaults, settings, left_today, cancel)
     store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
 
-    k = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
+    karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid)
-    run = _Run(store=store, settings=settings, karma=k, id=sid, number=number, budget=budget, defaults=defaults,
+    run = _Run(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget, defaults=defaults,
                clean_snapshot=snapshot(store))
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         # Advance the schedule before doing anything that could die.
         store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(
             seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))), "set_by": "runtime:pessimistic", "session_id": sid})
-        k.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
+        karma.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
                  budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
                  crashed_session=crumb.get("id") if crumb else None)
         if crash is not None:
-            k.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
+            karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
         if restored is not None:
-            k.record(events.AUTO_RESTORE, **restored)
+            karma.record(events.AUTO_RESTORE, **restored)
         for p in problems:
-            k.record(events.CONFIG_REJECTED, reason=p)
+            karma.record(events.CONFIG_REJECTED, reason=p)
         if wake_config is not None and not isinstance(wake_config, dict):
-            k.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
+            karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
         interruptible(True)
         if budget.cancel.is_set():  # a signal arrived while the lock was being taken
             budget.check_cancel()
         context: dict[str, Any] = {"sessionId": sid, "now": iso(run.started), "crashData": crash}
-        agent_kv = AgentKV(store, k.record, on_privileged_write=lambda key, old, new, source: record_write(
+        agent_kv = AgentKV(store, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
             store, key, old, new, source=source, session_id=sid))
         # Every request sandboxed code sends to the LLM host, from the balance checkers on, is metered.
         def on_anomaly(anomaly: dict) -> None:
             note_anomaly(store, anomaly, sid)
 
-        meter = WireMeter(models=models, budget=budget, record=k.record, llm_base_url=settings.openrouter_base_url,
+        meter = WireMeter(models=models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
                           on_cost=lambda c: add_daily(store, c), on_anomaly=on_anomaly)
         # Ground truth is part of the session's time: at most a quarter of it.
-        facts = read_world(settings, store, k, agent_kv, meter,
+        facts = read_world(settings, store, karma, agent_kv, meter,
                               timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
         fired = fired_tripwires(defaults.tripwires, facts)
         for tw in fired:
-            k.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
+            karma.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
         requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
         effort = effort_for(_max_effort(defaults.wake.default_effort, requested), fired)
-        k.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
+        karma.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
 
-        s = run.session = Session(id=sid, number=number, settings=settings, store=store, karma=k,
+        session = run.session = Session(id=sid, number=number, settings=settings, store=store, karma=karma,
                                   agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
                                   llm=None, soul=soul, effort=effort,
                                   tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
                                   context=context)
-        s.tool_policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=s.learn_secrets)
-        s.llm = LLM(models=models, budget=budget, record=k.record, soul=soul,
-                    providers=providers if providers is not None else cascade(settings, s),
+        session.tool_policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=session.learn_secrets)
+        session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
+                    providers=providers if providers is not None else cascade(settings, session),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
-        load_session_context(s, context)
+        load_session_context(session, context)
         due, why = deep_reflect_due(store, defaults, number)
         context["deepReflectDue"] = due
         if due:
@@ -270,13 +270,13 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
 
             context["memoryStats"] = memory_summary(store, number)
             run.kind = "deep_reflect"
-            k.record(events.DEEP_REFLECT, phase="start", reason=why)
-            tally = _CallTally(s.llm)
-            run.next_wake = run_deep_reflect(s)
+            karma.record(events.DEEP_REFLECT, phase="start", reason=why)
+            tally = _CallTally(session.llm)
+            run.next_wake = run_deep_reflect(session)
             if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
-                _llm_fault(run, s, tally.last, "deep reflection")
+                _llm_fault(run, session, tally.last, "deep reflection")
         else:
-            _plan_and_execute(run, s, orient_template, token, left_today)
+            _plan_and_execute(run, session, orient_template, token, left_today)
         interruptible(False)
         if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
@@ -288,18 +288,18 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
         interruptible(False)
         run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
-        _try(lambda: k.record(events.STORE_ERROR, error=run.reason))
+        _try(lambda: karma.record(events.STORE_ERROR, error=run.reason))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
         interruptible(False)
         run.outcome = outcomes.ERROR
         run.reason = f"{type(exc).__name__}: {exc}"[:300]
-        k.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
+        karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                  traceback=traceback.format_exc(limit=8)[-4000:])
     except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lock released, no crash
         interruptible(False)
         signal_name = str(exc)
         run.outcome, run.reason, run.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
-        _try(lambda: k.record(events.SIGNAL, signal=signal_name))
+        _try(lambda: karma.record(events.SIGNAL, signal=signal_name))
     except BaseException as exc:  # KeyboardInterrupt with no guard installed (in-process callers): record, let through
         interruptible(False)
         run.outcome, run.reason, run.next_wake, run.clean_snapshot = (outcomes.INTERRUPTED, type(exc).__name__,
@@ -340,17 +340,17 @@ class _CallTally:
         self.last = None
 
 
-def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, left_today: float) -> None:
+def _plan_and_execute(run: _Run, session: Session, orient_template: str, token: str, left_today: float) -> None:
     """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
     budget = run.budget
-    tally = _CallTally(s.llm)
+    tally = _CallTally(session.llm)
     try:
-        plan = orient(s, orient_template)
+        plan = orient(session, orient_template)
     except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
         run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
-        _llm_fault(run, s, exc, "orient")
+        _llm_fault(run, session, exc, "orient")
         return
     if plan is None:
         run.outcome = outcomes.NO_PLAN
@@ -358,12 +358,12 @@ def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, l
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, run.settings, left_today)
     run.store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
-    s.record(events.BUDGET, **budget.snapshot())
+    session.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
-        run.reflect_wake = run_reflect(s, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
+        run.reflect_wake = run_reflect(session, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
 
-    executor = run.executor = Executor(s, plan.mid_session_tripwires, reflect=reflect)
+    executor = run.executor = Executor(session, plan.mid_session_tripwires, reflect=reflect)
     executor.run(plan.steps)
     if executor.stop is not None:
         run.outcome = executor.stop.outcome
@@ -373,19 +373,19 @@ def _plan_and_execute(run: _Run, s: Session, orient_template: str, token: str, l
     run.next_wake = run.reflect_wake or plan.next_wake_config
     if run.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
         # Every call after orient failed: the session did nothing it meant to; not clean.
-        _llm_fault(run, s, tally.last, "every call after orient")
+        _llm_fault(run, session, tally.last, "every call after orient")
         if run.outcome == outcomes.ERROR:
             run.reason = f"every LLM call after orient failed: {tally.last}"[:300]
 
 
-def _llm_fault(run: _Run, s: Session, exc: LLMError, during: str) -> None:
+def _llm_fault(run: _Run, session: Session, exc: LLMError, during: str) -> None:
     """An LLM failure that ended (or emptied) the session: its fault outcome, or ``error`` when it is
     the agent's own (an unknown model, its adapter)."""
     if exc.fault is None:
         run.outcome, run.reason = outcomes.ERROR, str(exc)[:300]
         return
     run.outcome, run.reason = exc.fault, f"{during}: {exc}"[:300]
-    s.record(events.LLM_FAULT, outcome=exc.fault, status=exc.status, during=during, error=str(exc)[:1000],
+    session.record(events.LLM_FAULT, outcome=exc.fault, status=exc.status, during=during, error=str(exc)[:1000],
              operator_action=outcomes.operator_action(exc.fault))
 
 
@@ -458,7 +458,7 @@ def _record_end(run: _Run) -> WakeResult:
     expired = session_history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
                              on_reject=lambda why: run.karma.record(
                                  events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
-                                 kept_raw_at=session_history.REJECTED_HISTORY))
+                                 kept_raw_at=keys.REJECTED_SESSION_HISTORY))
     run.karma.record(events.SESSION_END, outcome=run.outcome, kind=run.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
                      karma_expired=expired or None, reason=run.reason, operator_action=action)

@@ -10,7 +10,7 @@ import pytest
 
 from brainstem import keys
 from brainstem.errors import BrainstemError
-from brainstem.versions import (AUTO_RESTORE_MARK, MAX_VERSIONS, WATCHED, auto_restore, diff, failing_streak,
+from brainstem.versions import (MAX_VERSIONS, WATCHED, auto_restore, diff, failing_streak,
                                 find, history_key, record_write, restore_last_clean, rollback, save_clean_snapshot,
                                 snapshot, versions)
 
@@ -187,7 +187,7 @@ def test_auto_restore_after_three_failures_once_per_streak(store):
     assert store.get(keys.CONFIG_DEFAULTS) == '{"wake": {"sleep_seconds": 600}}'
     last = versions(store, K)[-1]
     assert last["value"] == "GOOD" and last["source"] == "runtime:auto_restore" and last["session_id"] == "5-s"
-    assert store.get_json(AUTO_RESTORE_MARK)["streak_start"] == "2-s"
+    assert store.get_json(keys.AUTO_RESTORE_MARK)["streak_start"] == "2-s"
     # the same streak goes on failing: no second restore, even if the key was broken again
     write(store, K, "BROKEN AGAIN")
     _history(store, ["clean", "no_plan", "crashed", "error", "no_plan"])

@@ -25,6 +25,7 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
 
 
 def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
+    from .. import keys
     from ..kv import open_store, sqlite_url
     from ..llm.cassette import CassetteProvider
     from ..seed import example_soul_path, seed
@@ -47,7 +48,7 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
                       listeners=[lambda e: echo("  " + format_entry(e))])
         echo(f"\n{result.message}\n")
-        last = store.get_json("last_reflect", default={}) or {}
+        last = store.get_json(keys.LAST_REFLECT, default={}) or {}
         echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
         echo(f"its note to itself: {last.get('note_to_future_self', '(none)')}\n")
         echo("where to go next:")

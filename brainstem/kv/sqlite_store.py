@@ -240,26 +240,26 @@ class SQLiteStore(Store):
     # --- logs ---
     def append(self, log_key: str, entry: Any) -> int:
         text = encode(entry)
-        k = self._k(log_key)
+        key = self._k(log_key)
 
         def body(db):
             (length,) = db.execute(
                 "INSERT INTO log_keys (key, length) VALUES (?, 1) ON CONFLICT(key) DO UPDATE "
-                "SET length = length + 1 RETURNING length", (k,)).fetchone()
-            db.execute("INSERT INTO logs (key, seq, entry) VALUES (?, ?, ?)", (k, length - 1, text))
+                "SET length = length + 1 RETURNING length", (key,)).fetchone()
+            db.execute("INSERT INTO logs (key, seq, entry) VALUES (?, ?, ?)", (key, length - 1, text))
             return length
         return self._tx(body)
 
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
         """Entries ``start`` .. ``stop`` (exclusive, Python slice semantics incl. negatives)."""
-        k = self._k(log_key)
+        key = self._k(log_key)
         if start < 0 or (stop is not None and stop < 0):
             n = self.log_length(log_key)
             start, stop, _ = slice(start, stop).indices(n)
         hi = stop if stop is not None else 2**62
         rows = self._run(lambda db: db.execute(
             "SELECT CAST(entry AS BLOB) FROM logs WHERE key = ? AND seq >= ? AND seq < ? ORDER BY seq",
-            (k, start, hi)).fetchall())
+            (key, start, hi)).fetchall())
         return [decode_log_entry(r[0]) for r in rows]
 
     def log_length(self, log_key: str) -> int:
@@ -268,19 +268,19 @@ class SQLiteStore(Store):
         return row[0] if row else 0
 
     def delete_log(self, log_key: str) -> bool:
-        k = self._k(log_key)
+        key = self._k(log_key)
 
         def body(db):
-            db.execute("DELETE FROM logs WHERE key = ?", (k,))
-            return db.execute("DELETE FROM log_keys WHERE key = ?", (k,)).rowcount > 0
+            db.execute("DELETE FROM logs WHERE key = ?", (key,))
+            return db.execute("DELETE FROM log_keys WHERE key = ?", (key,)).rowcount > 0
         return self._tx(body)
 
     def trim_log(self, log_key: str, keep: int) -> None:
         # Sequence numbers keep counting from the log's length, so trimming never reuses one.
-        k = self._k(log_key)
+        key = self._k(log_key)
         self._run(lambda db: db.execute(
             "DELETE FROM logs WHERE key = ? AND seq < (SELECT length FROM log_keys WHERE key = ?) - ?",
-            (k, k, max(0, keep))))
+            (key, key, max(0, keep))))
 
     # --- locks ---
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
@@ -442,9 +442,9 @@ def _tighten(path: Path) -> None:
     -wal and -shm files the database file's mode; this also closes up files an older version left open)."""
     for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         try:
-            st = os.stat(p)
-            if st.st_uid == os.geteuid() and st.st_mode & 0o077:
-                os.chmod(p, st.st_mode & 0o700)
+            info = os.stat(p)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(p, info.st_mode & 0o700)
         except FileNotFoundError:
             pass
 

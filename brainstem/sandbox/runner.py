@@ -197,8 +197,8 @@ atexit.register(shutdown)
 
 def server_pid() -> int | None:
     """The fork server's pid, if it is running (for diagnostics and tests)."""
-    s = _server
-    return s.proc.pid if s is not None and s.alive() else None
+    services = _server
+    return services.proc.pid if services is not None and services.alive() else None
 
 
 def _spawn(params: dict) -> tuple[socket.socket, socket.socket]:
@@ -435,24 +435,24 @@ class _Execution:
         return {"ok": True, "value": value}
 
     def _dispatch(self, op: Any, msg: dict) -> Any:
-        s = self.services
+        services = self.services
         if op in ("kv_get", "kv_put", "kv_list", "kv_delete") and not self.kv_granted:
             raise _Refused("kv access is not granted to this tool")
         if op == "kv_get":
-            value = s.kv_get(_str_arg(msg, "key"))
+            value = services.kv_get(_str_arg(msg, "key"))
             if value is not None and type(value) is not str:
                 value = str(value)
             return value
         if op == "kv_put":
-            s.kv_put(_str_arg(msg, "key"), _str_arg(msg, "value"))
+            services.kv_put(_str_arg(msg, "key"), _str_arg(msg, "value"))
             return None
         if op == "kv_list":
-            keys = s.kv_list(_str_arg(msg, "prefix"))
+            keys = services.kv_list(_str_arg(msg, "prefix"))
             return [str(k) for k in keys]
         if op == "kv_delete":
-            return bool(s.kv_delete(_str_arg(msg, "key")))
+            return bool(services.kv_delete(_str_arg(msg, "key")))
         if op == "log":
-            s.log(_str_arg(msg, "message"))
+            services.log(_str_arg(msg, "message"))
             return None
         if op == "fetch":
             remaining = max(0.1, self.deadline - time.monotonic())
@@ -460,7 +460,7 @@ class _Execution:
             if type(timeout) not in (int, float) or not math.isfinite(timeout) or timeout <= 0:
                 timeout = remaining
             headers = msg.get("headers")
-            result = s.fetch(
+            result = services.fetch(
                 url=_str_arg(msg, "url"),
                 method=_str_arg(msg, "method"),
                 headers=dict(headers) if type(headers) is dict else None,
