@@ -21,7 +21,6 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timezone
 
 from . import keys
 from .errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
@@ -30,6 +29,7 @@ from .kv import open_store
 from .kv.base import Store
 from .kv.names import agent_prefix
 from .settings import Settings
+from .sleep import iso, now_utc
 
 log = logging.getLogger("brainstem.run")
 
@@ -218,18 +218,18 @@ class Runner:
             by_id[job_id] = agent
             sched.add_job(self.fire, trigger, args=[agent], id=job_id, coalesce=True, max_instances=1,
                           misfire_grace_time=int(misfire_grace),
-                          next_run_time=None if not run_now else _utcnow())
+                          next_run_time=None if not run_now else now_utc())
 
         def on_missed(event):
             agent = by_id.get(event.job_id)
             if agent is not None:
-                self.missed(agent, event.scheduled_run_time.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                self.missed(agent, iso(event.scheduled_run_time))
         sched.add_listener(on_missed, EVENT_JOB_MISSED)
 
         def on_max_instances(event):
             agent = by_id.get(event.job_id)
             if agent is not None:
-                self.still_running(agent, [t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.still_running(agent, [iso(t)
                                            for t in event.scheduled_run_times or []])
         sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
 
@@ -274,9 +274,3 @@ class Runner:
                         agent.name or "default")
         except StoreUnavailable:
             pass
-
-
-def _utcnow():
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc)

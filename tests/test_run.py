@@ -202,7 +202,7 @@ def test_bad_schedules_and_unknown_agents_are_refused_with_one_line(redis_url, a
     env = base_env(redis_url, None)
     cases = {
         "every zero": (["--every", "0", "--agent", name], "too short"),
-        "every abc": (["--every", "abc", "--agent", name], "not an interval"),
+        "every abc": (["--every", "abc", "--agent", name], "is not a duration"),
         "every under a second": (["--every", "500ms", "--agent", name], "too short"),
         "bad cron": (["--cron", "bad", "--agent", name], "crontab"),
         "cron out of range": (["--cron", "61 * * * *", "--agent", name], "crontab"),

@@ -15,9 +15,9 @@ def test_status_lists_bindings_and_sandbox_protections_but_no_value(tmp_path):
            "BRAINSTEM_TOOL_SECRETS": "TELEGRAM_BOT_TOKEN@api.telegram.org,secret:vault@rpc.example.org"}
     r = run_cli("status", env=env)
     assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert "secret         TELEGRAM_BOT_TOKEN -> api.telegram.org" in lines
-    assert "secret         secret:vault -> rpc.example.org  (NOT SET)" in lines
+    lines = [" ".join(ln.split()) for ln in r.stdout.splitlines()]  # columns aligned with any width
+    assert "secret TELEGRAM_BOT_TOKEN -> api.telegram.org" in lines
+    assert "secret secret:vault -> rpc.example.org (NOT SET)" in lines
     sandbox = [ln for ln in lines if ln.startswith("sandbox")]
     assert len(sandbox) == 1 and "seccomp" in sandbox[0]
     r = run_cli("status", "--json", env=env)
