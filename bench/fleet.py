@@ -150,7 +150,7 @@ def main() -> int:
                         break
                     time.sleep(0.1)
                 time.sleep(0.3)  # a double run would show up here
-                tick = [(n, h[k - 1]) for n, h in zip(names, histories(client, names)) if len(h) >= k]
+                tick = [(n, h[k - 1]) for n, h in zip(names, histories(client, names), strict=True) if len(h) >= k]
                 starts, ends = span_times(client, tick)
                 busy = max(ends) - min(starts) if tick else float("nan")
                 ticks.append({"sessions": len(tick), "busy": busy, "latency": min(starts) - due_at if tick else 0})
@@ -183,9 +183,9 @@ def main() -> int:
                     reasons[e.get("reason")] += 1
         by_daemon = [len(re.findall(r" agent\d{3}: session ", p.read_text())) for p in logs]
         overlaps = 0
-        for n, h in zip(names, hist):
-            spans = sorted(zip(*span_times(client, [(n, s) for s in h])))
-            overlaps += sum(1 for (s1, e1), (s2, _) in zip(spans, spans[1:]) if s2 < e1)
+        for n, h in zip(names, hist, strict=True):
+            spans = sorted(zip(*span_times(client, [(n, s) for s in h]), strict=True))
+            overlaps += sum(1 for (s1, e1), (s2, _) in zip(spans, spans[1:], strict=False) if s2 < e1)
         if proc is not None:
             proc.terminate()
 

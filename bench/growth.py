@@ -101,7 +101,8 @@ def main() -> int:
     plateau = [r for r in rows if r[0] >= 1000]
     if len(plateau) >= 2:
         growth = plateau[-1][2] / plateau[0][2]
-        print(f"live store size at {plateau[-1][0]} / at {plateau[0][0]}: {growth:.2f}  (flat beyond the window: <= 1.1)")
+        print(f"live store size at {plateau[-1][0]} / at {plateau[0][0]}: {growth:.2f}  "
+              "(flat beyond the window: <= 1.1)")
         ok &= growth <= 1.1
     print("ok" if ok else "MISSED")
     return 0 if ok else 1

@@ -37,7 +37,9 @@ TARGET_MS = 5.0
 ROUNDS = 10
 
 TRIVIAL = "def execute(args, ctx):\n    return {'n': args['n'] + 1}\n"
-FETCHING = "def execute(args, ctx):\n    r = ctx.fetch(args['url'])\n    return {'status': r['status'], 'len': len(r['text'])}\n"
+FETCHING = ("def execute(args, ctx):\n"
+            "    r = ctx.fetch(args['url'])\n"
+            "    return {'status': r['status'], 'len': len(r['text'])}\n")
 
 
 class _Page(http.server.BaseHTTPRequestHandler):

@@ -45,7 +45,7 @@ def wake_command() -> list[str]:
 
 def timed(cmd: list[str], env: dict) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    r = subprocess.run(cmd, env=env, capture_output=True)
     elapsed = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"{cmd} failed ({r.returncode}): {r.stderr.decode()[:300]}")

@@ -83,8 +83,9 @@ class Budget:
         if self.time_left() <= 0:
             raise BudgetExceeded("time", f"time budget used: {self.elapsed():.1f}s of {self.time_ceiling():.1f}s")
         if self.spent >= self.cost_ceiling():
-            raise BudgetExceeded(self.binding_limit(), f"cost budget used: ${self.spent:.4f} of ${self.cost_ceiling():.4f}")
-        for cost_cap, step_cap in self.caps:
+            raise BudgetExceeded(self.binding_limit(),
+                                 f"cost budget used: ${self.spent:.4f} of ${self.cost_ceiling():.4f}")
+        for _cost_cap, step_cap in self.caps:
             if step_cap is not None and self.steps >= step_cap:
                 raise BudgetExceeded("subplan", "the subplan has used its step budget")
 
@@ -146,7 +147,8 @@ def correct_anomaly(store: Store, number: int, billed: float) -> tuple[dict, flo
     today's spend after). ``ValueError`` when there is no such anomaly or it is corrected already."""
     items = anomalies_today(store)
     if not 1 <= number <= len(items):
-        raise ValueError(f"no cost anomaly number {number} today (there are {len(items)}; `brainstem status` lists them)")
+        raise ValueError(f"no cost anomaly number {number} today "
+                         f"(there are {len(items)}; `brainstem status` lists them)")
     item = items[number - 1]
     if "corrected_to" in item:
         raise ValueError(f"cost anomaly {number} was corrected already (to ${item['corrected_to']:.4f})")

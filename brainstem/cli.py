@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from . import __version__, karma as karma_mod, keys
+from . import __version__, keys
+from . import karma as karma_mod
 from .errors import BadArgument, BrainstemError, MalformedValue, NotFound, NotText
 
 
@@ -89,7 +90,8 @@ def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_p
       brainstem seed --soul my_soul.md
       brainstem seed --force            # put the shipped prompts, config and tools back
     """
-    from .seed import example_soul_path, read_soul_file, seed as do_seed
+    from .seed import example_soul_path, read_soul_file
+    from .seed import seed as do_seed
 
     if soul_file and example_soul:
         raise click.UsageError("give --soul FILE or --example-soul, not both")
@@ -154,10 +156,12 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     Sleeps (exit 0, silently) when it is not time yet. Otherwise: notices a
     crashed last session, reads balances, asks the LLM for a plan, runs it
     under the budgets, reflects, records everything in karma, printing each
-    event as it happens (--quiet: only the closing summary line). Exit codes: 0 slept or ran a session (even one with failed
-    steps, or one the operator must look at: its line then says what to do), 2 misconfigured (no soul,
-    no prompt:orient, bad setting), 3 store unreachable, 75 another wake holds the lock, 143 / 130
-    stopped by SIGTERM / SIGINT (the session is recorded as interrupted and the lock released).
+    event as it happens (--quiet: only the closing summary line). Exit codes:
+    0 slept or ran a session (even one with failed steps, or one the operator
+    must look at: its line then says what to do), 2 misconfigured (no soul,
+    no prompt:orient, bad setting), 3 store unreachable, 75 another wake holds
+    the lock, 143 / 130 stopped by SIGTERM / SIGINT (the session is recorded as
+    interrupted and the lock released).
 
     \b
     Examples:
@@ -177,8 +181,8 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
         from .progress import listener
 
         listeners.append(listener(log_format, click.echo, tty=sys.stdout.isatty() and log_format == "text"))
-    from .outcomes import operator_action
     from .interrupt import SignalGuard, WakeInterrupted
+    from .outcomes import operator_action
 
     with SignalGuard() as guard:
         try:
@@ -737,7 +741,8 @@ def kv_ls(c: Ctx, prefix: str, limit: int, as_json: bool) -> None:
     """List keys starting with PREFIX (all keys by default)."""
     for k in c.store.list_all(prefix, limit=limit):
         if as_json:
-            click.echo(json.dumps({"name": k.name, "metadata": k.metadata, "expiration": k.expiration, "log": k.is_log}))
+            click.echo(json.dumps({"name": k.name, "metadata": k.metadata, "expiration": k.expiration,
+                                   "log": k.is_log}))
         else:
             click.echo(f"{k.name}  (log)" if k.is_log else k.name)
 

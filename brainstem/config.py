@@ -11,7 +11,6 @@ nothing here can raise them.
 from __future__ import annotations
 
 import json
-
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator

@@ -85,8 +85,9 @@ def load_session_context(session, context: dict) -> None:
     """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
     defaults), the last reflection, a bounded index of the store, the effort."""
     d = session.defaults.memory
-    last = session.store.get_json(keys.LAST_REFLECT, default=None,
-                            on_error=lambda e: session.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
+    last = session.store.get_json(
+        keys.LAST_REFLECT, default=None,
+        on_error=lambda e: session.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
     names = None
     if isinstance(last, dict):
         noc = last.get("next_orient_context")

@@ -10,7 +10,8 @@ names, not as a crash.
 
 from __future__ import annotations
 
-from . import session_history, karma as karma_mod, keys, outcomes, unrecorded
+from . import karma as karma_mod
+from . import keys, outcomes, session_history, unrecorded
 from .kv.base import Store
 from .untrusted import untrusted
 
@@ -52,6 +53,7 @@ def close_dead(store: Store, crumb: dict, detected_by: str) -> dict | None:
     else:
         closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by)
     # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.
-    if (closed is not None and closed.get("outcome") == outcomes.CRASHED) or (closed is None and crumb.get("id") is None):
+    if ((closed is not None and closed.get("outcome") == outcomes.CRASHED)
+            or (closed is None and crumb.get("id") is None)):
         return data
     return None

@@ -41,7 +41,8 @@ KV_OPERATIONS_REJECTED = "kv_operations_rejected"
 REFLECT = "reflect"
 REFLECT_PARSE_ERROR = "reflect_parse_error"
 REFLECT_CALL_FAILED = "reflect_call_failed"  # the reflection's LLM call failed (provider, budget): no answer to parse
-LLM_FAULT = "llm_fault"  # the LLM endpoint failed for a reason that is the operator's or the provider's, not the agent's
+# The LLM endpoint failed for a reason that is the operator's or the provider's, not the agent's.
+LLM_FAULT = "llm_fault"
 STORE_ERROR = "store_error"  # the store became unreachable mid-session
 SIGNAL = "signal"  # SIGTERM/SIGINT received by a wake: the session stops and is recorded as interrupted
 DEEP_REFLECT = "deep_reflect"

@@ -17,8 +17,18 @@ from typing import Any
 from . import events, keys, outcomes
 from .budget import BudgetExceeded
 from .llm.chokepoint import LLMError
-from .plan import (ActionStep, ConditionalStep, MidSessionTripwire, PlanError, ReflectStep, SubPlan,
-                   SubplanStep, ThinkStep, UnknownStep, parse_plan)
+from .plan import (
+    ActionStep,
+    ConditionalStep,
+    MidSessionTripwire,
+    PlanError,
+    ReflectStep,
+    SubPlan,
+    SubplanStep,
+    ThinkStep,
+    UnknownStep,
+    parse_plan,
+)
 from .templates import references, render, substitute, to_text
 from .untrusted import Untrusted
 
@@ -87,7 +97,8 @@ class Executor:
         try:
             session.budget.before_step()
         except BudgetExceeded as exc:
-            session.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc), **session.budget.snapshot())
+            session.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc),
+                           **session.budget.snapshot())
             raise _stop_for(exc) from None
         if isinstance(step, UnknownStep):
             session.record(events.UNKNOWN_STEP_TYPE, step_id=sid, type=step.type,
@@ -175,9 +186,12 @@ class Executor:
         answer = self._ask("conditional", sid, model, prompt, 50).content
         chosen = match_branch(answer, step.branches)
         if chosen is None:
-            fallback = step.default if step.default in step.branches else ("default" if "default" in step.branches else None)
+            if step.default in step.branches:
+                fallback = step.default
+            else:
+                fallback = "default" if "default" in step.branches else None
             self.session.record(events.CONDITIONAL_NO_MATCH, step_id=sid, answer=answer[:200], branches=options,
-                          default=fallback)
+                                default=fallback)
             if fallback is None:
                 raise _StepFailure(f"answer {answer[:80]!r} matches no branch ({', '.join(options)}) and there is "
                                    "no default branch", final=True)

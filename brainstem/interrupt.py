@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 
+
 class WakeInterrupted(BaseException):
     """SIGTERM/SIGINT reached a ``brainstem wake`` mid-session: the session is recorded as interrupted."""
 
@@ -47,7 +48,7 @@ class SignalGuard:
             self.interruptible = False
             raise WakeInterrupted(signum)
 
-    def __enter__(self) -> "SignalGuard":
+    def __enter__(self) -> SignalGuard:
         global _GUARD
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator)
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator
 
 MAX_STEPS_PARSED = 1000  # beyond any sane budget; the step budget stops execution long before
 
@@ -58,7 +58,7 @@ class ThinkStep(StepBase):
 class ConditionalStep(StepBase):
     type: Literal["conditional"]
     prompt: str = Field(min_length=1)
-    branches: dict[str, list["Step"]]
+    branches: dict[str, list[Step]]
     default: str | None = None  # the branch to take when the answer matches none
     model: str | None = None
 
@@ -88,9 +88,12 @@ def _step_tag(v: Any) -> str:
 
 
 Step = Annotated[
-    Union[Annotated[ActionStep, Tag("action")], Annotated[ThinkStep, Tag("think")],
-          Annotated[ConditionalStep, Tag("conditional")], Annotated[SubplanStep, Tag("subplan")],
-          Annotated[ReflectStep, Tag("reflect")], Annotated[UnknownStep, Tag("unknown")]],
+    Annotated[ActionStep, Tag("action")]
+    | Annotated[ThinkStep, Tag("think")]
+    | Annotated[ConditionalStep, Tag("conditional")]
+    | Annotated[SubplanStep, Tag("subplan")]
+    | Annotated[ReflectStep, Tag("reflect")]
+    | Annotated[UnknownStep, Tag("unknown")],
     Discriminator(_step_tag),
 ]
 ConditionalStep.model_rebuild()

@@ -24,13 +24,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import events, session_history, keys
+from . import events, keys, session_history
 from .budget import BudgetExceeded
 from .config import Defaults, Models
 from .errors import KVWriteRefused, NotText
-from .karma import read as read_karma, utcnow_iso
-from .llm.chokepoint import LLMError
 from .json_numbers import finite
+from .karma import read as read_karma
+from .karma import utcnow_iso
+from .llm.chokepoint import LLMError
 from .plan import PlanError, parse_object
 from .sleep import parse_iso
 from .templates import render
@@ -147,8 +148,8 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     memory.update({"session_id": session.id, "written_at": utcnow_iso()})
     session.store.put(keys.LAST_REFLECT, memory)
     unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
-    session.record(events.REFLECT, summary=out.session_summary[:500], load_keys=out.next_orient_context.get("load_keys"),
-             ignored_fields=unknown or None)
+    session.record(events.REFLECT, summary=out.session_summary[:500],
+                   load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
     if out.kv_operations:
         _apply_operations(session, out.kv_operations, "reflect")
     if out.model_details_updates:

@@ -262,7 +262,8 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from . import session_history, karma as karma_mod, outcomes
+        from . import karma as karma_mod
+        from . import outcomes, session_history
 
         try:
             crumb = karma_mod.unfinished_session(agent.store)

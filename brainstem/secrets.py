@@ -40,7 +40,9 @@ from .errors import ConfigError
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 KV_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
-HOST_NAME = re.compile(r"(?=.{1,253}\Z)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\Z")
+HOST_NAME = re.compile(r"(?=.{1,253}\Z)"  # 1 to 253 characters in all
+                       r"([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)"  # a first label of 1 to 63
+                       r"(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\Z")  # then more, each after a dot
 LLM_KEY = "OPENROUTER_API_KEY"
 PUBLIC_SETTINGS = ("OPENROUTER_BASE_URL", "WALLET_ADDRESS", "BASE_RPC_URL")
 PCHAR_SAFE = "-._~!$&'()*+,;=:@"  # what a URL path segment may hold unescaped
@@ -235,7 +237,7 @@ class Grants:
     def present(self, *texts: str) -> list[Grant]:
         return [g for g in self.secrets if any(g.placeholder in t for t in texts if t)]
 
-    def check(self, req: "Outgoing") -> list[Grant]:
+    def check(self, req: Outgoing) -> list[Grant]:
         """The grants whose placeholders ``req`` carries, once each and where a credential goes;
         :class:`SecretRefused` (nothing is sent) when it would carry one anywhere else.
 

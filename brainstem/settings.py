@@ -30,7 +30,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
 
     kv: str = Field(default_factory=default_store_url, validation_alias="BRAINSTEM_KV",
-                    description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db or sqlite:////absolute.db "
+                    description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db "
+                                "or sqlite:////absolute.db "
                                 "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
     kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
                            description="Agent name (keys under NAME:), so several agents can share one store, "
@@ -38,13 +39,15 @@ class Settings(BaseSettings):
     openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
                                                  description="Key of the hard-coded tier-3 LLM provider")
     openrouter_base_url: str = Field("https://openrouter.ai/api/v1", validation_alias="OPENROUTER_BASE_URL",
-                                     description="Any OpenAI-compatible endpoint (a local server, a proxy, a test double)")
+                                     description="Any OpenAI-compatible endpoint "
+                                                 "(a local server, a proxy, a test double)")
     base_rpc_url: str = Field("https://mainnet.base.org", validation_alias="BASE_RPC_URL",
                               description="Base JSON-RPC endpoint for the USDC balance")
     wallet_address: str | None = Field(None, validation_alias="WALLET_ADDRESS",
                                        description="Wallet whose USDC balance on Base is ground truth")
     max_session_cost: float = Field(0.50, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_COST",
-                                    description="Ceiling in USD for one session; the agent's budget is clamped under it")
+                                    description="Ceiling in USD for one session; "
+                                                "the agent's budget is clamped under it")
     max_daily_cost: float = Field(5.00, ge=0, validation_alias="BRAINSTEM_MAX_DAILY_COST",
                                   description="Ceiling in USD for all sessions of one UTC day")
     max_session_steps: int = Field(100, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_STEPS",
@@ -59,7 +62,8 @@ class Settings(BaseSettings):
                                                 "NAME@HOST (environment) or secret:NAME@HOST (store), comma list; "
                                                 "a bare OPENROUTER_API_KEY is bound to the LLM endpoint's host")
     fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
-                                   description="Extra hosts/CIDRs tool fetch may reach despite being private (comma list)")
+                                   description="Extra hosts/CIDRs tool fetch may reach despite being private "
+                                               "(comma list)")
     ground_truth_timeout: float = Field(10.0, gt=0, validation_alias="BRAINSTEM_GROUND_TRUTH_TIMEOUT",
                                         description="Seconds each balance check may take before it counts as unknown")
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import session_history, keys
+from . import keys, session_history
 from .budget import anomalies_today, daily_spent
 from .config import load_defaults, load_models
-from .karma import unfinished_session
 from .errors import NotText
+from .karma import unfinished_session
 from .kv.base import Store
+from .outcomes import operator_action
 from .reflect import deep_reflect_due
 from .settings import Settings
 from .sleep import now_utc, sleeping_until
 from .versions import failing_streak
-from .outcomes import operator_action
 
 
 def _running(store: Store) -> dict[str, Any] | None:

@@ -136,7 +136,7 @@ class ToolPolicy:
     on_secrets: Callable[[dict[str, str]], None] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any, **kwargs: Any) -> "ToolPolicy":
+    def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
         return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
                    session_write_quota=settings.session_write_quota, **kwargs)
@@ -222,7 +222,8 @@ class ToolServices:
         if self._written + size > p.tool_write_quota:
             limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
         elif p.session_written[0] + size > p.session_write_quota:
-            limit, used, which = p.session_write_quota, p.session_written[0], "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
+            limit, used = p.session_write_quota, p.session_written[0]
+            which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
         else:
             self._written += size
             p.session_written[0] += size

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from . import session_history, keys, outcomes
+from . import keys, outcomes, session_history
 from .errors import BrainstemError
 from .karma import utcnow_iso
 from .kv.base import Store
@@ -30,7 +30,9 @@ def history_key(key: str) -> str:
 
 def versions(store: Store, key: str) -> list[dict]:
     raw = store.get_json(history_key(key), default=[])
-    return [v for v in raw if isinstance(v, dict) and isinstance(v.get("version"), int)] if isinstance(raw, list) else []
+    if not isinstance(raw, list):
+        return []
+    return [v for v in raw if isinstance(v, dict) and isinstance(v.get("version"), int)]
 
 
 VERSIONED = "prompt:*, config:*, tool:*, provider:*, wisdom"

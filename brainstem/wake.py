@@ -29,28 +29,29 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, session_history, karma as karma_mod, keys, outcomes, unrecorded
-from .context import load_session_context
-from .crash import close_dead
-from .interrupt import WakeInterrupted, interruptible, stop_reason
-from .lock import acquire_wake_lock, forget_token, lock_ttl, owner_token
-from .orient import orient, plan_budget
+from . import events, keys, outcomes, session_history, unrecorded
+from . import karma as karma_mod
 from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
 from .config import Defaults, load_defaults, load_models
+from .context import load_session_context
+from .crash import close_dead
 from .errors import ConfigError, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
 from .executor import Executor
 from .ground_truth import effort_for, fired_tripwires, read_world
+from .interrupt import WakeInterrupted, interruptible, stop_reason
 from .karma import Karma, Redactor
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
 from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
+from .lock import acquire_wake_lock, forget_token, lock_ttl, owner_token
+from .orient import orient, plan_budget
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
-from .tools import ToolPolicy
 from .settings import Settings
 from .sleep import asleep_message, iso, now_utc, sleeping_until
+from .tools import ToolPolicy
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 
 MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
@@ -101,7 +102,6 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
 def cascade(settings: Settings, session: Session) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     from .llm.adapters import dynamic_providers
-
     from .secrets import public_url
 
     dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
@@ -214,8 +214,9 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         # Advance the schedule before doing anything that could die.
-        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(
-            seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))), "set_by": "runtime:pessimistic", "session_id": sid})
+        pessimistic_wake = run.started + timedelta(seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))
+        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(pessimistic_wake), "set_by": "runtime:pessimistic",
+                                     "session_id": sid})
         karma.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
                  budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
                  crashed_session=crumb.get("id") if crumb else None)
@@ -226,7 +227,8 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         for p in problems:
             karma.record(events.CONFIG_REJECTED, reason=p)
         if wake_config is not None and not isinstance(wake_config, dict):
-            karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
+            karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG,
+                         reason="wake_config was not a JSON object; repaired")
         interruptible(True)
         if budget.cancel.is_set():  # a signal arrived while the lock was being taken
             budget.check_cancel()

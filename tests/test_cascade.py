@@ -23,8 +23,19 @@ from brainstem.seed import seed, seed_dirs
 
 from .conftest import run_cli
 from .doubles import RPCDouble
-from .wake_helpers import (API_KEY, answers, events_of, finished, llm_calls, plan, reflection, run_wake, seeded,
-                           think, wake_env)
+from .wake_helpers import (
+    API_KEY,
+    answers,
+    events_of,
+    finished,
+    llm_calls,
+    plan,
+    reflection,
+    run_wake,
+    seeded,
+    think,
+    wake_env,
+)
 
 PROVIDER_SECRETS = "OPENROUTER_API_KEY"  # bare: bound to the LLM endpoint's host
 LAST_CODE = keys.PROVIDER_LLM_LAST_WORKING_CODE
@@ -176,7 +187,8 @@ def test_working_adapter_is_snapshotted_then_carries_the_agent_when_tier1_breaks
         assert [c["purpose"] for c in calls] == ["orient", "think", "reflect"]
         assert {c["tier"] for c in calls} == {"dynamic"}
         assert not fallbacks(entries, tier="dynamic")
-        # The requests went through the adapter's ctx.fetch (it sends no brainstem User-Agent; the built-in client does).
+        # The requests went through the adapter's ctx.fetch (it sends no brainstem User-Agent;
+        # the built-in client does).
         for h in llm.request_headers:
             assert h.get("Authorization") == f"Bearer {API_KEY}"
             assert h.get("X-Title") == "Brainstem" and not h.get("User-Agent", "").startswith("brainstem/")
@@ -198,7 +210,8 @@ def test_working_adapter_is_snapshotted_then_carries_the_agent_when_tier1_breaks
         assert [(f["tier"], f["purpose"]) for f in fb] == [("dynamic", p) for p in ("orient", "think", "reflect")]
         assert all("tier one is broken" in f["error"] for f in fb)
         for h in llm.request_headers:
-            assert not h.get("User-Agent", "").startswith("brainstem/")  # the snapshot's own ctx.fetch, not the built-in client
+            # the snapshot's own ctx.fetch, not the built-in client
+            assert not h.get("User-Agent", "").startswith("brainstem/")
         # The snapshot is still the code that worked; the broken code is not snapshotted.
         assert store.get(LAST_CODE) == adapter
         assert not [e for e in events_of(entries, "kv_write") if e.get("key") == LAST_CODE]
@@ -340,7 +353,8 @@ def test_llm_balance_comes_from_the_agents_checker(real_store_url, st, llm):
     assert not fallbacks(entries, checker="llm_balance")
     key_gets = [h for p, h in llm.get_requests if p.endswith("/key")]
     assert len(key_gets) == 1  # the checker's, and the hard-coded fallback never ran
-    assert key_gets[0]["Authorization"] == f"Bearer {API_KEY}" and not key_gets[0].get("User-Agent", "").startswith("brainstem/")
+    assert key_gets[0]["Authorization"] == f"Bearer {API_KEY}"
+    assert not key_gets[0].get("User-Agent", "").startswith("brainstem/")
 
 
 BROKEN_CHECKERS = {
@@ -367,7 +381,8 @@ def test_broken_llm_balance_checker_falls_back_to_the_hardcoded_one(kind, real_s
     assert error in fb[0]["error"], fb[0]
     assert ground_truth(entries)["balances"]["openrouter"] == pytest.approx(27.1828)
     key_gets = [h for p, h in llm.get_requests if p.endswith("/key")]
-    assert len(key_gets) == 1 and key_gets[0].get("User-Agent", "").startswith("brainstem/")  # the built-in client's request
+    # the built-in client's request
+    assert len(key_gets) == 1 and key_gets[0].get("User-Agent", "").startswith("brainstem/")
 
 
 def test_broken_llm_balance_checker_with_no_credit_known_gives_null(real_store_url, st, llm):

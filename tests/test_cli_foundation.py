@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-
-import json
 
 import pytest
 
@@ -23,7 +22,7 @@ def env(real_store_url):
 def one_line_error(result) -> str:
     """Assert the failure is one clean line (no traceback) and return it."""
     assert result.returncode != 0
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     return lines[0]
@@ -57,7 +56,7 @@ def test_kv_put_get_ls_del(env, tmp_path):
     assert run_cli("kv", "get", "cfg:x", env=env).stdout.strip() == '{"a":[1,2]}'
     assert run_cli("kv", "put", "piped", "--file", "-", env=env, input="from stdin").returncode == 0
     assert run_cli("kv", "get", "piped", env=env).stdout.strip() == "from stdin"
-    listed = [json.loads(l)["name"] for l in run_cli("kv", "ls", "--json", env=env).stdout.splitlines()]
+    listed = [json.loads(line)["name"] for line in run_cli("kv", "ls", "--json", env=env).stdout.splitlines()]
     assert listed == ["cfg:x", "notes", "piped"]
     assert run_cli("kv", "del", "notes", env=env).returncode == 0
     assert "no key 'notes'" in one_line_error(run_cli("kv", "get", "notes", env=env))
@@ -97,7 +96,7 @@ def test_karma_timeline_and_json(real_store_url):
     assert text.returncode == 0, text.stderr
     assert "session 7-test" in text.stdout and "llm_call" in text.stdout and "outcome=clean" in text.stdout
     lines = run_cli("karma", "7-test", "--json", env=env).stdout.splitlines()
-    assert [json.loads(l)["event"] for l in lines] == ["session_start", "llm_call", "session_end"]
+    assert [json.loads(line)["event"] for line in lines] == ["session_start", "llm_call", "session_end"]
     r = run_cli("karma", "nope", env=env)
     assert "no session nope in " in one_line_error(r) and "brainstem sessions" in r.stderr and r.returncode == 2
 

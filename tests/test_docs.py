@@ -16,7 +16,7 @@ def test_settings_table_matches_the_settings_model():
     documented = re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M)
     assert documented == [name for name, _, _ in settings_reference()]
     for name, default, meaning in settings_reference():
-        row = next(l for l in table.splitlines() if l.startswith(f"| `{name}` |"))
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
         assert meaning in row, name
         if default and name != "BRAINSTEM_KV":
             assert f"`{default}`" in row, name
@@ -36,7 +36,8 @@ def test_the_product_cites_nothing_it_does_not_ship():
     repo = Path(__file__).resolve().parent.parent
     pattern = re.compile(r"DESIGN\.md|\bshared/|seeds/0\d\d_|steering repo|\bissue \d+\b", re.IGNORECASE)
     files = [repo / "README.md", *(p for d in ("brainstem", "bench", "scripts", "tools_seed", "prompts_seed")
-                                  for p in (repo / d).rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".json"))]
+                                  for p in (repo / d).rglob("*")
+                                  if p.is_file() and p.suffix in (".py", ".md", ".json"))]
     found = [f"{p.relative_to(repo)}:{n}: {line.strip()}" for p in files
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)

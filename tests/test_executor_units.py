@@ -13,12 +13,10 @@ from brainstem.config import Models
 from brainstem.executor import match_branch, normalise_answer
 from brainstem.llm.chokepoint import LLM, MIN_USEFUL_TOKENS, LLMError
 from brainstem.llm.openrouter import LLMResponse, ProviderError
-from brainstem.plan import (ConditionalStep, PlanError, SubPlan, ThinkStep, UnknownStep, first_json_object,
-                            parse_plan)
+from brainstem.plan import ConditionalStep, PlanError, SubPlan, ThinkStep, UnknownStep, first_json_object, parse_plan
 from brainstem.sleep import parse_iso
 from brainstem.templates import references, render, substitute
 from brainstem.wake import MAX_SLEEP, clamp_sleep
-
 
 # --- conditional answers ------------------------------------------------------------------------
 

@@ -9,8 +9,18 @@ from brainstem import keys
 from brainstem.budget import daily_spent
 
 from .conftest import run_cli
-from .wake_helpers import (answers, events_of, finished, llm_calls, plan, run_wake, set_defaults, think, verbose,
-                           wake_env)
+from .wake_helpers import (
+    answers,
+    events_of,
+    finished,
+    llm_calls,
+    plan,
+    run_wake,
+    set_defaults,
+    think,
+    verbose,
+    wake_env,
+)
 
 
 def no_usage(content):

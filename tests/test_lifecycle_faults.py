@@ -25,8 +25,18 @@ from brainstem import karma, keys
 from brainstem.sleep import parse_iso
 
 from .conftest import run_cli
-from .wake_helpers import (events_of, finished, history, llm_calls, plan, reflection, run_wake, start_wake,
-                           think, wake_env)
+from .wake_helpers import (
+    events_of,
+    finished,
+    history,
+    llm_calls,
+    plan,
+    reflection,
+    run_wake,
+    start_wake,
+    think,
+    wake_env,
+)
 
 
 def _seconds_from_now(text: str) -> float:
@@ -106,7 +116,7 @@ def test_a_bad_key_never_triggers_auto_restore_and_retries_on_a_growing_backoff(
         assert not events_of(entries, "auto_restore")
         waits.append(_seconds_from_now(st.get_json(keys.WAKE_CONFIG)["next_wake_after"]))
     # 1, 2, 4, 8 minutes: not a whole default sleep (6 h) later.
-    for got, want in zip(waits, (60, 120, 240, 480)):
+    for got, want in zip(waits, (60, 120, 240, 480), strict=True):
         assert want - 10 <= got <= want + 1, waits
     assert st.get(keys.PROMPT_ORIENT).endswith("(edited by the agent)")  # nothing reverted
     assert [h["outcome"] for h in history(st)] == ["clean"] + ["llm_auth_failed"] * 4
@@ -442,7 +452,7 @@ def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(red
             spans.append((ts(events_of(entries, "session_start")[0]["t"]),
                           ts(events_of(entries, "session_end")[0]["t"]), entry["id"]))
         spans.sort()
-        for (s1, e1, id1), (s2, e2, id2) in zip(spans, spans[1:]):
+        for (_s1, e1, id1), (s2, _e2, id2) in zip(spans, spans[1:], strict=False):
             assert s2 >= e1, f"sessions {id1} and {id2} overlap"
         still = [e for e in fires(store, "skipped") if e.get("reason") == "still_running"]
         assert still, wake_log(store)

@@ -27,8 +27,20 @@ from brainstem.wake import wake
 
 from .conftest import run_cli, unique_prefix
 from .doubles import LLMDouble
-from .wake_helpers import (events_of, history, is_deep, is_orient, is_reflect, plan, reflection, seeded,
-                           set_defaults, start_wake, think, wake_env)
+from .wake_helpers import (
+    events_of,
+    history,
+    is_deep,
+    is_orient,
+    is_reflect,
+    plan,
+    reflection,
+    seeded,
+    set_defaults,
+    start_wake,
+    think,
+    wake_env,
+)
 
 DEEP_ANSWER = json.dumps({"reflection": "fine", "note_to_future_self": "carry on"})
 
@@ -207,7 +219,7 @@ def test_sessions_lists_history_newest_last(real_store_url, llm):
 
     rows = ok(run_cli("sessions", env=cli_env(real_store_url))).splitlines()
     assert [r.split()[0] for r in rows] == [x["id"] for x in h]
-    for row, entry in zip(rows, h):
+    for row, entry in zip(rows, h, strict=True):
         assert row.split()[1:3] == [entry["started_at"], entry["outcome"]], row
         assert f"{entry['steps']} steps" in row and f"${entry['cost']:.4f}" in row
     assert "a quiet session" in rows[0] and "a quiet session" not in rows[1]  # the reflection's summary

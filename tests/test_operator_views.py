@@ -22,15 +22,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import session_history as history_mod, keys
+from brainstem import keys
+from brainstem import session_history as history_mod
 from brainstem.errors import ConfigError
 from brainstem.karma import Karma
 from brainstem.kv import sqlite_path, sqlite_url
 from brainstem.scheduler import parse_duration, record_fire
 
 from .conftest import run_cli
-from .wake_helpers import (finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake,
-                           think)
+from .wake_helpers import finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake, think
 
 SQLITE_ONLY = pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 
@@ -249,7 +249,7 @@ def test_sessions_since_and_by_day_with_totals(st, env, llm):
     assert [r.split()[0] for r in rows] == [e["id"] for e in h]
     for word in (" steps", "$"):
         assert len({r.index(word) for r in rows}) == 1, rows
-    assert len({r.index(e["outcome"]) for r, e in zip(rows, h)}) == 1, rows
+    assert len({r.index(e["outcome"]) for r, e in zip(rows, h, strict=True)}) == 1, rows
 
     for bad in ("7x", "yesterday", "-3d"):
         line = one_line_error(run_cli("sessions", "--since", bad, env=env), 2)

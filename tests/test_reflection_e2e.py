@@ -507,7 +507,7 @@ def test_rollback_restores_the_seed_orient_prompt(agent):
 
     r = agent.cli("rollback", "prompt:orient", "--to", "99")
     assert r.returncode != 0 and r.stdout == ""
-    err = [l for l in r.stderr.splitlines() if l.strip()]
+    err = [line for line in r.stderr.splitlines() if line.strip()]
     assert err == ["brainstem: error: 'prompt:orient' has no version 99 (kept: 1, 2, 3)"]
     assert st.get(keys.PROMPT_ORIENT) == agent.seed_orient
 

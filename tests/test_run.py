@@ -30,8 +30,8 @@ from brainstem.kv import open_store
 from brainstem.seed import example_soul_path, seed
 
 from .conftest import run_cli
-from .redis_server import free_port
 from .doubles import LLMDouble
+from .redis_server import free_port
 from .wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
 
 pytestmark = pytest.mark.redis
@@ -186,7 +186,8 @@ def session_in_progress(store, min_completed_steps: int = 1) -> str | None:
 
 def start_redis_server(port: int, workdir: Path) -> subprocess.Popen:
     """A dedicated redis-server that can be stopped (after a SAVE) and restarted on the same port with its data."""
-    from .redis_server import RedisServerError, start_redis_server as start
+    from .redis_server import RedisServerError
+    from .redis_server import start_redis_server as start
 
     try:
         return start(workdir, port, "--dbfilename", "dump.rdb")[0]
@@ -265,7 +266,7 @@ def test_wakes_on_schedule_first_fire_runs_then_later_fires_sleep(redis_url, age
     assert all(e["until"] == wc["next_wake_after"] for e in log[1:])
     # About one fire a second (generous bounds: the machine is shared, and a late fire is coalesced).
     times = [ts(e["t"]) for e in log]
-    gaps = sorted((b - a).total_seconds() for a, b in zip(times[1:], times[2:]))
+    gaps = sorted((b - a).total_seconds() for a, b in zip(times[1:], times[2:], strict=False))
     assert 0.6 < gaps[len(gaps) // 2] < 1.6 and gaps[-1] < 5, gaps
     # One session's worth of LLM calls, however many fires.
     assert sum(1 for r in llm.requests if is_orient(r)) == 1
@@ -316,7 +317,7 @@ def test_two_daemons_on_one_agent_never_overlap(redis_url, agents, llm, daemons)
         assert len(starts) == 1 and len(ends) == 1, (entry["id"], [e["event"] for e in entries])
         spans.append((ts(starts[0]["t"]), ts(ends[0]["t"]), entry["id"]))
     spans.sort()
-    for (s1, e1, id1), (s2, e2, id2) in zip(spans, spans[1:]):
+    for (s1, e1, id1), (s2, e2, id2) in zip(spans, spans[1:], strict=False):
         assert s2 >= e1, f"sessions {id1} ({s1}..{e1}) and {id2} ({s2}..{e2}) overlap"
     ran, skipped = fires(store, "ran"), fires(store, "skipped")
     assert sorted(e["session_id"] for e in ran) == sorted(x["id"] for x in h)

@@ -66,7 +66,8 @@ def test_values_go_in_only_at_the_bound_host_in_every_place_a_request_holds_them
         events = []
         services = ToolServices("t", ToolMeta(secrets=["TOKEN"]), store, AgentKV(store, lambda *a, **k: None),
                                 lambda e, **f: events.append((e, f)),
-                                ToolPolicy(bindings=parse_bindings(["TOKEN@127.0.0.1"], LLM), fetch_allow=["127.0.0.1"]))
+                                ToolPolicy(bindings=parse_bindings(["TOKEN@127.0.0.1"], LLM),
+                                           fetch_allow=["127.0.0.1"]))
         ph = services.secrets["TOKEN"]
         basic = base64.b64encode(f"user:{ph}".encode()).decode()
         # One request each: a secret goes in one place of a request.

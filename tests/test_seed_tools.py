@@ -159,20 +159,23 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/rpc-html":
             return self.reply(200, "<html>not json</html>", "text/html")
         if path == "/rpc-error":
-            return self.reply(200, {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "header not found"}})
+            return self.reply(200, {"jsonrpc": "2.0", "id": 1,
+                                    "error": {"code": -32000, "message": "header not found"}})
         m = re.fullmatch(r"/tg/bot([^/]+)/sendMessage", path)
         if m:
             return self.telegram(m.group(1), body)
         m = re.fullmatch(r"/tg-echo/bot([^/]+)/sendMessage", path)
         if m:  # a server that repeats the token it was sent in its error
-            return self.reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized: no bot " + m.group(1)})
+            return self.reply(401, {"ok": False, "error_code": 401,
+                                    "description": "Unauthorized: no bot " + m.group(1)})
         if re.fullmatch(r"/tg-html/bot[^/]+/sendMessage", path):
             return self.reply(502, "<html>Bad Gateway</html>", "text/html")
         return self.reply(404, {"error": "no route"})
 
     def rpc(self, body):
         def error(message):
-            return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": -32602, "message": message}})
+            return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"),
+                                    "error": {"code": -32602, "message": message}})
 
         if not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or body.get("method") != "eth_call":
             return error("expected a JSON-RPC 2.0 eth_call")
@@ -188,14 +191,17 @@ class Handler(BaseHTTPRequestHandler):
         holder = "0x" + data[34:]
         if holder not in RAW_BALANCES:  # also catches upper-case hex: data must be lower-cased
             return error("unknown holder " + holder)
-        return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"), "result": "0x" + format(RAW_BALANCES[holder], "064x")})
+        return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"),
+                                "result": "0x" + format(RAW_BALANCES[holder], "064x")})
 
     def telegram(self, token, body):
         if token != TG_TOKEN:
             return self.reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
         if not isinstance(body, dict) or not body.get("chat_id") or not body.get("text"):
-            return self.reply(400, {"ok": False, "error_code": 400, "description": "Bad Request: chat_id and text required"})
-        return self.reply(200, {"ok": True, "result": {"message_id": 4242, "chat": {"id": body["chat_id"]}, "text": body["text"]}})
+            return self.reply(400, {"ok": False, "error_code": 400,
+                                    "description": "Bad Request: chat_id and text required"})
+        return self.reply(200, {"ok": True,
+                                "result": {"message_id": 4242, "chat": {"id": body["chat_id"]}, "text": body["text"]}})
 
 
 def serve(address):
@@ -204,7 +210,7 @@ def serve(address):
     srv.requests = []
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    srv.base = "http://%s:%d" % (address, srv.server_address[1])
+    srv.base = f"http://{address}:{srv.server_address[1]}"
     return srv
 
 
@@ -238,7 +244,7 @@ def closed_port_url():
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    return "http://127.0.0.1:%d" % port
+    return f"http://127.0.0.1:{port}"
 
 
 # --------------------------------------------------------------------------
@@ -250,7 +256,7 @@ class KVDouble:
     """Dict-backed ctx.kv with the contract's scoping (own / read_all)."""
 
     def __init__(self, store, tool, access):
-        self.store, self.access, self.prefix = store, access, "tooldata:%s:" % tool
+        self.store, self.access, self.prefix = store, access, f"tooldata:{tool}:"
 
     def read_key(self, key):
         full = key if self.access == "read_all" else self.prefix + key
@@ -294,7 +300,7 @@ class Ctx:
         try:
             r = self.client.request(method, url, **kwargs)
         except httpx.HTTPError as err:  # like the runtime: a message naming the URL
-            raise ConnectionError("fetch %s failed: %s" % (url, type(err).__name__)) from None
+            raise ConnectionError(f"fetch {url} failed: {type(err).__name__}") from None
         try:
             body = r.json()
         except ValueError:
@@ -318,7 +324,8 @@ PREPARED_MODULES = {
     "json": ns(loads=json.loads, dumps=json.dumps),
     "re": ns(match=re.match, search=re.search, findall=re.findall, sub=re.sub, fullmatch=re.fullmatch,
              split=re.split, escape=re.escape, IGNORECASE=re.IGNORECASE),
-    "math": ns(floor=std_math.floor, ceil=std_math.ceil, sqrt=std_math.sqrt, log=std_math.log, isfinite=std_math.isfinite),
+    "math": ns(floor=std_math.floor, ceil=std_math.ceil, sqrt=std_math.sqrt, log=std_math.log,
+               isfinite=std_math.isfinite),
     "datetime": ns(datetime=std_datetime.datetime, timedelta=std_datetime.timedelta, timezone=std_datetime.timezone),
     "random": ns(random=std_random.random, randint=std_random.randint, choice=std_random.choice),
     "hashlib": ns(sha256=std_hashlib.sha256, md5=std_hashlib.md5),
@@ -329,7 +336,7 @@ PREPARED_MODULES = {
 
 def restricted_import(name, globals=None, locals=None, fromlist=(), level=0):
     if name not in PREPARED_MODULES or level != 0:
-        raise ImportError("import of %r is not allowed in tools" % name)
+        raise ImportError(f"import of {name!r} is not allowed in tools")
     return PREPARED_MODULES[name]
 
 
@@ -465,7 +472,7 @@ def test_web_fetch_returns_non_200_status(run_tool, server, http_client):
                                   {"url": "http://x", "max_chars": "lots"}])
 def test_web_fetch_rejects_bad_input(run_tool, args):
     ctx = Ctx()
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         run_tool("web_fetch", args, ctx)
     assert ctx.fetches == []
 
@@ -487,7 +494,8 @@ def store():
 
 def test_kv_read_single_key_text_and_json(run_tool, store):
     ctx = Ctx(kv=KVDouble(store, "kv_read", "read_all"))
-    assert run_tool("kv_read", {"key": "wisdom"}, ctx) == {"ok": True, "key": "wisdom", "found": True, "value": "Be frugal."}
+    r = run_tool("kv_read", {"key": "wisdom"}, ctx)
+    assert r == {"ok": True, "key": "wisdom", "found": True, "value": "Be frugal."}
     r = run_tool("kv_read", {"key": "config:defaults"}, ctx)
     assert r["value"] == {"wake": {"sleep_seconds": 60}}
     r = run_tool("kv_read", {"key": "nothing:here"}, ctx)
@@ -504,10 +512,10 @@ def test_kv_read_many_keys(run_tool, store):
 
 @pytest.mark.parametrize("args", [{}, {"key": ""}, {"key": 5}, {"key": "secret:TELEGRAM_CHAT_ID"},
                                   {"keys": "wisdom"}, {"keys": []}, {"keys": ["wisdom", "secret:X"]},
-                                  {"keys": ["k%d" % i for i in range(51)]}])
+                                  {"keys": [f"k{i}" for i in range(51)]}])
 def test_kv_read_rejects_bad_input_and_secrets(run_tool, store, args):
     ctx = Ctx(kv=KVDouble(store, "kv_read", "read_all"))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         run_tool("kv_read", args, ctx)
 
 
@@ -527,10 +535,11 @@ def test_kv_write_then_kv_read_round_trip(run_tool, store):
     assert r["found"] is True and r["value"] == 3
 
 
-@pytest.mark.parametrize("args", [{"value": "x"}, {"key": "", "value": "x"}, {"key": "k"}, {"key": "k" * 201, "value": "x"}])
+@pytest.mark.parametrize("args", [{"value": "x"}, {"key": "", "value": "x"}, {"key": "k"},
+                                  {"key": "k" * 201, "value": "x"}])
 def test_kv_write_rejects_bad_input(run_tool, store, args):
     before = dict(store)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         run_tool("kv_write", args, Ctx(kv=KVDouble(store, "kv_write", "own")))
     assert store == before
 
@@ -555,7 +564,7 @@ def test_send_telegram_posts_message(run_tool, server, http_client):
     r = run_tool("send_telegram", {"text": "hello operator", "chat_id": 777, "api_base": server.base + "/tg/"}, ctx)
     assert r == {"ok": True, "message_id": 4242}
     req = server.requests[-1]
-    assert req["method"] == "POST" and req["path"] == "/tg/bot%s/sendMessage" % TG_TOKEN
+    assert req["method"] == "POST" and req["path"] == f"/tg/bot{TG_TOKEN}/sendMessage"
     assert req["body"] == {"chat_id": 777, "text": "hello operator"}
 
 
@@ -598,7 +607,7 @@ def test_send_telegram_wants_an_http_api_base(run_tool, http_client, api_base):
     r = run_tool("send_telegram", {"text": "hi", "api_base": api_base}, ctx)
     assert r == {"ok": False, "error": "api_base must be an http:// or https:// URL"}
     assert ctx.fetches == []
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         run_tool("send_telegram", {"text": "hi", "api_base": 5}, ctx)
     assert ctx.fetches == []
 
@@ -608,11 +617,12 @@ TG_BOUND = ["TELEGRAM_BOT_TOKEN@127.0.0.1"]
 
 def elsewhere_url(where, server, other_server, path):
     bound, other = server.server_address[1], other_server.server_address[1]
+    look_alike = "api.telegram.org" if "tg" in path else "openrouter.ai"
     return {
-        "another_host": "http://127.0.0.2:%d" % other,
-        "another_name_for_the_bound_host": "http://localhost:%d" % bound,
-        "user_info_disguise": "http://127.0.0.1:%d@127.0.0.2:%d" % (bound, other),
-        "look_alike_name": "http://%s.evil.example:%d" % ("api.telegram.org" if "tg" in path else "openrouter.ai", other),
+        "another_host": f"http://127.0.0.2:{other}",
+        "another_name_for_the_bound_host": f"http://localhost:{bound}",
+        "user_info_disguise": f"http://127.0.0.1:{bound}@127.0.0.2:{other}",
+        "look_alike_name": f"http://{look_alike}.evil.example:{other}",
     }[where] + path
 
 
@@ -625,7 +635,7 @@ def test_send_telegram_token_goes_only_to_the_bound_host(runtime, server, other_
     # The bound host gets the token, put in by the runtime: the binding works.
     r = runtime("send_telegram", {"text": "hi", "chat_id": 777, "api_base": server.base + "/tg"}, TG_BOUND)
     assert r == {"ok": True, "message_id": 4242}
-    assert server.requests[-1]["path"] == "/tg/bot%s/sendMessage" % TG_TOKEN
+    assert server.requests[-1]["path"] == f"/tg/bot{TG_TOKEN}/sendMessage"
     sent = len(server.requests), len(other_server.requests)
 
     api_base = elsewhere_url(where, server, other_server, "/tg")
@@ -641,7 +651,7 @@ def test_send_telegram_token_goes_only_to_the_bound_host(runtime, server, other_
 def test_send_telegram_an_echoed_token_comes_back_as_its_placeholder(runtime, server, monkeypatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
     r = runtime("send_telegram", {"text": "hi", "chat_id": 1, "api_base": server.base + "/tg-echo"}, TG_BOUND)
-    assert server.requests[-1]["path"] == "/tg-echo/bot%s/sendMessage" % TG_TOKEN  # the server had the token
+    assert server.requests[-1]["path"] == f"/tg-echo/bot{TG_TOKEN}/sendMessage"  # the server had the token
     assert r == {"ok": False,
                  "error": "Telegram answered 401: Unauthorized: no bot " + placeholder_for("TELEGRAM_BOT_TOKEN")}
 
@@ -656,7 +666,7 @@ def test_send_telegram_unreachable_through_the_runtime(runtime, closed_port_url,
 
 
 def test_send_telegram_requires_text(run_tool, http_client):
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         run_tool("send_telegram", {"text": "  "}, tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN))
 
 
@@ -963,7 +973,7 @@ def first_json_object(text, marker):
     """The first JSON object that starts a line after ``marker``."""
     start = text.index(marker)
     m = re.compile(r"^\{", re.M).search(text, start)
-    assert m, "no JSON object after %r" % marker
+    assert m, f"no JSON object after {marker!r}"
     obj, _ = json.JSONDecoder().raw_decode(text, m.start())
     return obj
 

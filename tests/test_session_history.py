@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from brainstem import session_history, keys
+from brainstem import keys, session_history
 
 
 def _session(store, sid: str, ended: datetime) -> dict:

@@ -9,7 +9,6 @@ never a traceback; every reading command still works on a store that cannot be w
 from __future__ import annotations
 
 import json
-
 import os
 import shutil
 import sqlite3
@@ -188,8 +187,8 @@ def read_only_store():
     Karma(store, "1-abcdef").record("session_start", session_id="1-abcdef")
     Karma(store, "1-abcdef").record("session_end", outcome="clean")
     store.put(keys.SESSION_LAST_STARTED, "1-abcdef")
-    session_history.append(store, {"id": "1-abcdef", "outcome": "clean", "started_at": "2026-01-01T00:00:00Z", "steps": 1,
-                           "cost": 0.01, "summary": "a quiet session"})
+    session_history.append(store, {"id": "1-abcdef", "outcome": "clean", "started_at": "2026-01-01T00:00:00Z",
+                                   "steps": 1, "cost": 0.01, "summary": "a quiet session"})
     store.put("prompt:orient", "orient v2")
     from brainstem.versions import record_write
 

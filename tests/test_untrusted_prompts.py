@@ -26,8 +26,19 @@ from brainstem.sandbox.sanitize import END_LABEL, has_markers, sanitize, wrap_un
 from brainstem.templates import render, substitute
 from brainstem.untrusted import Untrusted, plain, untrusted
 
-from .wake_helpers import (action, finished, is_deep, is_orient, is_reflect, iso_in, plan, run_wake, think,
-                           user_text, wake_env)
+from .wake_helpers import (
+    action,
+    finished,
+    is_deep,
+    is_orient,
+    is_reflect,
+    iso_in,
+    plan,
+    run_wake,
+    think,
+    user_text,
+    wake_env,
+)
 
 # --- the attack -----------------------------------------------------------------------------------
 

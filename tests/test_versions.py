@@ -10,9 +10,21 @@ import pytest
 
 from brainstem import keys
 from brainstem.errors import BrainstemError
-from brainstem.versions import (MAX_VERSIONS, WATCHED, auto_restore, diff, failing_streak,
-                                find, history_key, record_write, restore_last_clean, rollback, save_clean_snapshot,
-                                snapshot, versions)
+from brainstem.versions import (
+    MAX_VERSIONS,
+    WATCHED,
+    auto_restore,
+    diff,
+    failing_streak,
+    find,
+    history_key,
+    record_write,
+    restore_last_clean,
+    rollback,
+    save_clean_snapshot,
+    snapshot,
+    versions,
+)
 
 K = keys.PROMPT_ORIENT
 

@@ -20,16 +20,38 @@ import pytest
 from brainstem import karma, keys
 
 from .conftest import run_cli
-from .redis_server import free_port
 from .doubles import RPCDouble
-from .wake_helpers import (API_KEY, action, all_text, answers, event_names, events_of, finished, history,
-                           in_future, is_deep, is_orient, is_reflect, iso_in, llm_calls, plan,
-                           reflection, run_wake, seeded, set_defaults, start_wake, think, user_text, verbose,
-                           wake_env)
+from .redis_server import free_port
+from .wake_helpers import (
+    API_KEY,
+    action,
+    all_text,
+    answers,
+    event_names,
+    events_of,
+    finished,
+    history,
+    in_future,
+    is_deep,
+    is_orient,
+    is_reflect,
+    iso_in,
+    llm_calls,
+    plan,
+    reflection,
+    run_wake,
+    seeded,
+    set_defaults,
+    start_wake,
+    think,
+    user_text,
+    verbose,
+    wake_env,
+)
 
 
 def one_line(stderr: str) -> str:
-    lines = [l for l in stderr.splitlines() if l.strip()]
+    lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     return lines[0]
 

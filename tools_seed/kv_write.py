@@ -20,6 +20,7 @@ def execute(args, ctx):
     if not isinstance(value, str):
         value = json.dumps(value)
     if len(value) > MAX_VALUE_CHARS:
-        return {"ok": False, "error": "value is " + str(len(value)) + " characters; the limit is " + str(MAX_VALUE_CHARS)}
+        return {"ok": False,
+                "error": "value is " + str(len(value)) + " characters; the limit is " + str(MAX_VALUE_CHARS)}
     ctx.kv.put(key, value)
     return {"ok": True, "key": key, "stored_as": "tooldata:kv_write:" + key}

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from ..errors import ConfigError, ForeignAgentKey, MalformedValue, NotText, StoreReadOnly
 from . import names
 
+
 @dataclass
 class KeyInfo:
     name: str
@@ -149,9 +150,11 @@ class Store:
     # --- primitives (each backend) ---
     def get_text(self, key: str) -> str | None: raise NotImplementedError
     def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]: raise NotImplementedError
-    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None: raise NotImplementedError
+    def put(self, key: str, value: Any, metadata: dict | None = None,
+            ttl: float | None = None) -> None: raise NotImplementedError
     def delete(self, key: str) -> bool: raise NotImplementedError
-    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult: raise NotImplementedError
+    def list(self, prefix: str = "", limit: int = 1000,
+             cursor: str | None = None) -> ListResult: raise NotImplementedError
     def append(self, log_key: str, entry: Any) -> int: raise NotImplementedError
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]: raise NotImplementedError
     def log_length(self, log_key: str) -> int: raise NotImplementedError

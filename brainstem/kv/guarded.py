@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -56,9 +56,11 @@ def check_key(key: Any) -> str:
 def check_agent_writable(key: Any) -> str:
     key = check_key(key)
     if key == keys.SOUL:
-        raise SoulImmutable("soul is immutable: only the operator can set it (brainstem seed --soul, or kv put --force-soul)")
+        raise SoulImmutable("soul is immutable: only the operator can set it "
+                            "(brainstem seed --soul, or kv put --force-soul)")
     if keys.is_runtime_owned(key):
-        raise KVWriteRefused(f"{key!r} is owned by the runtime; the agent changes it only through plan and reflection fields")
+        raise KVWriteRefused(f"{key!r} is owned by the runtime; "
+                             "the agent changes it only through plan and reflection fields")
     return key
 
 
@@ -85,7 +87,7 @@ class RenameOp(_Op):
     value: str = Field(description="the new key name")
 
 
-KVOperation = Annotated[Union[PutOp, DeleteOp, RenameOp], Field(discriminator="op")]
+KVOperation = Annotated[PutOp | DeleteOp | RenameOp, Field(discriminator="op")]
 _BATCH = TypeAdapter(list[KVOperation])
 
 
@@ -100,7 +102,8 @@ def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp]:
     except ValidationError as exc:
         reasons = "; ".join(f"operation {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
         raise KVWriteRefused(f"invalid kv_operations ({reasons}); canonical forms are "
-                             '{"op":"put","key":K,"value":V}, {"op":"delete","key":K}, {"op":"rename","key":OLD,"value":NEW}') from None
+                             '{"op":"put","key":K,"value":V}, {"op":"delete","key":K}, '
+                             '{"op":"rename","key":OLD,"value":NEW}') from None
 
 
 class AgentKV:

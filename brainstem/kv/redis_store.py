@@ -34,7 +34,8 @@ REGISTRY = "__agents__"  # outside every prefix
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
-_REFRESH = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end"
+_REFRESH = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) "
+            "else return 0 end")
 # A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
 _APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
                  "return redis.call('RPUSH', KEYS[1], ARGV[1])")
@@ -88,14 +89,16 @@ def _guard(fn=None, *, retry: bool = True):
                 text = str(exc)
                 first = text.splitlines()[0] if text else type(exc).__name__
                 if "WRONGTYPE" in text:
-                    raise MalformedValue(f"{args[0]!r} holds a different kind of value (a log is not a value)") from None
+                    raise MalformedValue(f"{args[0]!r} holds a different kind of value "
+                                         "(a log is not a value)") from None
                 if "NOAUTH" in text or "WRONGPASS" in text:
                     raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
                 if isinstance(exc, redis.exceptions.ReadOnlyError) or text.startswith("READONLY"):
                     raise StoreReadOnly(f"Redis at {self.display_url} is read-only (a replica?) and refused a "
                                         f"write: {first}") from None
                 if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
-                    raise StoreFull(f"the store is full: Redis at {self.display_url} refused a write: {first}") from None
+                    raise StoreFull(f"the store is full: Redis at {self.display_url} "
+                                    f"refused a write: {first}") from None
                 if text.startswith("MISCONF"):
                     raise StoreFull(f"the store's disk is full or not writable: Redis at {self.display_url} "
                                     f"cannot persist and refuses writes: {first}") from None

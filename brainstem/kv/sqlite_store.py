@@ -73,7 +73,8 @@ class SQLiteStore(Store):
             raise  # already one line naming the file (full, read-only, locked)
         except (sqlite3.Error, OSError) as exc:
             if isinstance(exc, sqlite3.Error) and _is_full(exc):
-                raise StoreFull(f"the store's disk is full: cannot open SQLite store {self.path}: {_reason(exc)}") from None
+                raise StoreFull(f"the store's disk is full: cannot open SQLite store {self.path}: "
+                                f"{_reason(exc)}") from None
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {_reason(exc)}") from None
 
     # --- helpers ---
@@ -322,8 +323,9 @@ class SQLiteStore(Store):
             logs, entries = db.execute(
                 "SELECT count(*), coalesce(sum(length), 0) FROM log_keys WHERE key >= ? AND (? IS NULL OR key < ?)",
                 (p, hi, hi)).fetchone()
-            lbytes = db.execute("SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND (? IS NULL OR key < ?)",
-                                (p, hi, hi)).fetchone()[0]
+            lbytes = db.execute(
+                "SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND (? IS NULL OR key < ?)",
+                (p, hi, hi)).fetchone()[0]
             page = db.execute("PRAGMA page_size").fetchone()[0] * db.execute("PRAGMA page_count").fetchone()[0]
             return {"backend": "sqlite", "keys": keys + logs, "logs": logs, "log_entries": entries,
                     "bytes": vbytes + lbytes, "file_bytes": page}

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..json_numbers import finite
 from .. import events, keys
 from ..budget import BudgetExceeded
+from ..json_numbers import finite
 from ..kv.base import Store
 from ..kv.guarded import AgentKV
 from ..tools import ToolError, ToolMeta, ToolPolicy, ToolServices, parse_meta
@@ -44,7 +44,8 @@ def _usage(raw: Any) -> dict:
     cost = raw.get("cost")
     return {"prompt_tokens": n("prompt_tokens"), "completion_tokens": n("completion_tokens"),
             "reasoning_tokens": n("reasoning_tokens"),
-            "cost": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0 else None}
+            "cost": (float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost >= 0
+                     else None)}
 
 
 class SandboxedAdapter:

@@ -226,7 +226,8 @@ class LLM:
         affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else max_tokens
         if left > 0 and affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
             return min(affordable, max_tokens), True
-        self.record(events.BUDGET_EXCEEDED, limit=self.budget.binding_limit(use_reserve), purpose=purpose, step_id=step_id, model=model_id,
+        self.record(events.BUDGET_EXCEEDED, limit=self.budget.binding_limit(use_reserve), purpose=purpose,
+                    step_id=step_id, model=model_id,
                     spent=round(self.budget.spent, 6), budget=round(ceiling, 6),
                     worst_case=round(self.worst_case(model_id, prompt_chars, max_tokens), 6))
         raise BudgetExceeded(self.budget.binding_limit(use_reserve),

@@ -28,10 +28,10 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from ..json_numbers import count, finite
 from .. import events
 from ..budget import Budget
 from ..config import Models
+from ..json_numbers import count, finite
 from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 
 DEFAULT_MAX_TOKENS = 4096

@@ -21,16 +21,17 @@ import json
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
+from .. import __version__
 from ..errors import one_line
 from ..json_numbers import count, finite
-from .. import __version__
 from ..wire import DeadlineClock, deadline_transport, tls_context
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
@@ -320,7 +321,8 @@ def chat(
     try:
         payload = json.dumps(request).encode("utf-8")
     except (TypeError, ValueError) as e:
-        raise ProviderError(f"openrouter: request is not JSON-serialisable: {one_line(type(e).__name__, _MESSAGE_LIMIT)}") from None
+        raise ProviderError("openrouter: request is not JSON-serialisable: "
+                            f"{one_line(type(e).__name__, _MESSAGE_LIMIT)}") from None
 
     url = f"{str(base_url).rstrip('/')}/chat/completions"
     headers = _headers(api_key)
@@ -354,7 +356,9 @@ def chat(
                 f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}", retryable=True
             ) from None
         except httpx.HTTPError as e:  # bad URL, unsupported protocol, decoding...
-            raise ProviderError(f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}") from None
+            raise ProviderError(
+                f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}"
+            ) from None
         if resp.status_code != 200:
             raise _http_error(resp)
         try:
@@ -388,7 +392,8 @@ def chat(
         ) from None
     except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
         raise ProviderError(
-            _redact(f"openrouter: unexpected {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT)}", api_key), attempts=attempts
+            _redact(f"openrouter: unexpected {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT)}", api_key),
+            attempts=attempts,
         ) from None
     result.attempts = attempts
     return result

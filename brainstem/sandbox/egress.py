@@ -48,7 +48,8 @@ import threading
 import time
 import urllib.parse
 import zlib
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import httpx
 

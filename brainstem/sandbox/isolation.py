@@ -71,7 +71,8 @@ import signal
 import struct
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ENV_SWITCH = "BRAINSTEM_SANDBOX_ISOLATION"
 LAYERS = ("netns", "userns", "caps", "landlock", "chroot", "seccomp")

@@ -26,8 +26,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from ..errors import one_line
 from .protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
@@ -261,7 +262,7 @@ class _Status:
         self.sock.settimeout(max(0.0, timeout))
         try:
             data = self.sock.recv(4096)
-        except (socket.timeout, BlockingIOError):
+        except (TimeoutError, BlockingIOError):
             return
         except OSError:
             data = b""
@@ -320,7 +321,7 @@ class _Execution:
         while n:
             remaining = self.hard_deadline - time.monotonic()
             if remaining <= 0:
-                raise socket.timeout()
+                raise TimeoutError()
             sock.settimeout(remaining)
             chunk = sock.recv(min(n, 1 << 20))
             if not chunk:
@@ -349,7 +350,7 @@ class _Execution:
         while True:
             try:
                 msg = self._recv_frame(chan)
-            except socket.timeout:
+            except TimeoutError:
                 return self._timed_out(status)
             except FrameTooLarge as e:
                 status.kill()
@@ -378,7 +379,7 @@ class _Execution:
         try:
             chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
             chan.sendall(data)
-        except socket.timeout:
+        except TimeoutError:
             return self._timed_out(status)
         except OSError:
             return self._dead(status)

@@ -41,8 +41,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable
+from typing import Any
 
 from .loopback import LoopbackDouble, QuietServer
 
@@ -116,14 +117,15 @@ class _Handler(BaseHTTPRequestHandler):
         d._record_get(path, dict(self.headers.items()))
         if path == f"{API_PREFIX}/key":
             if d.key_status != 200:
-                self._json(d.key_status, {"error": {"message": f"double: key status {d.key_status}", "code": d.key_status}})
+                self._json(d.key_status,
+                           {"error": {"message": f"double: key status {d.key_status}", "code": d.key_status}})
                 return
             self._json(200, {"data": {"label": "llm-double", "limit": d.key_limit, "usage": d.key_usage,
                                       "limit_remaining": d.credit, "is_free_tier": False}})
         elif path == f"{API_PREFIX}/credits":
             if d.credits_status != 200:
-                self._json(d.credits_status,
-                           {"error": {"message": f"double: credits status {d.credits_status}", "code": d.credits_status}})
+                self._json(d.credits_status, {"error": {"message": f"double: credits status {d.credits_status}",
+                                                        "code": d.credits_status}})
                 return
             self._json(200, {"data": {"total_credits": d.total_credits, "total_usage": d.total_usage}})
         elif path == f"{API_PREFIX}/models":
@@ -156,7 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(500, {"error": {"message": f"double: responder raised {type(e).__name__}: {e}", "code": 500}})
             return
         if reply is None:
-            self._json(500, {"error": {"message": "double: script ran out (queue empty and no responder)", "code": 500}})
+            self._json(500, {"error": {"message": "double: script ran out (queue empty and no responder)",
+                                       "code": 500}})
             return
         self._answer(req, reply)
 
@@ -244,7 +247,7 @@ class LLMDouble(LoopbackDouble):
 
     # ------------------------------------------------------------------ scripting
 
-    def queue(self, *replies: Any) -> "LLMDouble":
+    def queue(self, *replies: Any) -> LLMDouble:
         with self._lock:
             self._queue.extend(replies)
         return self

@@ -523,7 +523,7 @@ def _readable_copy() -> list[str]:
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(Path(REPO) / "brainstem", Path(root) / "brainstem", ignore=ignore)
     shutil.copytree(Path(RestrictedPython.__file__).parent, Path(root) / "RestrictedPython", ignore=ignore)
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o644)

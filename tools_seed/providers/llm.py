@@ -1,7 +1,6 @@
 # Tier-1 LLM adapter: the agent may rewrite this (another provider, headers, routing).
 # If it breaks, the runtime falls back to the last version that worked, then to
 # its hard-coded OpenRouter client.
-import json
 
 
 # ctx.secrets holds a placeholder for the key, never the key: the runtime puts the
