@@ -10,6 +10,8 @@ names, not as a crash.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import karma as karma_mod
 from . import keys, outcomes, session_history, unrecorded
 from .kv.base import Store
@@ -40,18 +42,20 @@ def crash_data(store: Store, crumb: dict) -> dict:
     return data
 
 
-def close_dead(store: Store, crumb: dict, detected_by: str) -> dict | None:
+def close_dead(store: Store, crumb: dict, detected_by: str,
+               on_reject: Callable[[str], None] | None = None) -> dict | None:
     """Close the session ``crumb`` names, if nobody has; return what orient should learn of it when
     it crashed (None when it was closed already, or ended for a reason that is no crash)."""
     data = crash_data(store, crumb)
     note = unrecorded.recall(store.display_url, crumb.get("id"))
     if note is not None:  # it lost the store, and left word of it here
-        closed = session_history.close_dead_session(store, crumb, note["outcome"], detected_by=detected_by,
-                                            reason=note.get("reason"),
-                                            operator_action=outcomes.operator_action(note["outcome"]))
+        closed = session_history.close_dead_session(
+            store, crumb, note["outcome"], detected_by=detected_by, on_reject=on_reject,
+            reason=note.get("reason"), operator_action=outcomes.operator_action(note["outcome"]))
         unrecorded.forget(store.display_url, crumb["id"])
     else:
-        closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by)
+        closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by,
+                                                    on_reject=on_reject)
     # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.
     if ((closed is not None and closed.get("outcome") == outcomes.CRASHED)
             or (closed is None and crumb.get("id") is None)):

@@ -44,7 +44,9 @@ def read_checked(store: Store) -> tuple[list[dict], str | None]:
         return recovered, (f"session_history is not valid JSON ({exc}); recovered {len(recovered)} "
                            f"entries from its text")
     if not isinstance(h, list):
-        return [], f"session_history is a JSON {type(h).__name__}, not a list"
+        recovered = _salvage(raw)  # entries may sit inside it (an object keyed by id, a wrapper...)
+        return recovered, (f"session_history is a JSON {type(h).__name__}, not a list; recovered "
+                           f"{len(recovered)} entries from it")
     good = [e for e in h if isinstance(e, dict)]
     if len(good) != len(h):
         return good, f"session_history had {len(h) - len(good)} entries that were not objects; dropped them"
@@ -120,7 +122,8 @@ def now_iso() -> str:
     return iso(now_utc())
 
 
-def close_dead_session(store: Store, crumb: dict, outcome: str, **fields: Any) -> dict | None:
+def close_dead_session(store: Store, crumb: dict, outcome: str,
+                       on_reject: Callable[[str], None] | None = None, **fields: Any) -> dict | None:
     """Record the end of a session that cannot record it itself (it crashed, or was cut off):
     an entry in the history and a ``session_end`` in its own karma. Idempotent: a session already
     in the history is left as it is (None is returned); one that recorded its own ``session_end``
@@ -145,7 +148,7 @@ def close_dead_session(store: Store, crumb: dict, outcome: str, **fields: Any) -
             entry["cost"] = round(sum(c["cost"] for c in calls if isinstance(c.get("cost"), (int, float))
                                       and not isinstance(c.get("cost"), bool)), 10)
             entry["steps"] = len([e for e in entries if e.get("event") == events.STEP_START])
-    append(store, entry)
+    append(store, entry, on_reject=on_reject)
     if sid and not ended:
         extra = {k: entry[k] for k in ("cost", "steps") if k in entry}
         Karma(store, sid).record(events.SESSION_END, outcome=outcome, **extra, **fields)

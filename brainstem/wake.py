@@ -194,14 +194,14 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
     number = _next_number(store)
     sid = f"{number}-{uuid.uuid4().hex[:6]}"
     crash = None
+    problems: list[str] = []  # recorded as config_rejected once the session's karma begins
     if crumb is not None:
-        crash = close_dead(store, crumb, detected_by=sid)
+        crash = close_dead(store, crumb, detected_by=sid, on_reject=problems.append)
         if crash is None:
             crumb = None
     # Restore before anything below reads the keys it may put back, so this session runs with them.
     restored = auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
-    problems: list[str] = []
     defaults, models = load_defaults(store, problems), load_models(store, problems)
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = make_budget(defaults, settings, left_today, cancel)

@@ -293,6 +293,18 @@ def test_a_history_with_some_bad_items_keeps_the_good_ones(st, env, llm):
     assert [e for e in events_of(entries, "config_rejected") if e.get("key") == "session_history"]
 
 
+def test_a_damaged_history_found_while_closing_a_crash_is_recorded_too(st, env, llm):
+    st.put(keys.SESSION_HISTORY, '[{"id": "1-a", "outcome": "clean"}, {"id": "2-b", "outc')
+    st.put(keys.SESSION_CURRENT, {"id": "3-dead03", "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(),
+                                  "host": socket.gethostname()})
+    llm.queue(plan(think("hi")), "ok", reflection())
+    sid, entries = finished(run_wake(env, "--force"), st, "clean")
+    rejected = [e for e in events_of(entries, "config_rejected") if "session_history" in e.get("reason", "")]
+    assert rejected and "not valid JSON" in rejected[0]["reason"]
+    assert [(x["id"], x["outcome"]) for x in history(st)] == [("1-a", "clean"), ("3-dead03", "crashed"),
+                                                              (sid, "clean")]
+
+
 # --- F: status shows a dead session as dead ---------------------------------------------------------------
 
 def test_status_shows_a_dead_session_as_died_not_a_raw_dict(st, env, llm):

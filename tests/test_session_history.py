@@ -49,3 +49,15 @@ def test_unreadable_history_reads_as_empty(store):
     assert session_history.read(store) == []
     store.put(keys.SESSION_HISTORY, {"not": "a list"})
     assert session_history.read(store) == []
+
+
+def test_a_history_that_is_an_object_keeps_the_entries_inside_it(store):
+    store.put(keys.SESSION_HISTORY, {"sessions": [{"id": "1-aaaaaa", "outcome": "clean"},
+                                                  {"id": "2-bbbbbb", "outcome": "crashed"}]})
+    entries, problem = session_history.read_checked(store)
+    assert [e["id"] for e in entries] == ["1-aaaaaa", "2-bbbbbb"]
+    assert "not a list" in problem and "recovered 2" in problem
+    reasons = []
+    session_history.append(store, {"id": "3-cccccc", "outcome": "clean"}, on_reject=reasons.append)
+    assert [e["id"] for e in session_history.read(store)] == ["1-aaaaaa", "2-bbbbbb", "3-cccccc"]
+    assert reasons and store.get_json(keys.REJECTED_SESSION_HISTORY)["raw"].startswith('{"sessions"')
