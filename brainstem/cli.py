@@ -45,6 +45,12 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+def _json_lines(items) -> None:
+    """One JSON object per line: what every list command prints with --json."""
+    for item in items:
+        click.echo(json.dumps(item, ensure_ascii=False))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="brainstem")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
@@ -466,8 +472,7 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
         click.echo(json.dumps({"since": iso(cutoff), "sessions": rows, "totals": total}, ensure_ascii=False))
         return
     if as_json:
-        for h in rows:
-            click.echo(json.dumps(h, ensure_ascii=False))
+        _json_lines(rows)
         return
     if not rows:
         click.echo(f"no sessions{since or ' yet'}")
@@ -540,8 +545,7 @@ def tool_ls(c: Ctx, as_json: bool) -> None:
 
     tools = list_tools(c.store)
     if as_json:
-        for t in tools:
-            click.echo(json.dumps(t, ensure_ascii=False))
+        _json_lines(tools)
         return
     if not tools:
         click.echo("no tools in the store (brainstem seed writes the shipped ones)")
@@ -874,8 +878,7 @@ def changes(c: Ctx, since_text: str | None, as_json: bool) -> None:
     cutoff = parse_since(since_text) if since_text else None
     found = all_changes(c.store, cutoff)
     if as_json:
-        for ch in found:
-            click.echo(json.dumps(ch, ensure_ascii=False))
+        _json_lines(found)
         return
     if not found:
         click.echo("no changes recorded" + (f" since {iso(cutoff)}" if cutoff else " yet"))
@@ -970,8 +973,7 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
 
     fires = read_wake_log(c.store, limit)
     if as_json:
-        for f in fires:
-            click.echo(json.dumps(f, ensure_ascii=False))
+        _json_lines(fires)
         return
     if not fires:
         click.echo("no fires recorded (the wake_log is written by `brainstem run`)")

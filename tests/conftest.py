@@ -25,6 +25,14 @@ def _require_redis() -> bool:
     return os.environ.get("BRAINSTEM_REQUIRE_REDIS") == "1"
 
 
+def redis_unavailable(why: object) -> None:
+    """A test that needs a real Redis cannot have one: a failure in CI (BRAINSTEM_REQUIRE_REDIS=1),
+    a skip elsewhere."""
+    if _require_redis():
+        pytest.fail(f"BRAINSTEM_REQUIRE_REDIS=1 but {why}")
+    pytest.skip(str(why))
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory):
     """URL of a real Redis: REDIS_URL, or a redis-server started for this test session."""
@@ -36,16 +44,26 @@ def redis_url(tmp_path_factory):
     try:
         proc, port = start_redis_server(tmp_path_factory.mktemp("redis"), None, "--protected-mode", "yes")
     except RedisServerError as exc:
-        msg = f"{exc} and no REDIS_URL set"
-        if _require_redis():
-            pytest.fail(f"BRAINSTEM_REQUIRE_REDIS=1 but {msg}")
-        pytest.skip(msg)
+        redis_unavailable(f"{exc} and no REDIS_URL set")
     yield f"redis://127.0.0.1:{port}/0"
     stop(proc)
 
 
 def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    """The port of a redis-server of this test's own, for tests that lock it, restart it or stop it."""
+    from .redis_server import RedisServerError, start_redis_server, stop
+
+    try:
+        proc, port = start_redis_server(tmp_path)
+    except RedisServerError as exc:
+        redis_unavailable(exc)
+    yield port
+    stop(proc)
 
 
 @pytest.fixture

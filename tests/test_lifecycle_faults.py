@@ -342,94 +342,79 @@ def test_a_rejected_kv_batch_in_deep_reflection_is_not_reported_applied(st, env,
 # --- the store going away mid-session -------------------------------------------------------------------
 
 @pytest.mark.redis
-def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(tmp_path, llm):
+def _lock_the_store_mid_answer(llm, port: int, env: dict):
+    """Start a wake, and while its first think call's answer is on its way, make the store refuse
+    everyone without a password (every client's connection cut). Returns (the wake, the admin)."""
     import redis
 
-    from .redis_server import RedisServerError, start_redis_server, stop
+    p = start_wake(env, "--force")
+    assert llm.wait_for_requests(2, timeout=30)
+    admin = redis.Redis(port=port)
+    admin.config_set("requirepass", "now-locked")
+    admin.client_kill_filter(_type="normal", skipme=True)
+    return p, admin
+
+
+def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(own_redis, llm):
     from .wake_helpers import seeded
 
+    url = f"redis://127.0.0.1:{own_redis}/0"
+    store = seeded(url)
+    env = wake_env(url, llm)
+    llm.queue(plan(think("slow", id="s"), think("two")), {"content": "answer", "delay": 2}, "ok", reflection())
+    p, admin = _lock_the_store_mid_answer(llm, own_redis, env)
     try:
-        proc, port = start_redis_server(tmp_path)
-    except RedisServerError as exc:
-        pytest.skip(str(exc))
-    try:
-        url = f"redis://127.0.0.1:{port}/0"
-        store = seeded(url)
-        env = wake_env(url, llm)
-        llm.queue(plan(think("slow", id="s"), think("two")), {"content": "answer", "delay": 2}, "ok", reflection())
-        p = start_wake(env, "--force")
-        admin = redis.Redis(port=port)
-        try:
-            assert llm.wait_for_requests(2, timeout=30)
-            # The store refuses everyone without a password for a few seconds (while the answer is on its way).
-            admin.config_set("requirepass", "now-locked")
-            admin.client_kill_filter(_type="normal", skipme=True)
-            time.sleep(3.5)
-            admin.config_set("requirepass", "")
-            out, err = p.communicate(timeout=40)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        assert p.returncode == 0, (out, err)
-        assert "store_unavailable" in out and "operator: " in out and "BRAINSTEM_KV" in out
-        store = seeded(url)
-        sid = karma.latest_session_id(store)
-        (entry,) = [h for h in history(store) if h["id"] == sid]
-        assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
-        assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
-        assert _seconds_from_now(store.get_json(keys.WAKE_CONFIG)["next_wake_after"]) <= 61
-        assert karma.read(store, sid)[-1]["outcome"] == "store_unavailable"
-        store.close()
+        time.sleep(3.5)  # locked for a few seconds, then back
+        admin.config_set("requirepass", "")
+        out, err = p.communicate(timeout=40)
     finally:
-        stop(proc)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, (out, err)
+    assert "store_unavailable" in out and "operator: " in out and "BRAINSTEM_KV" in out
+    store = seeded(url)
+    sid = karma.latest_session_id(store)
+    (entry,) = [h for h in history(store) if h["id"] == sid]
+    assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
+    assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
+    assert _seconds_from_now(store.get_json(keys.WAKE_CONFIG)["next_wake_after"]) <= 61
+    assert karma.read(store, sid)[-1]["outcome"] == "store_unavailable"
+    store.close()
 
 
 @pytest.mark.slow
-def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(tmp_path, llm):
+def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(own_redis, tmp_path, llm):
     """The wake gives up recording its end (exit 3) and leaves a note on local disk: the next wake
     records the session as store_unavailable, which never counts towards auto-restore."""
     import redis
 
-    from .redis_server import RedisServerError, start_redis_server, stop
     from .wake_helpers import seeded
 
+    url = f"redis://127.0.0.1:{own_redis}/0"
+    store = seeded(url)
+    env = wake_env(url, llm, XDG_STATE_HOME=str(tmp_path / "state"))
+    llm.queue(plan(think("slow", id="s")), {"content": "answer", "delay": 2}, "ok", reflection())
+    p, _ = _lock_the_store_mid_answer(llm, own_redis, env)
     try:
-        proc, port = start_redis_server(tmp_path)
-    except RedisServerError as exc:
-        pytest.skip(str(exc))
-    try:
-        url = f"redis://127.0.0.1:{port}/0"
-        store = seeded(url)
-        env = wake_env(url, llm, XDG_STATE_HOME=str(tmp_path / "state"))
-        llm.queue(plan(think("slow", id="s")), {"content": "answer", "delay": 2}, "ok", reflection())
-        p = start_wake(env, "--force")
-        admin = redis.Redis(port=port)
-        try:
-            assert llm.wait_for_requests(2, timeout=30)
-            admin.config_set("requirepass", "now-locked")
-            admin.client_kill_filter(_type="normal", skipme=True)
-            out, err = p.communicate(timeout=60)  # gives up while the store is still locked
-        finally:
-            if p.poll() is None:
-                p.kill()
-            admin = redis.Redis(port=port, password="now-locked")
-            admin.config_set("requirepass", "")
-        assert p.returncode == 3, (out, err)
-        assert list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())
-        store = seeded(url)
-        dead = karma.latest_session_id(store)
-
-        llm.reset()
-        llm.queue(plan(), reflection())
-        sid, entries = finished(run_wake(env, "--force"), store, "clean")
-        assert not events_of(entries, "crash_detected") and entries[0]["crashed_session"] is None
-        (entry,) = [h for h in history(store) if h["id"] == dead]
-        assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
-        assert karma.read(store, dead)[-1]["outcome"] == "store_unavailable"
-        assert not list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())  # the note is gone
-        store.close()
+        out, err = p.communicate(timeout=60)  # gives up while the store is still locked
     finally:
-        stop(proc)
+        if p.poll() is None:
+            p.kill()
+        redis.Redis(port=own_redis, password="now-locked").config_set("requirepass", "")
+    assert p.returncode == 3, (out, err)
+    assert list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())
+    store = seeded(url)
+    dead = karma.latest_session_id(store)
+
+    llm.reset()
+    llm.queue(plan(), reflection())
+    sid, entries = finished(run_wake(env, "--force"), store, "clean")
+    assert not events_of(entries, "crash_detected") and entries[0]["crashed_session"] is None
+    (entry,) = [h for h in history(store) if h["id"] == dead]
+    assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
+    assert karma.read(store, dead)[-1]["outcome"] == "store_unavailable"
+    assert not list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())  # the note is gone
+    store.close()
 
 
 # --- the daemon: one session per agent, and every tick in wake_log ----------------------------------------------

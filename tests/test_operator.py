@@ -25,7 +25,7 @@ from brainstem.progress import listener
 from brainstem.settings import load_settings
 from brainstem.wake import wake
 
-from .conftest import run_cli, unique_prefix
+from .conftest import redis_unavailable, run_cli, unique_prefix
 from .doubles import LLMDouble
 from .wake_helpers import (
     events_of,
@@ -183,7 +183,7 @@ def password_redis(tmp_path_factory):
     try:
         proc, port = start_redis_server(tmp_path_factory.mktemp("pwredis"), password=password)
     except RedisServerError as exc:
-        pytest.skip(str(exc))
+        redis_unavailable(exc)
     yield port, password
     stop(proc)
 

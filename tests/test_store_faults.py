@@ -24,7 +24,7 @@ import pytest
 
 from brainstem.errors import NotText, StoreFull, StoreReadOnly, StoreUnavailable
 
-from .conftest import REPO, run_cli, unique_prefix
+from .conftest import REPO, redis_unavailable, run_cli, unique_prefix
 from .wake_helpers import seeded
 
 BAD = b"I am \xff\xfe not text \xc3\x28"
@@ -249,7 +249,7 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
     try:
         master, mport = start_redis_server(tmp_path / "master")
     except RedisServerError as exc:
-        pytest.skip(str(exc))
+        redis_unavailable(exc)
     replica, rport = start_redis_server(tmp_path / "replica", None, "--replicaof", "127.0.0.1", str(mport))
     try:
         seeded(f"redis://127.0.0.1:{mport}/0").close()
@@ -328,7 +328,7 @@ def password_redis(tmp_path_factory):
     try:
         proc, port = start_redis_server(tmp_path_factory.mktemp("authredis"), password="right-pw-7731")
     except RedisServerError as exc:
-        pytest.skip(str(exc))
+        redis_unavailable(exc)
     yield port
     stop(proc)
 
@@ -415,7 +415,7 @@ def test_a_redis_restart_during_a_write_is_survived(tmp_path):
     try:
         proc, _ = start_redis_server(tmp_path, port)
     except RedisServerError as exc:
-        pytest.skip(str(exc))
+        redis_unavailable(exc)
     procs = [proc]
     store = RedisStore(f"redis://127.0.0.1:{port}/0", prefix=unique_prefix())
     try:
