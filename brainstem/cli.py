@@ -155,8 +155,13 @@ def demo(keep: Path | None) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Print only the one-line summary, not the live progress.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Progress as readable lines, or one JSON karma entry per line (journald, log shippers).")
+@click.option("--dry-run", is_flag=True,
+              help="Run one whole session now with the real LLM, changing nothing: tools do not run (each call "
+                   "is a tool_would_do entry), writes are thrown away; only its karma (marked dry_run) and "
+                   "today's spend are kept.")
 @pass_ctx
-def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: bool, log_format: str) -> None:
+def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: bool, log_format: str,
+         dry_run: bool) -> None:
     """Run one wake cycle: what cron or a systemd timer calls.
 
     Sleeps (exit 0, silently) when it is not time yet. Otherwise: notices a
@@ -173,6 +178,7 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     Examples:
       brainstem wake                 # from cron: */5 * * * * brainstem wake
       brainstem wake --force         # run now, whatever the schedule says
+      brainstem wake --dry-run       # what would it do now? (no tool runs, nothing written)
       brainstem karma                # then read what it did
     """
     from .wake import wake as do_wake
@@ -193,7 +199,7 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     with SignalGuard() as guard:
         try:
             result = do_wake(c.settings, c.store, force=force, providers=providers, listeners=listeners,
-                             cancel=guard.cancel)
+                             cancel=guard.cancel, dry_run=dry_run)
         except WakeInterrupted as exc:  # before a session began: nothing to record
             click.echo(f"wake stopped by {exc} before a session began", err=True)
             sys.exit(128 + exc.signum)
@@ -1000,6 +1006,13 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
         rows.append([_text(f.get("t")), fire, detail])
     for line in _table(rows, header=["TIME", "FIRE", "DETAIL"]):
         click.echo(line)
+
+
+from .commands.replay import replay  # noqa: E402
+from .commands.review import review  # noqa: E402
+
+cli.add_command(replay)
+cli.add_command(review)
 
 
 # --- entry point ----------------------------------------------------------

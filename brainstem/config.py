@@ -39,6 +39,9 @@ class DeepReflectDefaults(CallDefaults):
     max_output_tokens: int = Field(8000, ge=16, le=200_000)
     default_interval_sessions: int = Field(20, ge=1)
     default_interval_days: float = Field(7, gt=0)
+    # Before a proposed orient prompt or config applies, replay this many recent clean sessions against it
+    # (recorded answers only); 0 turns the check off.
+    replay_gate_sessions: int = Field(5, ge=0, le=50)
 
 
 class SessionBudget(_Loose):

@@ -49,5 +49,14 @@ DEEP_REFLECT = "deep_reflect"
 CONFIG_REJECTED = "config_rejected"
 AUTO_RESTORE = "auto_restore"
 FATAL_ERROR = "fatal_error"
+# What replay needs to run a session again: orient's context as the session saw it (bounded by the
+# memory caps in config:defaults; marks of untrusted text kept).
+CONTEXT = "context"
+TOOL_WOULD_DO = "tool_would_do"  # a tool call not made (a dry run, or a tool in manual mode), with its input
+REVIEW_QUEUED = "review_queued"  # a supervised tool ran; its run waits in the review inbox
+REFLEX_FIRED = "reflex_fired"
+REFLEX_SUPPRESSED = "reflex_suppressed"  # a reflex whose condition held, held back by its cooldown
+REFLEX_FAILED = "reflex_failed"  # a reflex's tool is missing or failed: the wake goes on to orient
+REPLAY_GATE = "replay_gate"  # deep reflection's proposed change, replayed on recent sessions before it applied
 
 ALL = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))

@@ -172,7 +172,7 @@ class Executor:
             result = self.session.llm.call(purpose=purpose, model=model, prompt=prompt, max_tokens=max_tokens,
                                      effort=effort, step_id=sid)
         except LLMError as exc:
-            raise _StepFailure(str(exc), final="unknown model" in str(exc)) from None
+            raise _StepFailure(str(exc), final=exc.final or "unknown model" in str(exc)) from None
         if not result.content.strip():
             raise _StepFailure(f"{purpose}: the model returned an empty answer"
                                + (" (cut off by max_tokens)" if result.truncated else ""))

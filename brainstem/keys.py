@@ -14,6 +14,7 @@ CONFIG_DEFAULTS = "config:defaults"
 CONFIG_MODELS = "config:models"
 CONFIG_RESOURCES = "config:resources"
 CONFIG_TOOL_REGISTRY = "config:tool_registry"
+CONFIG_REFLEXES = "config:reflexes"  # JSON rules checked before orient (validated on every write)
 WAKE_CONFIG = "wake_config"
 LAST_REFLECT = "last_reflect"
 SESSION_COUNTER = "session_counter"
@@ -40,7 +41,11 @@ REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that co
 LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"  # what the last clean session ran with
 AUTO_RESTORE_MARK = "stats:auto_restore"  # the failing streak auto-restore already answered
 VERSIONS_PREFIX = "history:"  # history:{key} holds the previous versions of a self-modified key
-BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX)  # never in the agent's key index
+REFLEX_STATE = "stats:reflexes"  # when each reflex last fired (its cooldown)
+REPLAY_GATE = "stats:replay_gate"  # the last replay check of a change deep reflection proposed
+REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
+REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
+BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values)
 
@@ -55,6 +60,10 @@ def tool_code(name: str) -> str:
 
 def tool_meta(name: str) -> str:
     return f"tool:{name}:meta"
+
+
+def review_item(item_id: str) -> str:
+    return f"{REVIEW_PREFIX}{item_id}"
 
 
 def tooldata_prefix(name: str) -> str:
@@ -79,7 +88,7 @@ def is_secret(key: str) -> bool:
 RUNTIME_OWNED = frozenset({
     SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG,
 })
-RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", "provider:llm:last_working:",
+RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", REVIEW_PREFIX, "provider:llm:last_working:",
                           "provider:llm_balance:last_working:", "provider:wallet_balance:last_working:")
 
 # Writes to these keep the previous value, so the operator can roll them back.
@@ -102,5 +111,5 @@ def is_privileged(key: str) -> bool:
 DEFAULT_AGENT_SEGMENTS = frozenset({
     "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
     "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
-    "deep_reflect_schedule",
+    "deep_reflect_schedule", "review",
 })

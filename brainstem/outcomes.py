@@ -23,9 +23,10 @@ LLM_NO_CREDIT = "llm_no_credit"        # the LLM account is out of credit (402)
 LLM_UNAVAILABLE = "llm_unavailable"    # the LLM endpoint is down: 5xx, 429 after retries, network, timeouts
 LLM_BAD_RESPONSE = "llm_bad_response"  # the LLM endpoint answered, but not with a chat completion
 STORE_UNAVAILABLE = "store_unavailable"  # the store became unreachable mid-session
+HANDLED_BY_REFLEX = "handled_by_reflex"  # a reflex ran its tools and slept: no plan, no LLM call, no history entry
 
 ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, ERROR, CRASHED, INTERRUPTED, LLM_AUTH_FAILED, LLM_NO_CREDIT,
-       LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE)
+       LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
 
 # The agent's own failures: three in a row and auto-restore puts back the last clean versions.
 FAILING = (CRASHED, NO_PLAN, ERROR)

@@ -123,9 +123,12 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     template = session.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
     # results come marked from the executor (results_for_prompt); the plan and the last reflection are
     # model output that may quote what the model read.
+    # The last reflection as orient saw it (the context a replay reproduces), else as stored.
+    shown = (session.context["lastReflect"] if "lastReflect" in session.context
+             else untrusted(previous, "memory:last_reflect"))
     variables = {"karma": karma_digest(session.store, session.id), "sessionCost": round(session.budget.spent, 6),
                  "results": results, "plan": untrusted(plan, f"plan:{session.id}"),
-                 "context": {"lastReflect": untrusted(previous, "memory:last_reflect"),
+                 "context": {"lastReflect": shown,
                              "balances": session.context.get("balances")}}
     raw, error = _ask_json(session, "reflect", render(template, variables), session.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")

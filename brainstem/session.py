@@ -39,15 +39,26 @@ class Session:
     context: dict = field(default_factory=dict)
     reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
     tool_policy: ToolPolicy | None = None  # secrets, egress, metering and write quotas of this session's tools
+    mode: str = "live"  # "live", "dry_run" (no tool runs) or "replay" (a recorded session, in an overlay)
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.karma.record(event, **fields)
 
     def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
         left_ms = int(self.budget.time_left() * 1000)
+
+        def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
+            from . import events, review
+
+            item = review.add(self.store, tool=name, session_id=self.id, step_id=step_id,
+                              input=self.karma.redact(args), ok=outcome.ok,
+                              result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
+            self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
+
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
-                        on_read=self.reads.update)
+                        on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
+                        on_supervised=supervised)
 
     def policy(self) -> ToolPolicy:
         if self.tool_policy is None:

@@ -29,6 +29,10 @@ from .kv.guarded import AgentKV
 from .secrets import Binding
 
 MAX_TIMEOUT_MS = 300_000
+# Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
+# bounded, so a session of large pages does not bloat the flight recorder.
+FETCH_RECORD_CHARS = 16_000
+FETCH_RECORD_HEADERS = 40
 
 
 class ToolMeta(BaseModel):
@@ -129,6 +133,8 @@ class ToolPolicy:
     fetch_allow: list[str] = field(default_factory=list)
     public: Mapping[str, str | None] = field(default_factory=dict)
     meter: Any = None
+    # Replay: answers each fetch from the recording (``answer(tool, method, url) -> dict``) instead of the world.
+    fetch_replay: Any = None
     tool_write_quota: int = 10 * 1024 * 1024
     session_write_quota: int = 50 * 1024 * 1024
     # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
@@ -249,16 +255,33 @@ class ToolServices:
 
         trace: list = []
         t0 = time.monotonic()
+        if self._policy.fetch_replay is not None:
+            return self._replayed_fetch(url, method, t0)
         try:
             result = fetch(url, method=method, headers=headers, json=json, data=data, timeout=timeout,
                            allow=self._policy.fetch_allow, guard=_FetchGuard(self), trace=trace)
         except FetchError as exc:
             self._record_fetch(url, method, trace, t0, error=str(exc))
             raise
-        self._record_fetch(url, method, trace, t0)
+        self._record_fetch(url, method, trace, t0, result=result)
         return result
 
-    def _record_fetch(self, url: Any, method: Any, trace: list, t0: float, error: str | None = None) -> None:
+    def _replayed_fetch(self, url: Any, method: Any, t0: float) -> dict:
+        """A replay's fetch: the answer the original session received, never the world's."""
+        from .sandbox.egress import FetchError
+
+        fields = {"tool": self.name, "method": str(method).upper()[:10], **_url_fields(url), "replayed": True}
+        try:
+            result = self._policy.fetch_replay.answer(self.name, fields["method"], str(url))
+        except FetchError as exc:
+            self._record(events.FETCH, **fields, error=str(exc), duration_ms=int((time.monotonic() - t0) * 1000))
+            raise
+        self._record(events.FETCH, **fields, status=result.get("status"), bytes=len(result.get("text") or ""),
+                     duration_ms=int((time.monotonic() - t0) * 1000), response=recorded_response(result))
+        return result
+
+    def _record_fetch(self, url: Any, method: Any, trace: list, t0: float, error: str | None = None,
+                      result: dict | None = None) -> None:
         fields: dict[str, Any] = {"tool": self.name, "method": str(method).upper()[:10]}
         if trace:
             last = trace[-1]
@@ -277,10 +300,23 @@ class ToolServices:
         fields["duration_ms"] = int((time.monotonic() - t0) * 1000)
         if error is not None:
             fields["error"] = error
+        if result is not None:
+            fields["response"] = recorded_response(result)
         self._record(events.FETCH, **fields)
 
     def log(self, message: str) -> None:
         self._record(events.TOOL_LOG, tool=self.name, message=str(message)[:2000])
+
+
+def recorded_response(result: dict) -> dict:
+    """What karma keeps of a fetch's answer (scrubbed of secrets already): status, headers, text, capped."""
+    text = result.get("text") or ""
+    headers = dict(list((result.get("headers") or {}).items())[:FETCH_RECORD_HEADERS])
+    out = {"status": result.get("status"), "headers": headers, "text": text[:FETCH_RECORD_CHARS],
+           "truncated": bool(result.get("truncated"))}
+    if len(text) > FETCH_RECORD_CHARS:
+        out["text_cut_at"] = FETCH_RECORD_CHARS  # a replay serves the cut text, and says so
+    return out
 
 
 def _url_fields(url: Any) -> dict[str, Any]:
@@ -377,14 +413,30 @@ def _basic_decode(value: str) -> str | None:
 
 def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
              policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
-             on_read: Callable[[list[str]], None] | None = None) -> ToolOutcome:
-    """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``."""
+             on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
+             on_supervised: Callable[[ToolOutcome], None] | None = None) -> ToolOutcome:
+    """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
+
+    With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
+    ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run.
+    ``dry_run`` runs nothing at all. An operator's own ``brainstem tool run`` runs whatever the mode.
+    """
     from .sandbox import Limits, run
 
-    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     t0 = time.monotonic()
     try:
         code, meta = load_tool(store, name)
+    except ToolError as exc:
+        record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
+        _record_complete(record, name, step_id, attempt, outcome)
+        return outcome
+    not_run = "dry_run" if dry_run else ("manual" if enforce_mode and meta.mode == "manual" else None)
+    if not_run is not None:
+        record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run)
+        return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False)
+    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+    try:
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
@@ -392,7 +444,14 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     except ToolError as exc:
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
+    _record_complete(record, name, step_id, attempt, outcome)
+    if enforce_mode and meta.mode == "supervised" and on_supervised is not None:
+        on_supervised(outcome)
+    return outcome
+
+
+def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,
+                     outcome: ToolOutcome) -> None:
     record(events.TOOL_COMPLETE, tool=name, step_id=step_id, attempt=attempt, ok=outcome.ok,
            duration_ms=round(outcome.duration_ms, 1), result=outcome.value if outcome.ok else None,
            error=outcome.error)
-    return outcome

@@ -97,6 +97,31 @@ def plain(value: Any) -> Any:
     return value
 
 
+RECORD_MARK = "$untrusted"
+
+
+def to_record(value: Any) -> Any:
+    """The value as JSON with its marks kept (``{"$untrusted": source, "value": ...}``), for karma."""
+    if isinstance(value, Untrusted):
+        return {RECORD_MARK: value.source, "value": to_record(value.value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_record(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_record(v) for v in value]
+    return value
+
+
+def from_record(value: Any) -> Any:
+    """The inverse of :func:`to_record`. It only ever adds marks: text recorded as data stays data."""
+    if isinstance(value, Mapping):
+        if set(value) == {RECORD_MARK, "value"} and isinstance(value[RECORD_MARK], str):
+            return Untrusted(from_record(value["value"]), value[RECORD_MARK])
+        return {k: from_record(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [from_record(v) for v in value]
+    return value
+
+
 def has_marks(value: Any) -> bool:
     if isinstance(value, Untrusted):
         return True

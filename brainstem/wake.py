@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from . import events, keys, outcomes, session_history, unrecorded
+from . import __version__, events, keys, outcomes, session_history, unrecorded
 from . import karma as karma_mod
 from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
 from .config import Defaults, load_defaults, load_models
@@ -52,6 +52,7 @@ from .session import Session
 from .settings import Settings
 from .sleep import asleep_message, iso, now_utc, sleeping_until
 from .tools import ToolPolicy
+from .untrusted import to_record
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 
 MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
@@ -110,8 +111,13 @@ def cascade(settings: Settings, session: Session) -> list:
 
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
-         listeners=(), cancel: threading.Event | None = None) -> WakeResult:
-    """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable)."""
+         listeners=(), cancel: threading.Event | None = None, dry_run: bool = False) -> WakeResult:
+    """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable).
+
+    ``dry_run``: one whole session now, whatever the schedule, with the real LLM and no side effect
+    beyond its own karma (see :func:`dry_run_session`)."""
+    if dry_run:
+        return dry_run_session(settings, store, providers=providers, listeners=listeners, cancel=cancel)
     wake_config = _read_wake_config(store)
     until = sleeping_until(wake_config, now_utc())
     if until is not None and not force:
@@ -135,6 +141,22 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
             store.release_lock(keys.WAKE_LOCK, token)
         finally:
             forget_token(token)
+
+
+def dry_run_session(settings: Settings, store: Store, *, providers: list | None = None, listeners=(),
+                    cancel: threading.Event | None = None) -> WakeResult:
+    """A session in a throwaway overlay of the store: tools do not run (each call is a ``tool_would_do``
+    entry), and of everything it writes only its karma (marked ``dry_run``) and today's spend (the LLM
+    calls are real, and so is their cost) reach the store. No lock is taken and no crash is closed:
+    it changes nothing another wake could trip over."""
+    from .kv.overlay import OverlayStore
+
+    check_ready(store, settings, need_key=providers is None)
+    sid = f"dry-{uuid.uuid4().hex[:8]}"
+    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.COST_ANOMALIES}
+    overlay = OverlayStore(store, passthrough=through.__contains__)
+    return _session(settings, overlay, _read_wake_config(store), providers, listeners, cancel, None,
+                    mode="dry_run", sid=sid)
 
 
 def _read_wake_config(store: Store) -> Any:
@@ -187,12 +209,15 @@ class _Run:
     executor: Executor | None = None
     session: Session | None = None
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
+    mode: str = "live"  # or "dry_run"
 
 
-def _session(settings, store, wake_config, providers, listeners, cancel, token) -> WakeResult:
-    crumb = karma_mod.unfinished_session(store)
+def _session(settings, store, wake_config, providers, listeners, cancel, token, mode: str = "live",
+             sid: str | None = None) -> WakeResult:
+    dry = mode == "dry_run"
+    crumb = None if dry else karma_mod.unfinished_session(store)  # a dry run closes nothing
     number = _next_number(store)
-    sid = f"{number}-{uuid.uuid4().hex[:6]}"
+    sid = sid or f"{number}-{uuid.uuid4().hex[:6]}"
     crash = None
     problems: list[str] = []  # recorded as config_rejected once the session's karma begins
     if crumb is not None:
@@ -200,28 +225,30 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         if crash is None:
             crumb = None
     # Restore before anything below reads the keys it may put back, so this session runs with them.
-    restored = auto_restore(store, sid)
+    restored = None if dry else auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
     defaults, models = load_defaults(store, problems), load_models(store, problems)
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = make_budget(defaults, settings, left_today, cancel)
-    store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
+    if token is not None:
+        store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
 
     karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid)
     run = _Run(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget, defaults=defaults,
-               clean_snapshot=snapshot(store))
+               clean_snapshot=snapshot(store), mode=mode)
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         # Advance the schedule before doing anything that could die.
         pessimistic_wake = run.started + timedelta(seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))
         store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(pessimistic_wake), "set_by": "runtime:pessimistic",
                                      "session_id": sid})
-        karma.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url,
+        karma.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url, version=__version__,
                  budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
-                 crashed_session=crumb.get("id") if crumb else None)
+                 crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None)
         if crash is not None:
-            karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"))
+            karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"),
+                         crash_data=to_record(crash))
         if restored is not None:
             karma.record(events.AUTO_RESTORE, **restored)
         for p in problems:
@@ -251,34 +278,25 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
             karma.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
         requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
         effort = effort_for(_max_effort(defaults.wake.default_effort, requested), fired)
-        karma.record(events.EFFORT, effort=effort, tripwires_fired=len(fired))
+        karma.record(events.EFFORT, effort=effort, tripwires_fired=len(fired),
+                     requested=requested if isinstance(requested, str) else None)
 
         session = run.session = Session(id=sid, number=number, settings=settings, store=store, karma=karma,
                                   agent_kv=agent_kv, defaults=defaults, models=models, budget=budget,
                                   llm=None, soul=soul, effort=effort,
                                   tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
-                                  context=context)
+                                  context=context, mode=mode)
         session.tool_policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=session.learn_secrets)
         session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
                     providers=providers if providers is not None else cascade(settings, session),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
-        load_session_context(session, context)
-        due, why = deep_reflect_due(store, defaults, number)
-        context["deepReflectDue"] = due
-        if due:
-            from .memory import summary as memory_summary
-
-            context["memoryStats"] = memory_summary(store, number)
-            run.kind = "deep_reflect"
-            karma.record(events.DEEP_REFLECT, phase="start", reason=why)
-            tally = _CallTally(session.llm)
-            run.next_wake = run_deep_reflect(session)
-            if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
-                _llm_fault(run, session, tally.last, "deep reflection")
+        sleep_for = check_reflexes(session, facts, run.started)
+        if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
+            run.kind, run.outcome, run.next_wake = "reflex", outcomes.HANDLED_BY_REFLEX, {"sleep_seconds": sleep_for}
         else:
-            _plan_and_execute(run, session, orient_template, token, left_today)
+            _think(run, session, orient_template, token, left_today)
         interruptible(False)
         if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
@@ -309,6 +327,90 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token) 
         _finish(run)
         raise
     return _finish(run)
+
+
+def _think(run: _Run, session: Session, orient_template: str, token: str | None, left_today: float) -> None:
+    """Deep reflection when it is due, else orient, the plan and reflection."""
+    store, context = run.store, session.context
+    load_session_context(session, context)
+    due, why = deep_reflect_due(store, run.defaults, run.number)
+    context["deepReflectDue"] = due
+    # What replay needs to run this session again with the context it saw.
+    session.record(events.CONTEXT, context=to_record(context))
+    if due:
+        from .memory import summary as memory_summary
+
+        context["memoryStats"] = memory_summary(store, run.number)
+        run.kind = "deep_reflect"
+        session.record(events.DEEP_REFLECT, phase="start", reason=why)
+        tally = _CallTally(session.llm)
+        run.next_wake = run_deep_reflect(session)
+        if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
+            _llm_fault(run, session, tally.last, "deep reflection")
+    else:
+        _plan_and_execute(run, session, orient_template, token, left_today)
+
+
+def check_reflexes(session: Session, facts: dict, now) -> float | None:
+    """Fire the reflexes whose conditions hold (:mod:`.reflexes`); the seconds to sleep when one of them
+    handled the wake, else None (the wake goes on to orient, with any effort a reflex set)."""
+    from . import reflexes
+
+    store = session.store
+    raw = store.get(keys.CONFIG_REFLEXES)
+    if raw is None:
+        return None
+    try:
+        rules = reflexes.parse_text(raw)
+    except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_REFLEXES, reason=str(exc))
+        return None
+    if not rules:
+        return None
+    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.read(store),
+                        now)
+    fired_at = store.get_json(keys.REFLEX_STATE, default={})
+    fired_at = fired_at if isinstance(fired_at, dict) else {}
+    sleep_for = None
+    for rule in rules:
+        if not reflexes.holds(rule.when, fs):
+            continue
+        last = reflexes.cooling(rule, fired_at, now)
+        if last is not None:
+            session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, last_fired=last,
+                           cooldown_seconds=rule.cooldown_seconds)
+            continue
+        session.record(events.REFLEX_FIRED, reflex=rule.name, do=rule.do.model_dump(exclude_none=True))
+        fired_at[rule.name] = iso(now)
+        store.put(keys.REFLEX_STATE, fired_at)  # before its tools run: a crash mid-reflex still cools it
+        ok = _reflex_tools(session, rule)
+        if rule.do.effort is not None:
+            session.effort = session.context["effort"] = rule.do.effort
+        if rule.do.sleep_seconds is not None and ok:
+            sleep_for = rule.do.sleep_seconds
+            break
+    return sleep_for
+
+
+def _reflex_tools(session: Session, rule) -> bool:
+    """Run a reflex's tool calls in order, under the session's budgets; False (recorded) when one is
+    missing, refused by the budget or fails: the wake then goes on to a normal session."""
+    from .tools import ToolError, load_tool
+
+    for i, call in enumerate(rule.do.tools):
+        step_id = f"reflex:{rule.name}:{i + 1}"
+        try:
+            load_tool(session.store, call.tool)
+            session.budget.before_step()
+        except (ToolError, BudgetExceeded) as exc:
+            session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=str(exc))
+            return False
+        session.budget.steps += 1
+        out = session.run_tool(call.tool, call.input, step_id=step_id)
+        if not out.ok:
+            session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=out.error)
+            return False
+    return True
 
 
 def _try(fn) -> None:
@@ -359,7 +461,8 @@ def _plan_and_execute(run: _Run, session: Session, orient_template: str, token: 
         return
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, run.settings, left_today)
-    run.store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
+    if token is not None:
+        run.store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
     session.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
@@ -404,7 +507,8 @@ def _finish(run: _Run) -> WakeResult:
             if time.monotonic() + delay > deadline:
                 # Gone for longer than we wait: a note on local disk, so the next wake records this
                 # session as the store outage it was rather than as a crash of the agent's.
-                unrecorded.remember(run.store.display_url, run.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+                if run.mode != "dry_run":
+                    unrecorded.remember(run.store.display_url, run.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
                 raise
             if run.outcome != outcomes.STORE_UNAVAILABLE and run.outcome != outcomes.INTERRUPTED:
                 run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
@@ -455,18 +559,27 @@ def _record_end(run: _Run) -> WakeResult:
         flush_reads(store, run.session.reads, run.number)
     if run.outcome == outcomes.CLEAN and run.kind == "session" and run.clean_snapshot is not None:
         save_clean_snapshot(store, run.clean_snapshot, run.id)
-    # Keyed by id: a kill between this write and session_end leaves the session in the history, and
-    # the next wake's crash detection skips it rather than record it a second time as crashed.
-    expired = session_history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
-                             on_reject=lambda why: run.karma.record(
-                                 events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
-                                 kept_raw_at=keys.REJECTED_SESSION_HISTORY))
+    expired = None
+    # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
+    if run.kind != "reflex" and run.mode != "dry_run":
+        # Keyed by id: a kill between this write and session_end leaves the session in the history, and
+        # the next wake's crash detection skips it rather than record it a second time as crashed.
+        expired = session_history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,
+                                         on_reject=lambda why: run.karma.record(
+                                             events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
+                                             kept_raw_at=keys.REJECTED_SESSION_HISTORY))
     run.karma.record(events.SESSION_END, outcome=run.outcome, kind=run.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
-                     karma_expired=expired or None, reason=run.reason, operator_action=action)
+                     karma_expired=expired or None, reason=run.reason, operator_action=action,
+                     dry_run=run.mode == "dry_run" or None)
     karma_mod.end_session(store, run.id)
-    message = (f"session {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
-               f"next wake {wake_cfg['next_wake_after']}")
+    what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(run.kind, "session")
+    if run.mode == "dry_run":
+        message = (f"dry run {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; nothing was "
+                   f"written but its karma (brainstem karma {run.id})")
+    else:
+        message = (f"{what} {run.id}: {run.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+                   f"next wake {wake_cfg['next_wake_after']}")
     if action is not None:
         message += f"; operator: {action}"
     elif run.outcome == outcomes.INTERRUPTED and run.reason:

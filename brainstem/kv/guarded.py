@@ -64,6 +64,18 @@ def check_agent_writable(key: Any) -> str:
     return key
 
 
+def check_value(key: str, text: str) -> None:
+    """Values the runtime validates whatever writes them: ``config:reflexes`` is rules or nothing,
+    so a bad rule is refused when written rather than half-applied at the next wake."""
+    if key == keys.CONFIG_REFLEXES:
+        from ..reflexes import ReflexError, parse_text
+
+        try:
+            parse_text(text)
+        except ReflexError as exc:
+            raise KVWriteRefused(str(exc)) from None
+
+
 # --- kv_operations: the canonical batch format ---
 
 class _Op(BaseModel):
@@ -141,6 +153,7 @@ class AgentKV:
             text = encode(value)
             if len(text.encode()) > MAX_VALUE_BYTES:
                 raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
+            check_value(key, text)
         except KVWriteRefused as exc:
             self._refused("put", key, exc, source)
             raise
@@ -160,6 +173,7 @@ class AgentKV:
             value = self.store.get(old)
             if value is None:
                 raise KVWriteRefused(f"cannot rename {old!r}: it does not exist")
+            check_value(new, value)
         except KVWriteRefused as exc:
             self._refused("rename", f"{old} -> {new}", exc, source)
             raise
@@ -173,6 +187,7 @@ class AgentKV:
             # Simulate the batch against what exists, so a rename that would fail
             # half-way through is caught before the first write.
             exists: dict[str, bool] = {}
+            pending: dict[str, str | None] = {}  # values this batch puts (or moves) before a later rename
 
             def present(k: str) -> bool:
                 if k not in exists:
@@ -184,7 +199,8 @@ class AgentKV:
                 if isinstance(op, PutOp):
                     if len(encode(op.value).encode()) > MAX_VALUE_BYTES:
                         raise KVWriteRefused(f"value for {op.key!r} exceeds {MAX_VALUE_BYTES} bytes")
-                    exists[op.key] = True
+                    check_value(op.key, encode(op.value))
+                    exists[op.key], pending[op.key] = True, encode(op.value)
                 elif isinstance(op, DeleteOp):
                     exists[op.key] = False
                 else:
@@ -192,6 +208,10 @@ class AgentKV:
                     self._writable(op.value)
                     if not present(op.key):
                         raise KVWriteRefused(f"cannot rename {op.key!r}: it does not exist")
+                    moved = pending[op.key] if op.key in pending else self.store.get(op.key)
+                    if op.value == keys.CONFIG_REFLEXES:
+                        check_value(op.value, moved or "")
+                    pending[op.value] = moved
                     exists[op.key], exists[op.value] = False, True
         except KVWriteRefused as exc:
             self._record(events.KV_OPERATIONS_REJECTED, source=source, reason=str(exc),

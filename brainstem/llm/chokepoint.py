@@ -28,7 +28,7 @@ from .pricing import ANOMALY_FACTOR, CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, l
 from .providers import Provider
 
 DEFAULT_CALL_TIMEOUT = 120.0
-TRUSTED_TIERS = ("hardcoded", "cassette")  # usage reported by code the agent cannot edit
+TRUSTED_TIERS = ("hardcoded", "cassette", "replay")  # usage reported by code the agent cannot edit
 EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
 
 
@@ -43,6 +43,8 @@ class LLMError(Exception):
     ``status`` is the hard-coded tier's HTTP status, when there was one. ``outage`` is True for
     any such fault.
     """
+
+    final = False  # True when asking again cannot help (a replay's changed request)
 
     def __init__(self, message: str, outage: bool = False, fault: str | None = None, status: int | None = None):
         super().__init__(message)

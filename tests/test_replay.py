@@ -1,0 +1,134 @@
+"""``brainstem replay`` end to end: a real session against the loopback LLM double, then replayed
+through the CLI against the same store, with and without changes to the agent's prompts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from brainstem import keys, session_history
+from brainstem.budget import daily_spent
+
+from .conftest import run_cli
+from .wake_helpers import action, answers, finished, plan, reflection, run_wake, think, wake_env
+
+
+def _session(st, llm, env, **plan_extra):
+    """One real session: a fetch (web_fetch against the double's /models), a think on its result, a write."""
+    llm.queue(plan(action("web_fetch", {"url": f"{llm.base_url}/models"}, id="get", store_result_as="page"),
+                   think("What model is listed in {{page}}?", id="ask", store_result_as="answer"),
+                   action("kv_write", {"key": "notes:model", "value": "{{answer}}"}, id="note"),
+                   **plan_extra))
+    llm.responder = answers("double/model", reflect=reflection("listed the models", load_keys=["notes:model"]))
+    r = run_wake(env, "--force")
+    sid, entries = finished(r, st)
+    return sid
+
+
+@pytest.fixture
+def fenv(real_store_url, llm):
+    return wake_env(real_store_url, llm, BRAINSTEM_FETCH_ALLOW="127.0.0.1")
+
+
+def test_an_unchanged_session_replays_the_same_and_twice_byte_for_byte(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    history_before = session_history.read(st)
+    wake_before = st.get(keys.WAKE_CONFIG)
+    spent_before = daily_spent(st)
+    llm.reset()
+    r1 = run_cli("replay", sid, env=fenv)
+    assert r1.returncode == 0, r1.stdout + r1.stderr
+    assert "result: same behaviour" in r1.stdout
+    assert "0 live, 0 changed request" in r1.stdout
+    r2 = run_cli("replay", sid.split("-")[0], env=fenv)  # by number, too
+    assert r2.stdout == r1.stdout
+    # No side effects: no model call, no fetch to the world, nothing written.
+    assert llm.requests == [] and llm.get_requests == []
+    assert session_history.read(st) == history_before
+    assert st.get(keys.WAKE_CONFIG) == wake_before
+    assert daily_spent(st) == spent_before
+    assert [k.name for k in st.list_all("karma:replay-")] == []
+
+
+def test_replay_json_is_deterministic_and_names_every_part(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    outs = [run_cli("replay", sid, "--json", env=fenv) for _ in range(2)]
+    assert outs[0].returncode == 0 and outs[0].stdout == outs[1].stdout
+    report = json.loads(outs[0].stdout)
+    assert report["same"] is True and report["session"] == sid
+    assert [s["id"] for s in report["steps"]] == ["get", "ask", "note"]
+    assert report["steps"][1]["before"]["result"] == "double/model"
+    assert report["answers"] == {"recorded": 3, "live": 0, "assumed": 0, "changed_request": 0}
+    assert ["put", "tooldata:kv_write:notes:model"] in [w[:2] for w in report["writes"]["now"]] or \
+        any(w[1].endswith("notes:model") for w in report["writes"]["now"])
+
+
+def test_after_a_prompt_change_replay_exits_1_and_shows_the_difference(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    st.put(keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + "\nAlways plan exactly one step.\n")
+    llm.reset()
+    r = run_cli("replay", sid, env=fenv)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "changed_request" in r.stdout and "DIFFERS" in r.stdout
+    assert "result: DIFFERS in plan" in r.stdout
+    assert llm.requests == []  # without --live, never the model
+
+
+def test_a_changed_think_prompt_is_a_changed_step(st, llm, fenv):
+    """A tool that now returns something else changes the think request downstream."""
+    sid = _session(st, llm, fenv)
+    code = st.get(keys.tool_code("web_fetch"))
+    st.put(keys.tool_code("web_fetch"), code.replace("def execute(args, ctx):",
+                                                     "def execute(args, ctx):\n    return 'changed'\n\n"
+                                                     "def previous(args, ctx):"))
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 1
+    report = json.loads(r.stdout)
+    steps = {s["id"]: s for s in report["steps"]}
+    assert steps["get"]["now"]["result"] == "changed" and not steps["get"]["same"]
+    assert steps["ask"]["now"]["status"] == "changed_request"
+    assert "steps" in report["differs"]
+
+
+def test_live_replay_is_priced_counted_and_recorded(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    st.put(keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + "\nKeep it short.\n")
+    spent_before = daily_spent(st)
+    llm.reset()
+    llm.queue(plan(think("Say hi", id="hi")))
+    llm.responder = answers("hi", reflect=reflection("said hi"))
+    r = run_cli("replay", sid, "--live", "--json", env=fenv)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["answers"]["live"] >= 2  # orient and what followed it
+    assert report["cost"]["now"] > 0
+    assert daily_spent(st) > spent_before  # real money counts towards today
+    kept = report["karma"]
+    assert kept and kept.startswith("replay-")
+    k = run_cli("karma", kept, "--json", env=fenv)
+    calls = [json.loads(line) for line in k.stdout.splitlines() if '"llm_call"' in line]
+    assert any(c.get("tier") == "replay" for c in calls)
+    assert session_history.read(st)[-1]["id"] == sid  # the replay is no session
+
+
+@pytest.mark.parametrize("ref, why", [("999", "no session"), ("nonsense-id", "no session")])
+def test_unknown_sessions_are_one_line_exit_2(st, fenv, ref, why):
+    r = run_cli("replay", ref, env=fenv)
+    assert r.returncode == 2
+    assert why in r.stderr and ref in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_trimmed_or_old_session_cannot_be_replayed(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    # Recorded by an older version: no context entry.
+    entries = [e for e in st.read_log(keys.karma(sid)) if '"event":"context"' not in e]
+    st.delete_log(keys.karma(sid))
+    for e in entries:
+        st.append(keys.karma(sid), e)
+    r = run_cli("replay", sid, env=fenv)
+    assert r.returncode == 2 and "older version" in r.stderr and sid in r.stderr
+    st.delete_log(keys.karma(sid))  # trimmed by retention: still in the history
+    r = run_cli("replay", sid, env=fenv)
+    assert r.returncode == 2 and "trimmed" in r.stderr and sid in r.stderr
