@@ -197,7 +197,12 @@ def run_deep_reflect(session) -> dict | None:
     store = session.store
     template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
-    context = {**session.context, "notes": notes_for_prompt(store)}
+    from .review import tool_records
+
+    context = {**session.context, "notes": notes_for_prompt(store),
+               # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
+               "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
+               "replayGate": untrusted(store.get_json(keys.REPLAY_GATE, default=None), "memory:replay-gate")}
     if "memoryStats" in context:  # key names (tools choose them) and past notes
         context["memoryStats"] = untrusted(context["memoryStats"], "memory:statistics")
     # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked. The orient
@@ -226,21 +231,22 @@ def run_deep_reflect(session) -> dict | None:
     if out.updated_wisdom is not None:
         if _put(session, keys.WISDOM, out.updated_wisdom):
             applied.append("wisdom")
-    if out.kv_operations:
+    merged = merged_defaults(session, out.updated_defaults) if out.updated_defaults else None
+    proposed = next((p["proposed_text"] for p in out.orient_prompt_proposals or [] if isinstance(p, dict)
+                     and isinstance(p.get("proposed_text"), str) and p["proposed_text"].strip()), None)
+    refused = replay_gate(session, out.kv_operations, merged, proposed)
+    if out.kv_operations and not (refused and _touches(out.kv_operations, GATED_KEYS)):
         if _apply_operations(session, out.kv_operations, "deep_reflect"):
             applied.append("kv_operations")
-    if out.updated_defaults:
-        if apply_defaults_update(session, out.updated_defaults):
+    if merged is not None and not refused:
+        if _put(session, keys.CONFIG_DEFAULTS, merged):
             applied.append("defaults")
     if out.updated_model_details:
         if apply_model_details(session, out.updated_model_details, "deep_reflect"):
             applied.append("model_details")
-    for proposal in out.orient_prompt_proposals or []:
-        text = proposal.get("proposed_text") if isinstance(proposal, dict) else None
-        if isinstance(text, str) and text.strip():
-            if _put(session, keys.PROMPT_ORIENT, text):
-                applied.append("orient_prompt")
-            break
+    if proposed is not None and not refused:
+        if _put(session, keys.PROMPT_ORIENT, proposed):
+            applied.append("orient_prompt")
     nxt = out.next_deep_reflect or {}
     schedule["after_sessions"] = max(1, int(_num(nxt.get("after_sessions"), schedule["after_sessions"])))
     schedule["after_days"] = min(365.0, max(0.01, _num(nxt.get("after_days"), schedule["after_days"])))
@@ -273,8 +279,8 @@ def deep_merge(base: dict, update: dict) -> dict:
     return out
 
 
-def apply_defaults_update(session, update: dict) -> bool:
-    """Deep-merge into config:defaults and validate; an invalid result is rejected whole and recorded."""
+def merged_defaults(session, update: dict) -> dict | None:
+    """config:defaults with ``update`` deep-merged in, validated; None (recorded) when the result is invalid."""
     current = session.store.get_json(keys.CONFIG_DEFAULTS, default=None)
     if not isinstance(current, dict):
         current = session.defaults.model_dump()
@@ -285,8 +291,59 @@ def apply_defaults_update(session, update: dict) -> bool:
         e = exc.errors()[0]
         session.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, update=update,
                  reason=f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
-        return False
-    return _put(session, keys.CONFIG_DEFAULTS, merged)
+        return None
+    return merged
+
+
+def apply_defaults_update(session, update: dict) -> bool:
+    """Deep-merge into config:defaults and validate; an invalid result is rejected whole and recorded."""
+    merged = merged_defaults(session, update)
+    return merged is not None and _put(session, keys.CONFIG_DEFAULTS, merged)
+
+
+# --- the replay gate ---------------------------------------------------------
+
+GATED_KEYS = (keys.PROMPT_ORIENT, keys.CONFIG_DEFAULTS)
+
+
+def _touches(ops: Any, names: tuple[str, ...]) -> bool:
+    return isinstance(ops, list) and any(isinstance(op, dict) and (op.get("key") in names or op.get("value") in names)
+                                         for op in ops)
+
+
+def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None) -> str | None:
+    """Replay recent clean sessions against the orient prompt and config deep reflection proposes,
+    before any of it applies. Returns why the change is refused, or None.
+
+    The policy: the last ``deep_reflect.replay_gate_sessions`` clean sessions are replayed with recorded
+    answers only (where the change alters a request, the model is assumed to answer as it did). A change
+    under which a session that planned before no longer gets a usable plan (its orient model unknown,
+    the plan cut off by a smaller ``max_output_tokens``, no money left to plan with), or that ends a
+    session in error, is refused whole. Either way the result is recorded (``replay_gate`` in karma and
+    ``stats:replay_gate``), and the next deep reflection is shown it."""
+    from . import replay
+    from .kv.base import encode
+
+    staged: dict[str, str] = {}
+    for op in kv_operations if isinstance(kv_operations, list) else []:
+        if isinstance(op, dict) and op.get("op") == "put" and op.get("key") in GATED_KEYS:
+            staged[op["key"]] = encode(op.get("value"))
+    if merged is not None:
+        staged[keys.CONFIG_DEFAULTS] = encode(merged)
+    if proposed is not None:
+        staged[keys.PROMPT_ORIENT] = proposed
+    n = session.defaults.deep_reflect.replay_gate_sessions
+    if not staged or n <= 0 or session.mode == "replay":
+        return None
+    report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id)
+    session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
+                   refused=report["refused"])
+    session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": utcnow_iso()})
+    if report["refused"]:
+        for key in report["keys"]:
+            session.record(events.CONFIG_REJECTED, key=key, source="deep_reflect",
+                           reason=f"refused by the replay gate: {report['refused']}")
+    return report["refused"]
 
 
 def apply_model_details(session, updates: dict, source: str) -> bool:
@@ -342,7 +399,8 @@ DEFAULT_REFLECT_PROMPT = (
 DEFAULT_DEEP_PROMPT = (
     "Deep reflection. Answer with one JSON object: reflection, note_to_future_self, optionally "
     "updated_wisdom, kv_operations, updated_defaults, next_deep_reflect.\n\nWisdom: {{wisdom}}\n"
-    "History: {{sessionHistory}}\nRecent karma: {{recentKarma}}")
+    "History: {{sessionHistory}}\nRecent karma: {{recentKarma}}\nTool reviews: {{context.toolRecords}}\n"
+    "Last replay check of a proposed change: {{context.replayGate}}")
 
 
 def _text_or_none(store, key: str) -> str | None:

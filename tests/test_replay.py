@@ -132,3 +132,58 @@ def test_a_trimmed_or_old_session_cannot_be_replayed(st, llm, fenv):
     st.delete_log(keys.karma(sid))  # trimmed by retention: still in the history
     r = run_cli("replay", sid, env=fenv)
     assert r.returncode == 2 and "trimmed" in r.stderr and sid in r.stderr
+
+
+# --- the replay gate on deep reflection's proposals ---
+
+def _deep_due(st):
+    """The next wake is a deep reflection (the seed's first interval is 20 sessions)."""
+    st.put(keys.SESSION_COUNTER, "19")
+
+
+def _deep_wake(st, llm, env, deep: dict):
+    def respond(req):
+        text = req["messages"][-1]["content"].lstrip()
+        if text.startswith("# Deep reflection"):
+            return json.dumps({"reflection": "looked back", "note_to_future_self": "n", **deep})
+        return "ok"
+    llm.responder = respond
+    r = run_wake(env, "--force")
+    return finished(r, st)
+
+
+def test_a_change_that_breaks_plan_parsing_on_recorded_sessions_is_refused(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    before = st.get_json(keys.CONFIG_DEFAULTS)
+    _deep_due(st)
+    # A smaller orient output limit cuts every recorded plan short: no usable plan any more.
+    deep_sid, entries = _deep_wake(st, llm, fenv, {"updated_defaults": {"orient": {"max_output_tokens": 16}},
+                                                   "updated_wisdom": "still applies"})
+    gate = next(e for e in entries if e["event"] == "replay_gate")
+    assert gate["refused"] and sid in gate["refused"] and "no usable plan" in gate["refused"]
+    assert [row["session"] for row in gate["replayed"]] == [sid]
+    assert st.get_json(keys.CONFIG_DEFAULTS) == before  # refused whole
+    assert st.get("wisdom") == "still applies"  # what the gate does not cover still applies
+    rejected = [e for e in entries if e["event"] == "config_rejected" and e.get("key") == keys.CONFIG_DEFAULTS]
+    assert rejected and "replay gate" in rejected[0]["reason"]
+    seen = st.get_json(keys.REPLAY_GATE)
+    assert seen["refused"] == gate["refused"] and seen["session_id"] == deep_sid
+    # The replays changed nothing: the history holds the two real sessions only.
+    assert [h["id"] for h in session_history.read(st)] == [sid, deep_sid]
+
+
+def test_a_change_that_still_plans_applies_and_the_next_deep_reflection_sees_the_result(st, llm, fenv):
+    sid = _session(st, llm, fenv)
+    _deep_due(st)
+    new_orient = st.get(keys.PROMPT_ORIENT) + "\nPrefer one fetch per session.\n"
+    deep_sid, entries = _deep_wake(st, llm, fenv, {"orient_prompt_proposals": [{"proposed_text": new_orient}]})
+    gate = next(e for e in entries if e["event"] == "replay_gate")
+    assert gate["refused"] is None and gate["replayed"][0]["session"] == sid
+    assert gate["replayed"][0]["answers"]["assumed"] >= 1  # the changed orient request: assumed, never live
+    assert st.get(keys.PROMPT_ORIENT) == new_orient
+    # The next deep reflection is shown how the change fared.
+    st.put(keys.DEEP_REFLECT_SCHEDULE, {"last_session": 0, "after_sessions": 1, "after_days": 7})
+    llm.reset()
+    _deep_wake(st, llm, fenv, {})
+    deep_prompt = next(r for r in llm.requests if r["messages"][-1]["content"].lstrip().startswith("# Deep"))
+    assert deep_sid in deep_prompt["messages"][-1]["content"]  # stats:replay_gate names the proposing session

@@ -1031,7 +1031,8 @@ def test_reflect_and_deep_answer_shapes():
     assert {"reflection", "note_to_future_self"} <= set(d)
     assert set(re.findall(r"\{\{([\w.]+)\}\}", deep_text)) <= {
         "wisdom", "recentKarma", "orientPrompt", "currentDefaults", "sessionHistory", "models",
-        "context.balances", "context.kvUsage", "context.memoryStats", "context.notes"}
+        "context.balances", "context.kvUsage", "context.memoryStats", "context.notes", "context.toolRecords",
+        "context.replayGate"}
     for key in ("orient_prompt_proposals", "proposed_text", "updated_defaults", "next_deep_reflect",
                 "updated_model_details", "kv_operations"):
         assert key in deep_text
