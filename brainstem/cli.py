@@ -712,12 +712,13 @@ def kv_get(c: Ctx, key: str, as_json: bool) -> None:
 @pass_ctx
 def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul: bool) -> None:
     """Set KEY to VALUE (or the contents of --file)."""
-    from .kv.guarded import check_key
+    from .kv.guarded import check_key, check_value
 
     if (value is None) == (file_ is None):
         raise click.UsageError("give exactly one of VALUE or --file")
     text = file_.read() if file_ is not None else value
     check_key(key)
+    check_value(key, text)  # config:reflexes: rules or nothing, whoever writes them
     if key == keys.SOUL and not force_soul:
         raise BrainstemError("soul is immutable; to replace it deliberately, add --force-soul")
     if as_json:
