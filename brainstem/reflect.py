@@ -335,7 +335,9 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     n = session.defaults.deep_reflect.replay_gate_sessions
     if not staged or n <= 0 or session.mode == "replay":
         return None
-    report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id)
+    # Within this session's own time (and its lock): never more than half of what is left.
+    report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id,
+                                 time_left=session.budget.time_left)
     session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
                    refused=report["refused"])
     session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": utcnow_iso()})

@@ -56,6 +56,7 @@ _VOLATILE = [  # clock readings in prompts (a karma digest's times and durations
     (re.compile(r"\b\d+ ms\b"), "N ms"),
     (re.compile(r"\btier=\S+"), "tier=T"),
 ]
+GATE_MIN_SECONDS = 5.0  # the gate stops replaying when its session has less than this left
 CHARS_PER_TOKEN = 4  # an answer cut by a smaller max_tokens keeps about this many characters a token
 
 
@@ -264,8 +265,9 @@ class Replayed:
 
 
 def run(settings, store: Store, recording: Recording, *, live: bool = False, assume: bool = False,
-        staged: dict[str, Any] | None = None) -> Replayed:
-    """Run ``recording`` again in an overlay of ``store``, with ``staged`` keys put there first."""
+        staged: dict[str, Any] | None = None, max_seconds: float | None = None) -> Replayed:
+    """Run ``recording`` again in an overlay of ``store``, with ``staged`` keys put there first;
+    ``max_seconds`` caps its time budget (the gate runs inside a session's own)."""
     from . import wake as lifecycle
     from .budget import add_daily, daily_spent
     from .config import load_defaults, load_models
@@ -293,6 +295,8 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
     if live:
         left_today = min(left_today, max(0.0, settings.max_daily_cost - daily_spent(store)))
     budget = lifecycle.make_budget(defaults, settings, left_today)
+    if max_seconds is not None:
+        budget.max_duration = min(budget.max_duration, max(0.0, max_seconds))
     agent_kv = AgentKV(overlay, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
         overlay, key, old, new, source=source, session_id=sid))
     context = dict(recording.context)
@@ -496,21 +500,28 @@ def render(report: dict) -> list[str]:
 
 # --- the gate deep reflection passes a proposed change through ---
 
-def check_change(settings, store: Store, staged: dict[str, Any], sessions: int, exclude: str | None = None) -> dict:
+def check_change(settings, store: Store, staged: dict[str, Any], sessions: int, exclude: str | None = None,
+                 time_left=None) -> dict:
     """Replay the last ``sessions`` clean sessions against ``staged`` (key -> new value), recorded answers
-    only; ``refused`` names why when a session that planned before no longer gets a usable plan."""
+    only; ``refused`` names why when a session that planned before no longer gets a usable plan.
+    ``time_left()`` (seconds) bounds it: replays stop when the caller's session has too little left."""
     report: dict[str, Any] = {"keys": sorted(staged), "replayed": [], "skipped": 0, "refused": None}
     candidates = [h for h in session_history.read(store) if h.get("outcome") == outcomes.CLEAN
                   and h.get("kind", "session") == "session" and h.get("id") != exclude]
     for h in reversed(candidates):
         if len(report["replayed"]) >= sessions:
             break
+        left = time_left() if time_left is not None else None
+        if left is not None and left < GATE_MIN_SECONDS:
+            report["out_of_time"] = True  # what was replayed still counts; the rest is not judged
+            break
         try:
             recording = load(store, h["id"])
         except ReplayError:
             report["skipped"] += 1
             continue
-        replayed = run(settings, store, recording, assume=True, staged=staged)
+        replayed = run(settings, store, recording, assume=True, staged=staged,
+                       max_seconds=None if left is None else left / 2)
         result = compare(replayed)
         row = {"session": recording.id, "same": result["same"], "differs": result["differs"],
                "outcome": replayed.outcome, "answers": replayed.answers}
