@@ -393,6 +393,17 @@ def status(c: Ctx, as_json: bool) -> None:
             _row(f"COST ANOMALY {n}", f"{head} It counts towards today's ceiling as billed; check the provider's "
                                       f"activity page, and if it billed less, `brainstem anomaly {n} --billed USD` "
                                       f"corrects today's spend for this call alone.")
+    if report["reviews_pending"]:
+        _row("REVIEW", f"{report['reviews_pending']} run(s) of supervised tools wait for your verdict: "
+                       f"brainstem review")
+    reflexes = report.get("reflexes")
+    if reflexes and reflexes.get("error"):
+        _row("reflexes", f"IGNORED: {reflexes['error']}")
+    elif reflexes:
+        _row("reflexes", ", ".join(f"{r['name']} (last fired {_text(r['last_fired'], 'never')})"
+                                   for r in reflexes["rules"]) or "none")
+    for name, mode in (report.get("tool_mode_floors") or {}).items():
+        _row("tool mode", f"{name}: at least {mode} (BRAINSTEM_TOOL_MODES)")
     sandbox = report.get("sandbox") or {}
     if sandbox.get("error"):
         _row("sandbox", sandbox["error"])

@@ -74,7 +74,11 @@ class Settings(BaseSettings):
     llm_backoff: float = Field(1.0, ge=0, validation_alias="BRAINSTEM_LLM_BACKOFF",
                                description="First retry delay in seconds; doubles each retry, with jitter")
 
-    @field_validator("tool_secrets", "fetch_allow", mode="before")
+    tool_modes: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_MODES",
+                                  description="The least supervision a tool gets, whatever its meta says: "
+                                              "NAME=supervised or NAME=manual, comma list; * for every tool")
+
+    @field_validator("tool_secrets", "fetch_allow", "tool_modes", mode="before")
     @classmethod
     def _split_commas(cls, v):
         if isinstance(v, str):
@@ -89,7 +93,20 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_bindings(self):
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
+        self.mode_floors()
         return self
+
+    def mode_floors(self) -> dict[str, str]:
+        """The operator's floor on each tool's mode (``*``: every tool), from ``BRAINSTEM_TOOL_MODES``."""
+        out = {}
+        for item in self.tool_modes:
+            name, sep, mode = item.partition("=")
+            name, mode = name.strip(), mode.strip()
+            if not sep or not name or mode not in ("supervised", "manual", "automated"):
+                raise ConfigError(f"BRAINSTEM_TOOL_MODES: {item!r} is not NAME=supervised or NAME=manual "
+                                  "(* for every tool)")
+            out[name] = mode
+        return out
 
     def bindings(self) -> dict[str, Binding]:
         """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``)."""

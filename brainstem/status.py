@@ -13,6 +13,7 @@ from .karma import unfinished_session
 from .kv.base import Store
 from .outcomes import operator_action
 from .reflect import deep_reflect_due
+from .review import items as review_items
 from .settings import Settings
 from .sleep import now_utc, sleeping_until
 from .versions import failing_streak
@@ -112,8 +113,27 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                             for b in settings.bindings().values()},
         "fetch_allow": list(settings.fetch_allow),
         "cost_anomalies_today": anomalies_today(store) or None,
+        "reviews_pending": len(review_items(store)),
+        "reflexes": _reflexes(store),
+        "tool_mode_floors": settings.mode_floors() or None,
         "sandbox": _sandbox_report(),
     }
+
+
+def _reflexes(store: Store) -> dict[str, Any] | None:
+    """The reflex rules by name, with when each last fired; or why the stored list is ignored."""
+    from .reflexes import ReflexError, parse_text
+
+    raw = store.get(keys.CONFIG_REFLEXES)
+    if raw is None:
+        return None
+    try:
+        rules = parse_text(raw)
+    except ReflexError as exc:
+        return {"error": str(exc)}
+    fired = store.get_json(keys.REFLEX_STATE, default={})
+    fired = fired if isinstance(fired, dict) else {}
+    return {"rules": [{"name": r.name, "last_fired": fired.get(r.name)} for r in rules]}
 
 
 def _soul_state(store: Store) -> bool | str:
