@@ -114,10 +114,28 @@ def daily_spent(store: Store) -> float:
 
 
 def add_daily(store: Store, usd: float) -> float:
-    """Add to today's spend. Sessions hold the wake lock, so read-modify-write is safe here."""
-    total = daily_spent(store) + usd
-    store.put(keys.DAILY_COST, {"date": today(), "usd": round(total, 8)})
+    """Add to today's spend, under a short lock of its own: a session is not the only spender (a dry run,
+    a live replay or ``tool run`` may spend beside it), and a lost update would under-count real money."""
+    import os
+    import threading
+    import time
+
+    owner = f"{os.getpid()}:{threading.get_ident()}:{time.monotonic_ns()}"
+    deadline = time.monotonic() + DAILY_LOCK_WAIT
+    held = store.acquire_lock(keys.DAILY_COST, owner, int(DAILY_LOCK_WAIT * 1000))
+    while not held and time.monotonic() < deadline:
+        time.sleep(0.005)
+        held = store.acquire_lock(keys.DAILY_COST, owner, int(DAILY_LOCK_WAIT * 1000))
+    try:  # a holder that died lets go when its lock expires; past the wait, the spend is still added
+        total = daily_spent(store) + usd
+        store.put(keys.DAILY_COST, {"date": today(), "usd": round(total, 8)})
+    finally:
+        if held:
+            store.release_lock(keys.DAILY_COST, owner)
     return total
+
+
+DAILY_LOCK_WAIT = 2.0
 
 
 

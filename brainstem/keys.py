@@ -41,6 +41,7 @@ REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that co
 LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"  # what the last clean session ran with
 AUTO_RESTORE_MARK = "stats:auto_restore"  # the failing streak auto-restore already answered
 VERSIONS_PREFIX = "history:"  # history:{key} holds the previous versions of a self-modified key
+UNLISTED_KARMA = "stats:unlisted_karma"  # karma with no history entry (dry runs, reflex wakes), for retention
 REFLEX_STATE = "stats:reflexes"  # when each reflex last fired (its cooldown)
 REPLAY_GATE = "stats:replay_gate"  # the last replay check of a change deep reflection proposed
 REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out

@@ -130,7 +130,10 @@ def parse(raw: Any) -> list[Reflex]:
         except ValidationError as exc:
             e = exc.errors()[0]
             where = ".".join(str(p) for p in e["loc"]) or "the rule"
-            raise ReflexError(f"{label}: {where}: {e['msg'].removeprefix('Value error, ')}") from None
+            msg = e["msg"].removeprefix("Value error, ")
+            if not msg.startswith((f"{where}:", f"{where}.")):  # a condition's own message names its place
+                msg = f"{where}: {msg}"
+            raise ReflexError(f"{label}: {msg}") from None
         if rule.name in names:
             raise ReflexError(f"{label}: the name {rule.name!r} is used twice")
         names.add(rule.name)

@@ -332,6 +332,7 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
         karma_id = f"replay-{uuid.uuid4().hex[:8]}"
         for e in karma_mod.read(overlay, sid):
             store.append(keys.karma(karma_id), karma_mod.encode_entry({**e, "replay_of": sid}))
+        session_history.note_unlisted(store, karma_id, settings.karma_retention_days)
     return Replayed(recording=recording, entries=entries, outcome=run_.outcome, cost=round(budget.spent, 10),
                     answers=dict(answers.used), karma_id=karma_id, problems=problems)
 

@@ -55,10 +55,11 @@ class Session:
                               result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
             self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
+        floors = self.settings.mode_floors()  # the operator's BRAINSTEM_TOOL_MODES: a tool's own entry, else *
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
                         on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
-                        on_supervised=supervised)
+                        on_supervised=supervised, mode_floor=floors.get(name, floors.get("*")))
 
     def policy(self) -> ToolPolicy:
         if self.tool_policy is None:

@@ -118,6 +118,25 @@ def append(store: Store, entry: dict, retention_days: float | None = None, now: 
     return expired
 
 
+UNLISTED_MAX = 1000
+
+
+def note_unlisted(store: Store, karma_id: str, retention_days: float, now: datetime | None = None) -> None:
+    """Keep karma that has no history entry (a dry run, a wake a reflex handled, a live replay) bounded as
+    the history's is: at most ``UNLISTED_MAX`` of them, none older than the retention age."""
+    now = now or now_utc()
+    kept = store.get_json(keys.UNLISTED_KARMA, default=[])
+    kept = [k for k in kept if isinstance(k, dict) and isinstance(k.get("id"), str)] if isinstance(kept, list) else []
+    kept.append({"id": karma_id, "at": iso(now)})
+    cutoff = now - timedelta(days=retention_days)
+    keep = [k for k in kept[:-1] if (parse_iso(k.get("at")) or now) > cutoff][-(UNLISTED_MAX - 1):] + kept[-1:]
+    kept_ids = {k["id"] for k in keep}
+    for k in kept:
+        if k["id"] not in kept_ids:
+            store.delete_log(keys.karma(k["id"]))
+    store.put(keys.UNLISTED_KARMA, keep)
+
+
 def now_iso() -> str:
     return iso(now_utc())
 

@@ -124,12 +124,12 @@ def _reflexes(store: Store) -> dict[str, Any] | None:
     """The reflex rules by name, with when each last fired; or why the stored list is ignored."""
     from .reflexes import ReflexError, parse_text
 
-    raw = store.get(keys.CONFIG_REFLEXES)
-    if raw is None:
-        return None
     try:
+        raw = store.get(keys.CONFIG_REFLEXES)
+        if raw is None:
+            return None
         rules = parse_text(raw)
-    except ReflexError as exc:
+    except (ReflexError, NotText) as exc:
         return {"error": str(exc)}
     fired = store.get_json(keys.REFLEX_STATE, default={})
     fired = fired if isinstance(fired, dict) else {}

@@ -9,8 +9,13 @@ from . import events
 
 # The fields worth a glance for each event; everything else stays in --json.
 _SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
-    events.SESSION_START: ("session_id", "effort", "crashed_session"),
-    events.SESSION_END: ("outcome", "cost", "steps", "duration_ms", "next_wake_after"),
+    events.SESSION_START: ("session_id", "effort", "crashed_session", "dry_run"),
+    events.SESSION_END: ("outcome", "kind", "cost", "steps", "duration_ms", "next_wake_after", "dry_run"),
+    events.TOOL_WOULD_DO: ("tool", "reason", "input"),
+    events.REFLEX_FIRED: ("reflex", "do"),
+    events.REFLEX_SUPPRESSED: ("reflex", "reason", "last_fired"),
+    events.REFLEX_FAILED: ("reflex", "tool", "error"),
+    events.REPLAY_GATE: ("keys", "refused"),
     events.LLM_CALL: ("purpose", "model", "tier", "input_tokens", "output_tokens", "cost", "duration_ms", "truncated"),
     events.TOOL_START: ("tool", "attempt"),
     events.TOOL_COMPLETE: ("tool", "ok", "duration_ms", "error"),

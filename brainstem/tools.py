@@ -414,12 +414,15 @@ def _basic_decode(value: str) -> str | None:
 def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
              policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
              on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
-             on_supervised: Callable[[ToolOutcome], None] | None = None) -> ToolOutcome:
+             on_supervised: Callable[[ToolOutcome], None] | None = None,
+             mode_floor: str | None = None) -> ToolOutcome:
     """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
 
     With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
     ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run.
-    ``dry_run`` runs nothing at all. An operator's own ``brainstem tool run`` runs whatever the mode.
+    ``mode_floor`` (the operator's ``BRAINSTEM_TOOL_MODES`` for this tool) is the least supervision it
+    gets, whatever its meta says. ``dry_run`` runs nothing at all. An operator's own ``brainstem tool
+    run`` runs whatever the mode.
     """
     from .sandbox import Limits, run
 
@@ -431,9 +434,15 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
         _record_complete(record, name, step_id, attempt, outcome)
         return outcome
-    not_run = "dry_run" if dry_run else ("manual" if enforce_mode and meta.mode == "manual" else None)
+    order = ("automated", "supervised", "manual")
+    mode = meta.mode
+    floored = mode_floor in order and order.index(mode_floor) > order.index(mode)
+    if floored:
+        mode = mode_floor
+    not_run = "dry_run" if dry_run else ("manual" if enforce_mode and mode == "manual" else None)
     if not_run is not None:
-        record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run)
+        record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,
+               mode_floor=mode_floor if floored and not_run == "manual" else None)
         return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False)
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     try:
@@ -445,7 +454,7 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
     _record_complete(record, name, step_id, attempt, outcome)
-    if enforce_mode and meta.mode == "supervised" and on_supervised is not None:
+    if enforce_mode and mode == "supervised" and on_supervised is not None:
         on_supervised(outcome)
     return outcome
 

@@ -153,7 +153,7 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
 
     check_ready(store, settings, need_key=providers is None)
     sid = f"dry-{uuid.uuid4().hex[:8]}"
-    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.COST_ANOMALIES}
+    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.COST_ANOMALIES, keys.UNLISTED_KARMA}
     overlay = OverlayStore(store, passthrough=through.__contains__)
     return _session(settings, overlay, _read_wake_config(store), providers, listeners, cancel, None,
                     mode="dry_run", sid=sid)
@@ -292,7 +292,8 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
-        sleep_for = check_reflexes(session, facts, run.started)
+        sleep_for = check_reflexes(session, facts, run.started,
+                                   deep_due=deep_reflect_due(store, defaults, number)[0])
         if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
             run.kind, run.outcome, run.next_wake = "reflex", outcomes.HANDLED_BY_REFLEX, {"sleep_seconds": sleep_for}
         else:
@@ -351,18 +352,19 @@ def _think(run: _Run, session: Session, orient_template: str, token: str | None,
         _plan_and_execute(run, session, orient_template, token, left_today)
 
 
-def check_reflexes(session: Session, facts: dict, now) -> float | None:
+def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -> float | None:
     """Fire the reflexes whose conditions hold (:mod:`.reflexes`); the seconds to sleep when one of them
-    handled the wake, else None (the wake goes on to orient, with any effort a reflex set)."""
+    handled the wake, else None (the wake goes on to orient, with any effort a reflex set). When deep
+    reflection is due (``deep_due``) a reflex's tools run but it does not put the agent back to sleep."""
     from . import reflexes
 
     store = session.store
-    raw = store.get(keys.CONFIG_REFLEXES)
-    if raw is None:
-        return None
     try:
+        raw = store.get(keys.CONFIG_REFLEXES)
+        if raw is None:
+            return None
         rules = reflexes.parse_text(raw)
-    except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
+    except (reflexes.ReflexError, NotText) as exc:  # written around Brainstem: ignored whole, never half-applied
         session.record(events.CONFIG_REJECTED, key=keys.CONFIG_REFLEXES, reason=str(exc))
         return None
     if not rules:
@@ -377,16 +379,22 @@ def check_reflexes(session: Session, facts: dict, now) -> float | None:
             continue
         last = reflexes.cooling(rule, fired_at, now)
         if last is not None:
-            session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, last_fired=last,
+            session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="cooldown", last_fired=last,
                            cooldown_seconds=rule.cooldown_seconds)
             continue
         session.record(events.REFLEX_FIRED, reflex=rule.name, do=rule.do.model_dump(exclude_none=True))
         fired_at[rule.name] = iso(now)
         store.put(keys.REFLEX_STATE, fired_at)  # before its tools run: a crash mid-reflex still cools it
         ok = _reflex_tools(session, rule)
-        if rule.do.effort is not None:
-            session.effort = session.context["effort"] = rule.do.effort
+        if rule.do.effort is not None:  # raises the effort; a tripwire's higher effort stands
+            session.effort = session.context["effort"] = _max_effort(session.effort, rule.do.effort)
         if rule.do.sleep_seconds is not None and ok:
+            if deep_due:
+                # A reflex never skips a due deep reflection: the agent must always get to reconsider its
+                # rules, or one that sleeps on every wake would keep it asleep for good.
+                session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="deep_reflection_due",
+                               note="its tools ran; its sleep is held back so deep reflection runs")
+                continue
             sleep_for = rule.do.sleep_seconds
             break
     return sleep_for
@@ -561,7 +569,9 @@ def _record_end(run: _Run) -> WakeResult:
         save_clean_snapshot(store, run.clean_snapshot, run.id)
     expired = None
     # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
-    if run.kind != "reflex" and run.mode != "dry_run":
+    if run.kind == "reflex" or run.mode == "dry_run":
+        session_history.note_unlisted(store, run.id, run.settings.karma_retention_days, now=ended)
+    else:
         # Keyed by id: a kill between this write and session_end leaves the session in the history, and
         # the next wake's crash detection skips it rather than record it a second time as crashed.
         expired = session_history.append(store, entry, retention_days=run.settings.karma_retention_days, now=ended,

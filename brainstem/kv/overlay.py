@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import MalformedValue
 from .base import KeyInfo, ListResult, Store, encode
 
 
@@ -76,7 +77,11 @@ class OverlayStore(Store):
     def incr(self, key: str, amount: int = 1) -> int:
         if self._passthrough(key):
             return self.base.incr(key, amount)
-        value = int(self.get_text(key) or 0) + amount
+        held = self.get_text(key)
+        try:
+            value = int(held or 0) + amount
+        except ValueError:  # as every store says it: the caller repairs a malformed counter
+            raise MalformedValue(f"value of {key!r} is not an integer") from None
         self.put(key, str(value))
         return value
 
@@ -140,14 +145,18 @@ class OverlayStore(Store):
         log = self._log(log_key)
         del log[:max(0, len(log) - keep)]
 
-    # --- locks: held here only ---
+    # --- locks: held here only (a passthrough name is the store's: a lock guarding a passthrough key) ---
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        if self._passthrough(name):
+            return self.base.acquire_lock(name, owner, ttl_ms)
         if name in self._locks and self._locks[name] != owner:
             return False
         self._locks[name] = owner
         return True
 
     def release_lock(self, name: str, owner: str) -> bool:
+        if self._passthrough(name):
+            return self.base.release_lock(name, owner)
         if self._locks.get(name) == owner:
             del self._locks[name]
             return True

@@ -181,7 +181,9 @@ class RedisStore(Store):
                     batch = []
             else:
                 clash, found_log = self._classify(batch, clash)
-            if clash is not None and not found_log:
+            if clash is not None and not found_log and self._registry_call(self._r.sismember, REGISTRY, name):
+                return  # registered meantime by another process of the same agent: those keys are its own
+            if clash is not None and not found_log and not clash.startswith(name + ":__lock__:"):
                 raise ConfigError(f"cannot register agent {name!r} in {self.display_url}: the default agent already "
                                   f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
                                   f"another name; if they are {name}'s own from before agents were registered: "
