@@ -129,6 +129,9 @@ def load(store: Store, ref: str) -> Recording:
     if end.get("kind") == "reflex":
         raise ReplayError(f"wake {sid} was handled by a reflex; it made no plan to replay")
     at = next((i for i, e in enumerate(entries) if e.get("event") == events.CONTEXT), None)
+    if at is not None and entries[at].get("too_large"):
+        raise ReplayError(f"session {sid}: the context it saw ({entries[at]['too_large']} characters) was too "
+                          "large to record, so it cannot be replayed (lower config:defaults memory caps)")
     if at is None or not isinstance(entries[at].get("context"), dict):
         raise ReplayError(f"session {sid} was recorded by an older version of brainstem (its karma has no context "
                           f"entry); sessions recorded by {__version__} or later can be replayed")

@@ -56,6 +56,7 @@ from .untrusted import to_record
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
 
 MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
+CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for replay
 
 
 @dataclass
@@ -336,8 +337,14 @@ def _think(run: _Run, session: Session, orient_template: str, token: str | None,
     load_session_context(session, context)
     due, why = deep_reflect_due(store, run.defaults, run.number)
     context["deepReflectDue"] = due
-    # What replay needs to run this session again with the context it saw.
-    session.record(events.CONTEXT, context=to_record(context))
+    # What replay needs to run this session again with the context it saw: bounded by the memory caps
+    # in config:defaults, and never more than CONTEXT_RECORD_CHARS (past that, replay says it cannot).
+    recorded = to_record(context)
+    size = len(karma_mod.encode_entry(recorded))
+    if size <= CONTEXT_RECORD_CHARS:
+        session.record(events.CONTEXT, context=recorded)
+    else:
+        session.record(events.CONTEXT, context=None, too_large=size, limit=CONTEXT_RECORD_CHARS)
     if due:
         from .memory import summary as memory_summary
 

@@ -187,3 +187,19 @@ def test_a_change_that_still_plans_applies_and_the_next_deep_reflection_sees_the
     _deep_wake(st, llm, fenv, {})
     deep_prompt = next(r for r in llm.requests if r["messages"][-1]["content"].lstrip().startswith("# Deep"))
     assert deep_sid in deep_prompt["messages"][-1]["content"]  # stats:replay_gate names the proposing session
+
+
+def test_a_context_too_large_to_record_is_named_not_replayed(st, llm, fenv):
+    from .wake_helpers import set_defaults
+
+    set_defaults(st, memory={"max_load_key_bytes": 200_000, "max_load_keys": 8,
+                             "default_load_keys": [f"notes:big{i}" for i in range(6)]})
+    for i in range(6):
+        st.put(f"notes:big{i}", "x" * 200_000)
+    llm.queue(plan(think("hi")))
+    llm.responder = answers("ok")
+    sid, entries = finished(run_wake(fenv, "--force"), st)
+    ctx = next(e for e in entries if e["event"] == "context")
+    assert ctx["context"] is None and ctx["too_large"] > ctx["limit"]
+    r = run_cli("replay", sid, env=fenv)
+    assert r.returncode == 2 and "too large" in r.stderr and sid in r.stderr
