@@ -71,6 +71,7 @@ def test_after_a_prompt_change_replay_exits_1_and_shows_the_difference(st, llm, 
     r = run_cli("replay", sid, env=fenv)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "changed_request" in r.stdout and "DIFFERS" in r.stdout
+    assert "0 recorded, 0 live, 1 changed request" in r.stdout  # no fallback model tried for it
     assert "result: DIFFERS in plan" in r.stdout
     assert llm.requests == []  # without --live, never the model
 

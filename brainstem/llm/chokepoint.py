@@ -150,7 +150,7 @@ class LLM:
             return self._call_model(purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history)
         except LLMError as first:
             fallback = self.models.resolve(self.fallback_model) if self.fallback_model else None
-            if fallback is None or fallback == model_id:
+            if fallback is None or fallback == model_id or first.final:
                 raise
             self.record(events.MODEL_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
                         fallback_model=fallback, error=str(first))
