@@ -68,6 +68,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
       brainstem seed --example-soul          # give the agent prompts, config, tools and a soul
       brainstem wake --force                 # run a session now (needs OPENROUTER_API_KEY)
       brainstem status                       # where it stands; then `brainstem karma`
+
+    
+    Before a change goes live:
+      brainstem wake --dry-run               # a whole session that changes nothing
+      brainstem replay 12                    # session 12 again, against today's prompts and config
     """
     ctx.obj = Ctx(debug)
 
