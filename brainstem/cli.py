@@ -1025,9 +1025,11 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
         click.echo(line)
 
 
+from .commands.dashboard import dashboard  # noqa: E402
 from .commands.replay import replay  # noqa: E402
 from .commands.review import review  # noqa: E402
 
+cli.add_command(dashboard)
 cli.add_command(replay)
 cli.add_command(review)
 

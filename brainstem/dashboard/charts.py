@@ -1,0 +1,36 @@
+"""Charts drawn on the server as SVG: nothing to download, nothing from the internet."""
+
+from __future__ import annotations
+
+from html import escape
+
+
+def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width: int = 720, height: int = 160,
+         title: str = "", unit: str = "$") -> str:
+    """A bar per (label, value), oldest left; ``ceiling`` drawn as a dashed line."""
+    if not values:
+        return f'<svg class="chart" width="{width}" height="40" role="img"><text x="8" y="24">no data</text></svg>'
+    top = max([v for _, v in values] + [ceiling or 0.0]) or 1.0
+    pad_l, pad_b, pad_t = 56, 18, 14
+    w, h = width - pad_l - 8, height - pad_b - pad_t
+    step = w / len(values)
+    out = [f'<svg class="chart" width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+           f'<title>{escape(title)}</title>',
+           f'<text x="4" y="{pad_t + 4}" class="axis">{unit}{top:.4g}</text>',
+           f'<text x="4" y="{pad_t + h}" class="axis">{unit}0</text>',
+           f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" class="base"/>']
+    for i, (label, value) in enumerate(values):
+        bh = max(0.0, value / top * h)
+        x = pad_l + i * step
+        out.append(f'<rect x="{x + step * 0.1:.1f}" y="{pad_t + h - bh:.1f}" width="{max(1.0, step * 0.8):.1f}" '
+                   f'height="{bh:.1f}" class="bar"><title>{escape(label)}: {unit}{value:.6f}</title></rect>')
+    if len(values) <= 31:
+        for i, (label, _) in enumerate(values[:: max(1, len(values) // 8)]):
+            x = pad_l + i * max(1, len(values) // 8) * step
+            out.append(f'<text x="{x:.1f}" y="{height - 4}" class="axis">{escape(label[-5:])}</text>')
+    if ceiling is not None:
+        y = pad_t + h - ceiling / top * h
+        out.append(f'<line x1="{pad_l}" y1="{y:.1f}" x2="{pad_l + w}" y2="{y:.1f}" class="ceiling"/>'
+                   f'<text x="{pad_l + w - 140}" y="{y - 3:.1f}" class="axis">ceiling {unit}{ceiling:g}</text>')
+    out.append("</svg>")
+    return "".join(out)
