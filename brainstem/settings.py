@@ -85,6 +85,9 @@ class Settings(BaseSettings):
             return [part.strip() for part in v.split(",") if part.strip()]
         return v
 
+    dashboard_token: SecretStr | None = Field(None, validation_alias="BRAINSTEM_DASHBOARD_TOKEN",
+                                              description="Token for the dashboard's actions; required to bind "
+                                                          "it to anything but loopback")
     tool_write_quota: int = Field(10 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_TOOL_WRITE_QUOTA",
                                   description="Bytes one tool call may write to the store")
     session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
@@ -127,6 +130,8 @@ class Settings(BaseSettings):
         out = dict(self.allowed_secret_values())
         if self.openrouter_api_key is not None:
             out["OPENROUTER_API_KEY"] = self.openrouter_api_key.get_secret_value()
+        if self.dashboard_token is not None:
+            out["BRAINSTEM_DASHBOARD_TOKEN"] = self.dashboard_token.get_secret_value()
         return out
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
 
@@ -33,7 +31,7 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     from ..dashboard import auth
     from ..kv import open_store
 
-    token = os.environ.get(auth.TOKEN_ENV) or None
+    token = c.settings.dashboard_token.get_secret_value() if c.settings.dashboard_token else None
     auth.check_bind(host, token)
     names = list(dict.fromkeys(agents)) or [c.settings.kv_prefix.rstrip(":")]
     stores = {name: open_store(c.settings.kv, prefix=name or "") for name in names}
