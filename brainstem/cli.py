@@ -242,8 +242,13 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="The daemon's log lines on stderr: readable text, or one JSON object per line "
                    "(journald, log shippers).")
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (wakes, sessions, LLM calls, tool runs, "
+                   "spend today against the ceiling).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics endpoint listens on (it shows counts and spend, never a secret).")
 @pass_ctx
-def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format) -> None:
+def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, metrics_port, metrics_host) -> None:
     """Stay running and wake the agent on a schedule (instead of cron).
 
     Each fire runs `wake`: it sleeps if it is not time yet, else runs a
@@ -256,6 +261,7 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format) -
       brainstem run --every 5m
       brainstem run --cron "*/10 * * * *" --jitter 30
       brainstem run --every 1m --agent scout --agent scribe
+      brainstem run --every 5m --metrics-port 9464   # Prometheus scrapes :9464/metrics
     """
     import logging
     import os
@@ -263,7 +269,17 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format) -
     from .scheduler import Runner
 
     _setup_logging(log_format)
-    runner = Runner(c.settings, list(agents) or [None], grace=grace)
+    metrics = None
+    if metrics_port is not None:
+        from .metrics import Metrics, serve
+
+        metrics = Metrics()
+        try:
+            serve(metrics, metrics_port, metrics_host)
+        except OSError as exc:
+            raise BrainstemError(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: "
+                                 f"{exc.strerror or exc}") from None
+    runner = Runner(c.settings, list(agents) or [None], grace=grace, metrics=metrics)
     code = runner.run(every, cron, jitter=jitter, misfire_grace=misfire_grace)
     if any(a.running for a in runner.agents):
         logging.shutdown()

@@ -123,9 +123,10 @@ def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
 
 
 class Runner:
-    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0):
+    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0, metrics=None):
         self.settings = settings
         self.grace = grace
+        self.metrics = metrics  # a brainstem.metrics.Metrics, or None
         self.agents: list[Agent] = []
         for a in agents:  # `--agent x --agent x` is one agent: two jobs would run overlapping sessions
             agent = _agent(a, settings)
@@ -160,18 +161,20 @@ class Runner:
         try:
             if agent.store is None:
                 agent.store = open_store(self.settings.kv, prefix=agent.prefix)
-            result = wake(self.settings, agent.store, cancel=agent.cancel)
+            listeners = [self.metrics.listener(label)] if self.metrics is not None else []
+            result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners)
             entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id} \
                 if result.status == "ran" else {"fire": "slept", "until": result.next_wake_after}
             if result.status == "ran":
                 log.info("%s: %s", label, result.message)
             self._recovered(agent, label)
-            record_fire(agent.store, entry)
+            self._record(agent, entry)
         except LockHeld as exc:
             self._recovered(agent, label)
             log.info("%s: skipped: %s", label, exc)
-            record_fire(agent.store, {"fire": "skipped", "reason": "locked"})
+            self._record(agent, {"fire": "skipped", "reason": "locked"})
         except StoreUnavailable as exc:
+            self._count(agent, "error")
             agent.backoff = min(BACKOFF_MAX, max(1.0, agent.backoff * 2))
             agent.backoff_until = time.monotonic() + agent.backoff
             if agent.outage is None:  # once per outage, not once per tick
@@ -179,11 +182,22 @@ class Runner:
                 agent.outage = str(exc)
         except BrainstemError as exc:
             log.error("%s: %s", label, exc)
-            record_fire(agent.store, {"fire": "error", "error": str(exc)})
+            self._record(agent, {"fire": "error", "error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - a daemon logs and goes on
             log.exception("%s: unexpected error: %s", label, exc)
+            self._count(agent, "error")
         finally:
             agent.running = False
+
+    def _record(self, agent: Agent, entry: dict) -> None:
+        """A fire in the agent's wake_log, and in the metrics."""
+        self._count(agent, entry["fire"])
+        if agent.store is not None:
+            record_fire(agent.store, entry)
+
+    def _count(self, agent: Agent, fire: str) -> None:
+        if self.metrics is not None:
+            self.metrics.fire(agent.name or "default", fire)
 
     def _recovered(self, agent: Agent, label: str) -> None:
         if agent.outage is not None:
@@ -192,15 +206,13 @@ class Runner:
 
     def missed(self, agent: Agent, scheduled: str) -> None:
         log.warning("%s: missed a fire scheduled for %s", agent.name or "default", scheduled)
-        if agent.store is not None:
-            record_fire(agent.store, {"fire": "missed", "scheduled": scheduled})
+        self._record(agent, {"fire": "missed", "scheduled": scheduled})
 
     def still_running(self, agent: Agent, scheduled: list[str]) -> None:
         """A tick that found the agent's last fire still running: recorded, not only logged."""
         log.info("%s: skipped a fire: the previous session is still running", agent.name or "default")
-        if agent.store is not None:
-            record_fire(agent.store, {"fire": "skipped", "reason": "still_running",
-                                      "scheduled": scheduled[0] if scheduled else None})
+        self._record(agent, {"fire": "skipped", "reason": "still_running",
+                             "scheduled": scheduled[0] if scheduled else None})
 
     def run(self, every: str | None, cron: str | None, jitter: float | None = None,
             misfire_grace: float = 60.0, run_now: bool = True) -> int:
@@ -210,6 +222,12 @@ class Runner:
 
         trigger = make_trigger(every, cron, jitter)
         self.check_agents()
+        if self.metrics is not None:
+            from .budget import daily_spent
+
+            for agent in self.agents:
+                self.metrics.watch_spend(agent.name or "default", lambda a=agent: (daily_spent(a.store),
+                                                                                   self.settings.max_daily_cost))
         sched = BackgroundScheduler(timezone="UTC",
                                     executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents)))})
         by_id = {}

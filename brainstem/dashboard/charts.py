@@ -19,11 +19,14 @@ def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width
            f'<text x="4" y="{pad_t + 4}" class="axis">{unit}{top:.4g}</text>',
            f'<text x="4" y="{pad_t + h}" class="axis">{unit}0</text>',
            f'<line x1="{pad_l}" y1="{pad_t + h}" x2="{pad_l + w}" y2="{pad_t + h}" class="base"/>']
+    bar_w = min(48.0, max(1.0, step * 0.8))  # a lone bar stays a bar, not the whole width
     for i, (label, value) in enumerate(values):
         bh = max(0.0, value / top * h)
-        x = pad_l + i * step
-        out.append(f'<rect x="{x + step * 0.1:.1f}" y="{pad_t + h - bh:.1f}" width="{max(1.0, step * 0.8):.1f}" '
-                   f'height="{bh:.1f}" class="bar"><title>{escape(label)}: {unit}{value:.6f}</title></rect>')
+        x = pad_l + i * step + (step - bar_w) / 2
+        out.append(f'<rect x="{x:.1f}" y="{pad_t + h - bh:.1f}" width="{bar_w:.1f}" '
+                   f'height="{max(bh, 1.0):.1f}" class="bar"><title>{escape(label)}: {unit}{value:.6f}</title></rect>')
+        if len(values) <= 12:  # few bars: each says what it is
+            out.append(f'<text x="{x:.1f}" y="{pad_t + h - bh - 3:.1f}" class="axis">{unit}{value:.4f}</text>')
     if len(values) <= 31:
         for i, (label, _) in enumerate(values[:: max(1, len(values) // 8)]):
             x = pad_l + i * max(1, len(values) // 8) * step

@@ -47,7 +47,7 @@ def timeline(store, session_id: str) -> dict | None:
         at = e.get("elapsed_ms") if isinstance(e.get("elapsed_ms"), (int, float)) else 0
         dur = e.get("duration_ms") if e.get("event") in TIMED and isinstance(e.get("duration_ms"),
                                                                               (int, float)) else 0
-        start = max(0, at - dur)
+        start = int(max(0, at - dur))
         end_ms = max(end_ms, at)
         label = e.get("purpose") or e.get("tool") or e.get("step_id") or ""
         if e.get("event") == events.FETCH:
