@@ -98,3 +98,22 @@ def test_the_listener_counts_karma_entries():
     assert value(found, "brainstem_wakes_total", agent="a", result="missed") == 1
     assert value(found, "brainstem_spend_today_usd", agent="a") == 1.25
     assert value(found, "brainstem_spend_today_usd", agent="b") is None
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():
+    import json
+    import re
+    from pathlib import Path
+
+    from prometheus_client import generate_latest
+
+    m = Metrics()
+    m.watch_spend("a", lambda: (0.0, 5.0))
+    m.listener("a")({"event": "session_end", "outcome": "clean", "duration_ms": 1, "cost": 0.0})
+    m.llm_calls.labels(agent="a", tier="t", model="m").inc()
+    m.tool_runs.labels(agent="a", result="ok").inc()
+    m.sessions.labels(agent="a", outcome="clean")
+    served = {name for name, _ in samples(generate_latest(m.registry).decode())}
+    dash = json.loads((Path(__file__).parent.parent / "scripts" / "grafana-brainstem.json").read_text())
+    used = {name for p in dash["panels"] for t in p["targets"] for name in re.findall(r"brainstem_\w+", t["expr"])}
+    assert used and used <= served, used - served
