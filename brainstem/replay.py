@@ -166,6 +166,9 @@ class RecordedAnswers:
             self.by_place[(e.get("purpose"), e.get("step_id"))].append(call)
         self.used: dict[str, int] = {"recorded": 0, "live": 0, "assumed": 0, "changed_request": 0}
         self.last_live = False
+        # (purpose, step id) of the call being asked: the chokepoint does not pass them to a provider,
+        # so the LLM's call is wrapped to set them (see _track_place).
+        self.current: tuple[str | None, str | None] = (None, None)
 
     def _take(self, call: dict) -> None:
         place = (call.get("purpose"), call.get("step_id"))
@@ -178,7 +181,7 @@ class RecordedAnswers:
     def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         self.last_live = False
         queue = self.by_request.get(normalised(request))
-        purpose, step_id = self._place(request)
+        purpose, step_id = self.current
         call, how = (queue[0], "recorded") if queue else (None, None)
         if call is None and self.assume:
             place = self.by_place.get((purpose, step_id))
@@ -203,12 +206,6 @@ class RecordedAnswers:
                  "reasoning_tokens": call.get("reasoning_tokens") or 0, "cost": call.get("cost") or 0.0}
         return LLMResponse(content=content, usage=usage, finish_reason="length" if truncated else call.get(
             "finish_reason"), truncated=truncated, model=request["model"], raw={})
-
-    # The chokepoint does not pass the purpose to a provider; the place is read off the karma being written.
-    current: tuple[str | None, str | None] = (None, None)
-
-    def _place(self, request: dict) -> tuple[str | None, str | None]:
-        return self.current
 
 
 class RecordedFetches:
