@@ -29,6 +29,7 @@ from ..karma import Redactor
 from . import auth, charts, views
 
 TEMPLATES = Path(__file__).parent / "templates"
+REDACTOR_TTL = 30.0
 
 
 class Dashboard:
@@ -39,11 +40,32 @@ class Dashboard:
         self.stores = stores
         self.token = token
         self.loopback_only = loopback_only
-        self.redact = Redactor(settings.known_secrets())
+        self._redactor: Redactor | None = None
+        self._redactor_at = 0.0
         env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, finalize=self._finalize)
         env.filters["usd"] = lambda v, d=4: "-" if v is None else f"${float(v):.{d}f}"
         env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
         self.env = env
+
+    @property
+    def redact(self) -> Redactor:
+        """The secrets this process knows (settings) and the ``secret:*`` values of the agents shown: a value
+        copied out of a secret into an ordinary key (or karma) is still never shown. Re-read every 30 s."""
+        import time
+
+        if self._redactor is None or time.monotonic() - self._redactor_at > REDACTOR_TTL:
+            r = Redactor(self.settings.known_secrets())
+            for store in self.stores.values():
+                try:
+                    for info in store.list_all(keys.SECRET_PREFIX):
+                        try:
+                            r.add(info.name, store.get_text(info.name))
+                        except BrainstemError:  # not text: nothing a page could print either
+                            continue
+                except BrainstemError:
+                    pass  # the store is away: the pages will say so
+            self._redactor, self._redactor_at = r, time.monotonic()
+        return self._redactor
 
     def _finalize(self, value: Any) -> Any:
         """Every value a template prints is redacted first (before escaping, where the secret is whole)."""
