@@ -144,6 +144,7 @@ async def sessions(request: Request) -> Response:
     name, store = d.agent(request)
     page = views.sessions_page(store, outcome=request.query_params.get("outcome") or None,
                                page=_int(request.query_params.get("page"), 1))
+    page["rows"] = [d.redact(h) for h in page["rows"]]  # before the template cuts a summary to its width
     per_session = charts.bars([(str(h.get("id")), float(h.get("cost") or 0)) for h in page["rows"][::-1]],
                               ceiling=d.settings.max_session_cost, title="cost per session (this page)")
     per_day = charts.bars([(day["day"], float(day["cost"])) for day in page["days"]],
@@ -156,7 +157,7 @@ async def session(request: Request) -> Response:
     d: Dashboard = request.app.state.dashboard
     name, store = d.agent(request)
     sid = request.path_params["sid"]
-    tl = views.timeline(store, sid)
+    tl = views.timeline(store, sid, redact=d.redact.text)
     if tl is None:
         return d.page(request, "error.html", status=404, title="No such session",
                       message=f"no karma for session {sid!r} (unknown, or trimmed by retention)")
@@ -182,7 +183,7 @@ async def api_karma(request: Request) -> Response:
 
     entries = karma_mod.read(store, sid, after)
     return d.json({"session": sid, "latest": views.latest_session(store), "next": after + len(entries),
-                   "entries": [{"event": e.get("event"), "line": format_entry(e)} for e in entries]})
+                   "entries": [{"event": e.get("event"), "line": format_entry(d.redact(e))} for e in entries]})
 
 
 async def changes(request: Request) -> Response:
@@ -226,7 +227,7 @@ async def store_keys(request: Request) -> Response:
     name, store = d.agent(request)
     key = request.query_params.get("key")
     if key:
-        return d.page(request, "key.html", title=key, k=views.key_value(store, key))
+        return d.page(request, "key.html", title=key, k=views.key_value(store, key, redact=d.redact.text))
     listing = views.key_list(store, request.query_params.get("prefix") or "", _int(request.query_params.get("page"), 1))
     return d.page(request, "store.html", title="The store", s=listing)
 

@@ -48,10 +48,16 @@ def host_allowed(host_header: str | None, loopback_only: bool) -> bool:
     if not loopback_only:
         return True
     name = (host_header or "").strip()
-    if name.startswith("["):
-        name = name[: name.find("]") + 1] if "]" in name else name
+    if name.startswith("["):  # [::1] or [::1]:8765, and nothing else after the bracket
+        end = name.find("]")
+        rest = name[end + 1:] if end > 0 else "x"
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return False
+        name = name[: end + 1]
     else:
-        name = name.split(":", 1)[0]
+        name, _, port = name.partition(":")
+        if port and not port.isdigit():
+            return False
     return is_loopback(name)
 
 

@@ -14,8 +14,12 @@ DETAIL_CHARS = 20_000  # one expanded entry; karma holds more, the CLI shows it 
 TIMED = {events.LLM_CALL: "llm", events.TOOL_COMPLETE: "tool", events.FETCH: "fetch"}
 
 
-def pretty(value: Any, limit: int = DETAIL_CHARS) -> str:
+def pretty(value: Any, limit: int = DETAIL_CHARS, redact: Any = None) -> str:
+    """``value`` as text, cut at ``limit``; ``redact`` (a text -> text function) runs before the cut, so the
+    cut never leaves the first characters of a secret behind."""
     text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if redact is not None:
+        text = redact(text)
     return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters]"
 
 
@@ -33,10 +37,20 @@ def sessions_page(store, *, outcome: str | None = None, page: int = 1, per_page:
     newest_first = rows[::-1]
     shown = newest_first[(page - 1) * per_page: page * per_page]
     return {"rows": shown, "total": total, "page": page, "pages": pages, "outcomes": outcomes,
-            "outcome": outcome, "days": session_history.by_day(rows)[-30:], "per_page": per_page}
+            "outcome": outcome, "days": session_history.by_day(_last_days(rows, 30))[-30:], "per_page": per_page}
 
 
-def timeline(store, session_id: str) -> dict | None:
+def _last_days(rows: list[dict], days: int) -> list[dict]:
+    """The sessions of the last ``days`` days: ISO times compare as text, so no date is parsed for the rest."""
+    from datetime import timedelta
+
+    from ..sleep import iso, now_utc
+
+    cut = iso(now_utc() - timedelta(days=days))[:10]
+    return [h for h in rows if str(h.get("started_at") or "")[:10] >= cut]
+
+
+def timeline(store, session_id: str, redact: Any = None) -> dict | None:
     """A session's karma as a waterfall: each timed entry (LLM call, tool run, fetch) with its start and
     duration in ms from the session's start, and every entry expandable to its fields."""
     entries = karma_mod.read(store, session_id)
@@ -54,7 +68,7 @@ def timeline(store, session_id: str) -> dict | None:
             label = f"{e.get('tool')} {e.get('method')} {e.get('host')}{e.get('path') or ''}"
         rows.append({"i": i, "event": e.get("event"), "kind": TIMED.get(e.get("event"), "mark"), "label": label,
                      "start": start, "dur": dur, "cost": e.get("cost"), "t": e.get("t"),
-                     "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")})})
+                     "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact)})
     end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
     return {"id": session_id, "rows": rows, "end_ms": end_ms, "end": end, "start": entries[0]}
 
@@ -112,14 +126,14 @@ def key_list(store, prefix: str, page: int, per_page: int = 200) -> dict:
             "total": total, "page": page, "pages": pages, "prefix": prefix}
 
 
-def key_value(store, key: str) -> dict:
+def key_value(store, key: str, redact: Any = None) -> dict:
     """A key's value for the browser: never a ``secret:*`` value, whatever the key holds."""
     if keys.is_secret(key):
         present = store.get_text(key) is not None
         return {"key": key, "secret": True, "present": present, "value": None}
     if store.log_length(key):
         return {"key": key, "log": True, "entries": store.log_length(key),
-                "value": pretty([karma_mod.parse_entry(r) for r in store.read_log(key, -50)])}
+                "value": pretty([karma_mod.parse_entry(r) for r in store.read_log(key, -50)], redact=redact)}
     from ..errors import NotText
 
     try:
@@ -128,7 +142,7 @@ def key_value(store, key: str) -> dict:
         return {"key": key, "value": None, "error": str(exc)}
     if value is not None:
         try:
-            value = pretty(json.loads(value))
+            value = pretty(json.loads(value), redact=redact)
         except ValueError:
-            value = pretty(value)
+            value = pretty(value, redact=redact)
     return {"key": key, "value": value}

@@ -1,0 +1,518 @@
+"""Who may see the dashboard and who may act through it (``brainstem/dashboard/auth.py``), in-process.
+
+Each test builds the Starlette app over a real SQLite store (seeded, with
+versions of ``prompt:orient``, a review item, a session's karma and history)
+and drives it with Starlette's ``TestClient``:
+
+* no token: loopback only, and only through a ``Host`` naming loopback (DNS
+  rebinding); the one real ``brainstem dashboard`` start here is the refusal
+  of a non-loopback bind;
+* a wrong token is 401; the right one (Bearer, or the cookie ``/login`` sets)
+  lets a rollback and a review verdict through;
+* an action without its page's CSRF token is 403, and writes nothing;
+* reading needs no token, and no page a GET reaches changes the store;
+* ``secret:*`` values are never sent, and a known secret copied anywhere else
+  is shown redacted;
+* security headers on every page; an unknown agent is a one-line 404.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import socket
+import warnings
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from brainstem import karma, keys, review, versions
+from brainstem.dashboard import auth
+from brainstem.dashboard.app import make_app
+from brainstem.errors import ConfigError, NotText
+from brainstem.settings import load_settings
+
+from .conftest import run_cli
+from .wake_helpers import seeded
+
+with warnings.catch_warnings():
+    # Starlette 1.x warns that its TestClient will move from httpx to httpx2; the project pins httpx.
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+TOKEN = "dash-token-7f3a9c1e5b2d4f6a8c0e"
+LLM_KEY = "sk-or-v1-llmkey-0123456789abcdef"
+TOOL_SECRET = 'wx&"<key>-9f8e7d6c5b4a'  # characters HTML and JSON escape: caught before and after escaping
+STORED_SECRET = "vault-value-31415926535"
+SID = "7-abcdef"
+LOOPBACK = "http://127.0.0.1:8765"
+ALL_SECRETS = {"OPENROUTER_API_KEY": LLM_KEY, "WEATHER_KEY": TOOL_SECRET, "secret:vault": STORED_SECRET}
+
+
+# --- the store and the apps -------------------------------------------------------------------
+
+@pytest.fixture
+def settings(monkeypatch):
+    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENROUTER_API_KEY", LLM_KEY)
+    monkeypatch.setenv("WEATHER_KEY", TOOL_SECRET)
+    monkeypatch.setenv("BRAINSTEM_TOOL_SECRETS", "WEATHER_KEY@api.weather.example")
+    return load_settings()
+
+
+@pytest.fixture
+def st(tmp_path):
+    """A seeded SQLite store with three versions of prompt:orient, a pending review item, one session
+    (history and karma), a stored secret, and known secrets planted in ordinary values."""
+    store = seeded(f"sqlite:///{tmp_path / 'store.db'}")
+    seed_value = store.get(keys.PROMPT_ORIENT)
+    for n in (1, 2):
+        new = f"{seed_value}\n\nedit {n} by reflection"
+        versions.record_write(store, keys.PROMPT_ORIENT, store.get(keys.PROMPT_ORIENT), new, source="reflect",
+                              session_id=SID)
+        store.put(keys.PROMPT_ORIENT, new)
+    review.add(store, tool="kv_write", session_id=SID, step_id="s1", input={"key": "notes"}, ok=True,
+               result="written", error=None)
+    store.put(keys.secret("vault"), STORED_SECRET)
+    planted = f"llm {LLM_KEY} tool {TOOL_SECRET} stored {STORED_SECRET}"
+    store.put("notes", planted)
+    k = karma.Karma(store, SID)  # no redactor: the dashboard has to catch what slipped into karma
+    k.record("session_start", session_number=7)
+    k.record("llm_call", purpose="orient", model="m", cost=0.001, duration_ms=120, response=planted)
+    k.record("tool_complete", tool="kv_write", step_id="s1", duration_ms=5, result=planted)
+    k.record("note", llm=LLM_KEY, tool=TOOL_SECRET, stored=STORED_SECRET)  # each shown in the one-line form
+    k.record("session_end", outcome="clean", cost=0.001)
+    store.put(keys.SESSION_LAST_STARTED, SID)
+    store.put(keys.SESSION_HISTORY, [
+        {"id": SID, "number": 7, "kind": "session", "started_at": "2026-11-20T10:00:00Z",
+         "ended_at": "2026-11-20T10:00:02Z", "outcome": "clean", "cost": 0.001, "steps": 1, "steps_failed": 0,
+         "duration_ms": 2000, "summary": f"summary with {planted}"}])
+    yield store
+    store.close()
+
+
+def app_for(settings, store, *, token=None, loopback_only=True):
+    return make_app(settings, {"": store}, token=token, loopback_only=loopback_only)
+
+
+def client(app, base_url: str = LOOPBACK) -> TestClient:
+    return TestClient(app, base_url=base_url, follow_redirects=False)
+
+
+@pytest.fixture
+def open_app(settings, st):
+    """Loopback, no token: anyone on this machine may act (with the page's CSRF token)."""
+    return app_for(settings, st)
+
+
+@pytest.fixture
+def token_app(settings, st):
+    """Bound beyond loopback with a token: reading is open, acting needs the token."""
+    return app_for(settings, st, token=TOKEN, loopback_only=False)
+
+
+def csrf_of(c: TestClient, page: str = "/changes/prompt:orient") -> str:
+    """The CSRF pair as a browser gets it: the cookie the page sets, the same value in its forms."""
+    r = c.get(page)
+    assert r.status_code == 200, r.text
+    token = c.cookies.get(auth.CSRF_COOKIE)
+    assert token and f'name="{auth.CSRF_FIELD}" value="{token}"' in r.text
+    set_cookie = r.headers.get("set-cookie", "").lower()  # set once, on the first page
+    assert not set_cookie or ("httponly" in set_cookie and "samesite=strict" in set_cookie), set_cookie
+    return token
+
+
+def snapshot(store) -> dict:
+    """Every key with its value (a log: its entries) and metadata."""
+    out = {}
+    for info in store.list_all(""):
+        if info.is_log:
+            out[info.name] = ("log", tuple(store.read_log(info.name)))
+        else:
+            try:
+                out[info.name] = store.get_with_metadata(info.name)
+            except NotText:
+                out[info.name] = ("bytes", info.name)
+    return out
+
+
+def orient_versions(store) -> list[dict]:
+    return versions.versions(store, keys.PROMPT_ORIENT)
+
+
+def rollback_form(csrf: str | None, store) -> dict:
+    first = orient_versions(store)[0]
+    form = {"key": keys.PROMPT_ORIENT, "version": str(first["version"])}
+    if csrf is not None:
+        form[auth.CSRF_FIELD] = csrf
+    return form
+
+
+def one_line(text: str) -> bool:
+    return text.strip() != "" and "\n" not in text.strip() and "Traceback" not in text
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- no token: loopback only ------------------------------------------------------------------
+
+def test_a_non_loopback_bind_without_a_token_is_refused_before_listening(tmp_path):
+    port = free_port()
+    r = run_cli("dashboard", "--host", "0.0.0.0", "--port", str(port),
+                env={"BRAINSTEM_KV": f"sqlite:///{tmp_path / 'store.db'}"}, timeout=30)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert one_line(r.stderr), r.stderr
+    assert auth.TOKEN_ENV in r.stderr and "0.0.0.0" in r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"])
+def test_a_loopback_bind_needs_no_token(host):
+    auth.check_bind(host, None)
+    assert auth.is_loopback(host)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "10.0.0.1", "dash.example.com"])
+def test_any_other_bind_needs_the_token(host):
+    with pytest.raises(ConfigError) as err:
+        auth.check_bind(host, None)
+    assert auth.TOKEN_ENV in str(err.value)
+    with pytest.raises(ConfigError):
+        auth.check_bind(host, "")
+    auth.check_bind(host, TOKEN)  # with it, the bind is allowed
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8765", "127.0.0.1", "localhost", "localhost:8765", "[::1]:8765",
+                                  "[::1]"])
+def test_a_loopback_app_answers_a_loopback_host(open_app, host):
+    r = client(open_app).get("/", headers={"host": host})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example",
+                                  "localhost.evil.example:8765", "192.168.1.20:8765", "", "[::1].evil.example",
+                                  "[::1]:80.evil", "127.0.0.1:x"])
+def test_a_loopback_app_refuses_any_other_host_dns_rebinding(open_app, st, host):
+    c = client(open_app)
+    csrf = csrf_of(c)
+    before = snapshot(st)
+    for path in ("/", "/store?key=notes", "/api/karma"):
+        r = c.get(path, headers={"host": host})
+        assert r.status_code == 403 and "loopback" in r.text and one_line(r.text), (path, r.status_code, r.text)
+        assert LLM_KEY not in r.text
+    # An action through a rebound name is refused too, even with a valid CSRF pair.
+    r = c.post("/rollback", data=rollback_form(csrf, st), headers={"host": host})
+    assert r.status_code == 403
+    assert snapshot(st) == before
+
+
+def test_an_app_bound_beyond_loopback_answers_any_host(token_app):
+    r = client(token_app, "http://dash.example.com").get("/")
+    assert r.status_code == 200
+
+
+def test_on_loopback_without_a_token_the_csrf_pair_is_enough_to_act(open_app, st):
+    c = client(open_app)
+    r = c.get("/changes/prompt:orient")
+    assert "read-only" not in r.text and "disabled" not in r.text.split("<main>", 1)[1].split("roll back")[0]
+    first = orient_versions(st)[0]
+    r = c.post("/rollback", data=rollback_form(csrf_of(c), st))
+    assert r.status_code == 303, r.text
+    assert st.get(keys.PROMPT_ORIENT) == first["value"]
+
+
+# --- the token --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["bearer", "cookie", "none", "bearer-empty", "cookie-and-wrong-bearer"])
+def test_a_wrong_or_missing_token_is_401_and_writes_nothing(token_app, st, how):
+    c = client(token_app)
+    csrf = csrf_of(c)
+    headers = {}
+    if how == "bearer":
+        headers["authorization"] = "Bearer not-the-token"
+    elif how == "bearer-empty":
+        headers["authorization"] = "Bearer "
+    elif how == "cookie":
+        c.cookies.set(auth.TOKEN_COOKIE, "not-the-token")
+    elif how == "cookie-and-wrong-bearer":  # the header, when present, is the token presented
+        c.cookies.set(auth.TOKEN_COOKIE, TOKEN)
+        headers["authorization"] = "Bearer " + TOKEN[:-1]
+    before = snapshot(st)
+    r = c.post("/rollback", data=rollback_form(csrf, st), headers=headers)
+    assert r.status_code == 401 and auth.TOKEN_ENV in r.text and one_line(r.text), r.text
+    r = c.post(f"/review/{review.items(st)[0]['id']}", data={auth.CSRF_FIELD: csrf, "verdict": "confirm"},
+               headers=headers)
+    assert r.status_code == 401
+    assert snapshot(st) == before
+
+
+@pytest.mark.parametrize("wrong", ["not-the-token", "", TOKEN[:-1], TOKEN + "x", TOKEN.upper()])
+def test_logging_in_with_a_wrong_token_is_401_and_sets_no_cookie(token_app, wrong):
+    c = client(token_app)
+    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": wrong})
+    assert r.status_code == 401 and one_line(r.text)
+    assert auth.TOKEN_COOKIE not in r.headers.get("set-cookie", "")
+    assert c.cookies.get(auth.TOKEN_COOKIE) is None
+
+
+def test_logging_in_on_an_app_without_a_token_is_refused(open_app):
+    c = client(open_app)
+    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": "anything"})
+    assert r.status_code == 401 and c.cookies.get(auth.TOKEN_COOKIE) is None
+
+
+def test_the_bearer_token_lets_a_rollback_through(token_app, st):
+    c = client(token_app)
+    first = orient_versions(st)[0]
+    count = len(orient_versions(st))
+    r = c.post("/rollback", data=rollback_form(csrf_of(c), st), headers={"authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 303, r.text
+    assert urlsplit(r.headers["location"]).path == "/changes/prompt:orient"
+    assert f"restored version {first['version']}" in unquote(r.headers["location"]).replace("+", " ")
+    assert st.get(keys.PROMPT_ORIENT) == first["value"]
+    vs = orient_versions(st)
+    assert len(vs) == count + 1 and vs[-1]["source"] == "operator:dashboard"
+
+
+def test_the_login_cookie_lets_a_rollback_and_a_verdict_through(token_app, st):
+    c = client(token_app)
+    r = c.get("/changes/prompt:orient")
+    assert "read-only" in r.text and "disabled" in r.text
+    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": TOKEN})
+    assert r.status_code == 303 and r.headers["location"] == "/"
+    cookie = [v for k, v in r.headers.multi_items() if k == "set-cookie" and auth.TOKEN_COOKIE in v]
+    assert cookie and "httponly" in cookie[0].lower() and "samesite=strict" in cookie[0].lower()
+    assert c.cookies.get(auth.TOKEN_COOKIE) == TOKEN
+    r = c.get("/changes/prompt:orient")
+    assert "logged in" in r.text and "read-only" not in r.text
+    first = orient_versions(st)[0]
+    r = c.post("/rollback", data=rollback_form(csrf_of(c), st))
+    assert r.status_code == 303, r.text
+    assert st.get(keys.PROMPT_ORIENT) == first["value"]
+    item = review.items(st)[0]
+    r = c.post(f"/review/{item['id']}", data={auth.CSRF_FIELD: csrf_of(c), "verdict": "confirm"})
+    assert r.status_code == 303, r.text
+    assert review.get(st, item["id"])["status"] == review.CONFIRMED
+
+
+# --- CSRF ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["open", "token"])
+@pytest.mark.parametrize("action", ["rollback", "review", "login"])
+@pytest.mark.parametrize("case", ["no field", "field without cookie", "mismatched", "empty pair"])
+def test_an_action_without_its_csrf_token_is_403_and_writes_nothing(settings, st, kind, action, case):
+    app = app_for(settings, st, token=TOKEN if kind == "token" else None, loopback_only=kind == "open")
+    c = client(app)
+    page_csrf = csrf_of(c)  # the browser holds a valid cookie...
+    field = {"no field": None, "field without cookie": page_csrf, "mismatched": auth.new_csrf(),
+             "empty pair": ""}[case]
+    if case in ("field without cookie", "empty pair"):
+        c.cookies.clear()
+    if case == "empty pair":
+        c.cookies.set(auth.CSRF_COOKIE, "")
+    headers = {"authorization": f"Bearer {TOKEN}"}  # the right token: only the CSRF token is missing
+    item_id = review.items(st)[0]["id"]
+    if action == "rollback":
+        path, form = "/rollback", rollback_form(None, st)
+    elif action == "review":
+        path, form = f"/review/{item_id}", {"verdict": "confirm"}
+    else:
+        path, form = "/login", {"token": TOKEN}
+    if field is not None:
+        form[auth.CSRF_FIELD] = field
+    before = snapshot(st)
+    r = c.post(path, data=form, headers=headers)
+    assert r.status_code == 403 and "CSRF" in r.text and one_line(r.text), (r.status_code, r.text)
+    assert auth.TOKEN_COOKIE not in r.headers.get("set-cookie", "")
+    assert snapshot(st) == before
+    assert review.get(st, item_id)["status"] == review.PENDING
+
+
+def test_actions_are_posts_only(open_app, st):
+    c = client(open_app)
+    csrf = csrf_of(c)
+    before = snapshot(st)
+    item_id = review.items(st)[0]["id"]
+    for path in (f"/rollback?key=prompt:orient&version=1&csrf={csrf}",
+                 f"/review/{item_id}?verdict=confirm&csrf={csrf}"):
+        assert c.get(path).status_code == 405
+    assert snapshot(st) == before
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+PAGES = ["/", "/sessions", "/sessions?outcome=clean", f"/sessions/{SID}", "/live", "/changes",
+         "/changes/prompt:orient", "/store", "/store?key=notes", "/review", "/login"]
+
+
+def test_reading_needs_no_token_and_says_read_only(token_app):
+    c = client(token_app, "http://dash.example.com")
+    for path in PAGES:
+        r = c.get(path)
+        assert r.status_code == 200, (path, r.status_code)
+        assert "read-only" in r.text and 'href="/login"' in r.text, path
+    r = c.get("/api/karma")
+    assert r.status_code == 200 and r.json()["session"] == SID
+    # The action buttons are there but disabled until logged in.
+    for path in ("/changes/prompt:orient", "/review"):
+        forms = re.findall(r'<form[^>]*method="post".*?</form>', c.get(path).text, re.S)
+        buttons = [b for f in forms for b in re.findall(r"<button[^>]*>", f)]
+        assert buttons and all("disabled" in b for b in buttons), (path, buttons)
+
+
+def crawl(c: TestClient, extra: list[str]) -> dict[str, object]:
+    """Every page reachable from ``/`` by a link (plus ``extra``): path -> response."""
+    seen: dict[str, object] = {}
+    todo = ["/", *extra]
+    while todo and len(seen) < 500:
+        path = todo.pop()
+        if path in seen:
+            continue
+        r = c.get(path)
+        seen[path] = r
+        if "text/html" in r.headers.get("content-type", ""):
+            for href in re.findall(r'href="([^"]+)"', r.text):
+                href = unquote(html.unescape(href))
+                if href.startswith("/") and not href.startswith("//") and href not in seen:
+                    todo.append(href)
+    assert len(seen) < 500, "the crawl did not end"
+    return seen
+
+
+def test_no_get_changes_the_store(open_app, st):
+    """On the app where anyone may act, GETs of every page (and of the action URLs) write nothing."""
+    c = client(open_app)
+    item_id = review.items(st)[0]["id"]
+    before = snapshot(st)
+    extra = ["/sessions?page=2", "/sessions?outcome=nonesuch", "/sessions/0-nonesuch", "/api/karma",
+             f"/api/karma?session={SID}&after=1", "/changes/prompt:orient?a=1&b=2", "/store?prefix=prompt:",
+             "/store?key=secret:vault", "/store?key=absent", f"/store?key={keys.karma(SID)}", "/login",
+             f"/review/{item_id}", f"/rollback?key={keys.PROMPT_ORIENT}&version=1"]
+    seen = crawl(c, extra)
+    assert f"/store?key={keys.PROMPT_ORIENT}" in seen and f"/sessions/{SID}" in seen  # the crawl went deep
+    assert len(seen) > 40
+    bad = {p: r.status_code for p, r in seen.items() if r.status_code != 200}
+    assert bad == {"/sessions/0-nonesuch": 404, f"/review/{item_id}": 405,
+                   f"/rollback?key={keys.PROMPT_ORIENT}&version=1": 405}, bad
+    assert snapshot(st) == before
+    for path, r in seen.items():
+        assert "Traceback" not in r.text, path
+        leaked(r.text, path)
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+def leaked(text: str, where: str) -> None:
+    for name, value in ALL_SECRETS.items():
+        for form in {value, html.escape(value), html.escape(value, quote=False), json.dumps(value)[1:-1]}:
+            assert form not in text, f"{name} sent in {where}"
+
+
+def test_a_secret_key_is_listed_but_its_value_never_read_for_display(open_app):
+    c = client(open_app)
+    r = c.get("/store?key=secret:vault")
+    assert r.status_code == 200
+    body = r.text.split("<main>", 1)[1]
+    assert "never sent" in body and "present" in body
+    # Not redacted: never read for display at all (a redaction would show as [REDACTED:secret:vault]).
+    assert "REDACTED" not in body
+    leaked(r.text, "the secret's page")
+    r = c.get("/store?prefix=secret:")
+    assert "secret:vault" in r.text and "value never shown" in r.text and "REDACTED" not in r.text
+
+
+def test_a_short_secret_is_not_shown_either(open_app, st):
+    st.put(keys.secret("pin"), "42")  # too short to redact anywhere: it must simply never be read
+    r = client(open_app).get("/store?key=secret:pin")
+    assert r.status_code == 200 and ">42<" not in r.text and "<pre>" not in r.text
+
+
+def test_known_secrets_planted_in_ordinary_values_and_karma_are_redacted(open_app):
+    c = client(open_app)
+    pages = {"/store?key=notes": 3, f"/sessions/{SID}": 6, "/sessions": 3, f"/store?key={keys.karma(SID)}": 6}
+    for path, at_least in pages.items():
+        r = c.get(path)
+        assert r.status_code == 200, path
+        leaked(r.text, path)
+        for name in ALL_SECRETS:
+            assert f"[REDACTED:{name}]" in r.text, (path, name)
+        assert r.text.count("[REDACTED:") >= at_least, (path, r.text.count("[REDACTED:"))
+    for query in ("", f"?session={SID}", f"?session={SID}&after=1"):
+        r = c.get("/api/karma" + query)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+        leaked(r.text, "/api/karma" + query)
+        data = r.json()
+        lines = " ".join(e["line"] for e in data["entries"])
+        assert data["entries"] and all(f"[REDACTED:{name}]" in lines for name in ALL_SECRETS), lines
+
+
+def test_encoded_forms_of_a_secret_are_redacted_too(open_app, st):
+    import base64
+    from urllib.parse import quote
+
+    st.put("encoded", {"b64": base64.b64encode(LLM_KEY.encode()).decode(), "url": quote(TOOL_SECRET, safe=""),
+                       "hex": STORED_SECRET.encode().hex()})
+    r = client(open_app).get("/store?key=encoded")
+    assert r.status_code == 200
+    assert base64.b64encode(LLM_KEY.encode()).decode() not in r.text
+    assert quote(TOOL_SECRET, safe="") not in r.text and STORED_SECRET.encode().hex() not in r.text
+    assert r.text.count("[REDACTED:") >= 3
+
+
+# --- headers and errors -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/store?key=notes", "/api/karma", "/login",
+                                  "/sessions/0-nonesuch"])
+def test_every_response_carries_the_security_headers(token_app, path):
+    r = client(token_app).get(path)
+    csp = r.headers.get("content-security-policy", "")
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, csp
+    assert r.headers.get("x-frame-options") == "DENY"
+    assert r.headers.get("x-content-type-options") == "nosniff"
+    assert r.headers.get("referrer-policy") == "no-referrer"
+
+
+def test_a_refused_action_carries_them_too(token_app, st):
+    r = client(token_app).post("/rollback", data=rollback_form(None, st))
+    assert r.status_code == 403
+    assert r.headers.get("x-frame-options") == "DENY" and r.headers.get("x-content-type-options") == "nosniff"
+
+
+@pytest.mark.parametrize("path", ["/?agent=nobody", "/sessions?agent=nobody", f"/sessions/{SID}?agent=nobody",
+                                  "/api/karma?agent=nobody", "/store?agent=nobody&key=notes", "/review?agent=nobody"])
+def test_an_unknown_agent_is_a_one_line_404(open_app, path):
+    r = client(open_app).get(path)
+    assert r.status_code == 404, (r.status_code, r.text[:200])
+    assert one_line(r.text) and "nobody" in r.text and "(default)" in r.text, r.text
+    leaked(r.text, path)
+
+
+def test_an_action_for_an_unknown_agent_writes_nothing(open_app, st):
+    c = client(open_app)
+    before = snapshot(st)
+    r = c.post("/rollback", data={**rollback_form(csrf_of(c), st), "agent": "nobody"})
+    assert r.status_code == 400 and one_line(r.text)
+    assert snapshot(st) == before
+
+
+def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
+    """Values are cut for display (a history summary, a karma line, a long value): the redaction comes
+    first, so the cut never leaves the first characters of a secret behind."""
+    history = st.get_json(keys.SESSION_HISTORY)
+    history[0]["summary"] = "s" * 150 + LLM_KEY
+    st.put(keys.SESSION_HISTORY, history)
+    karma.Karma(st, SID).record("note", text="k" * 70 + LLM_KEY)
+    st.put("long", "v" * (20_000 - 8) + LLM_KEY)
+    c = client(open_app)
+    for path in ("/sessions", f"/api/karma?session={SID}", "/store?key=long", f"/sessions/{SID}"):
+        r = c.get(path)
+        assert r.status_code == 200, path
+        text = r.text.replace("[REDACTED:OPENROUTER_API_KEY]", "")
+        shown = [LLM_KEY[:n] for n in range(6, len(LLM_KEY) + 1) if LLM_KEY[:n] in text]
+        assert not shown, (path, shown[-1])
