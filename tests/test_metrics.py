@@ -117,3 +117,14 @@ def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():
     dash = json.loads((Path(__file__).parent.parent / "scripts" / "grafana-brainstem.json").read_text())
     used = {name for p in dash["panels"] for t in p["targets"] for name in re.findall(r"brainstem_\w+", t["expr"])}
     assert used and used <= served, used - served
+
+
+def test_the_command_line_loads_no_web_stack_until_a_command_needs_it():
+    """`brainstem wake` and the rest never pay for the dashboard's or the metrics' libraries."""
+    import subprocess
+    import sys
+
+    code = ("import sys, brainstem.cli, brainstem.wake; "
+            "print([m for m in ('starlette', 'uvicorn', 'jinja2', 'prometheus_client') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
