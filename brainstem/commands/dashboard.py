@@ -41,5 +41,5 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
 
     app = make_app(c.settings, stores, token=token, loopback_only=auth.is_loopback(host))
     click.echo(f"brainstem dashboard on http://{'[' + host + ']' if ':' in host else host}:{port} "
-               f"({', '.join(n or '(default agent)' for n in names)}); Ctrl-C stops it", err=True)
+               f"(agent: {', '.join(n or 'default' for n in names)}); Ctrl-C stops it", err=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=True)
