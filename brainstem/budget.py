@@ -9,6 +9,7 @@ session that runs out still ends with memory rather than off a cliff.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -116,10 +117,6 @@ def daily_spent(store: Store) -> float:
 def add_daily(store: Store, usd: float) -> float:
     """Add to today's spend, under a short lock of its own: a session is not the only spender (a dry run,
     a live replay or ``tool run`` may spend beside it), and a lost update would under-count real money."""
-    import os
-    import threading
-    import time
-
     owner = f"{os.getpid()}:{threading.get_ident()}:{time.monotonic_ns()}"
     deadline = time.monotonic() + DAILY_LOCK_WAIT
     held = store.acquire_lock(keys.DAILY_COST, owner, int(DAILY_LOCK_WAIT * 1000))

@@ -22,6 +22,12 @@ def finite(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def finite_or(value: Any, default: float) -> float:
+    """``value`` as a finite float, else ``default``."""
+    f = finite(value)
+    return float(default) if f is None else f
+
+
 def count(value: Any) -> int | None:
     """A non-negative whole count (tokens), or None."""
     f = finite(value)

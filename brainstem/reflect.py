@@ -28,7 +28,7 @@ from . import events, keys, session_history
 from .budget import BudgetExceeded
 from .config import Defaults, Models
 from .errors import KVWriteRefused, NotText
-from .json_numbers import finite
+from .json_numbers import finite_or
 from .karma import read as read_karma
 from .karma import utcnow_iso
 from .llm.chokepoint import LLMError
@@ -153,7 +153,9 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
     session.record(events.REFLECT, summary=out.session_summary[:500],
                    load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
-    if out.kv_operations:
+    # The agent's orient prompt and config change through the replay gate, from any reflection.
+    if out.kv_operations and not (_touches(out.kv_operations, GATED_KEYS)
+                                  and replay_gate(session, out.kv_operations, None, None)):
         _apply_operations(session, out.kv_operations, "reflect")
     if out.model_details_updates:
         apply_model_details(session, out.model_details_updates, "reflect")
@@ -179,9 +181,9 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
     if not isinstance(sched, dict):
         due = session_number >= dr.default_interval_sessions
         return due, f"session {session_number} of first interval {dr.default_interval_sessions}"
-    after_sessions = _num(sched.get("after_sessions"), dr.default_interval_sessions)
-    after_days = _num(sched.get("after_days"), dr.default_interval_days)
-    since = session_number - int(_num(sched.get("last_session"), 0))
+    after_sessions = finite_or(sched.get("after_sessions"), dr.default_interval_sessions)
+    after_days = finite_or(sched.get("after_days"), dr.default_interval_days)
+    since = session_number - int(finite_or(sched.get("last_session"), 0))
     if since >= after_sessions:
         return True, f"{since} sessions since the last (every {after_sessions:g})"
     last_at = parse_iso(sched.get("last_at"))
@@ -248,8 +250,8 @@ def run_deep_reflect(session) -> dict | None:
         if _put(session, keys.PROMPT_ORIENT, proposed):
             applied.append("orient_prompt")
     nxt = out.next_deep_reflect or {}
-    schedule["after_sessions"] = max(1, int(_num(nxt.get("after_sessions"), schedule["after_sessions"])))
-    schedule["after_days"] = min(365.0, max(0.01, _num(nxt.get("after_days"), schedule["after_days"])))
+    schedule["after_sessions"] = max(1, int(finite_or(nxt.get("after_sessions"), schedule["after_sessions"])))
+    schedule["after_days"] = min(365.0, max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
     store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
     memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
               "session_id": session.id, "written_at": utcnow_iso(), "kind": "deep"}
@@ -311,16 +313,33 @@ def _touches(ops: Any, names: tuple[str, ...]) -> bool:
                                          for op in ops)
 
 
+def _lowers_gate(defaults_text: str | None, current: int) -> str | None:
+    """Why a staged config:defaults is refused for lowering the gate, or None."""
+    if defaults_text is None:
+        return None
+    try:
+        staged = Defaults.model_validate_json(defaults_text).deep_reflect.replay_gate_sessions
+    except ValidationError:
+        return None  # an invalid config is rejected on its own path
+    if staged < current:
+        return (f"deep_reflect.replay_gate_sessions may not be lowered by the agent ({current} -> {staged}); "
+                "the operator can: brainstem kv put config:defaults")
+    return None
+
+
 def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None) -> str | None:
-    """Replay recent clean sessions against the orient prompt and config deep reflection proposes,
-    before any of it applies. Returns why the change is refused, or None.
+    """Replay recent clean sessions against the orient prompt and config a reflection proposes (its own
+    fields, or ``kv_operations`` putting or renaming into those keys), before any of it applies. Returns
+    why the change is refused, or None.
 
     The policy: the last ``deep_reflect.replay_gate_sessions`` clean sessions are replayed with recorded
     answers only (where the change alters a request, the model is assumed to answer as it did). A change
     under which a session that planned before no longer gets a usable plan (its orient model unknown,
     the plan cut off by a smaller ``max_output_tokens``, no money left to plan with), or that ends a
-    session in error, is refused whole. Either way the result is recorded (``replay_gate`` in karma and
-    ``stats:replay_gate``), and the next deep reflection is shown it."""
+    session in error, is refused whole; so is a config that lowers ``replay_gate_sessions`` (the agent
+    may not switch its own check off; the operator may, with ``brainstem kv put``). Either way the
+    result is recorded (``replay_gate`` in karma and ``stats:replay_gate``), and the next deep reflection
+    is shown it."""
     from . import replay
     from .kv.base import encode
 
@@ -328,12 +347,20 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     for op in kv_operations if isinstance(kv_operations, list) else []:
         if isinstance(op, dict) and op.get("op") == "put" and op.get("key") in GATED_KEYS:
             staged[op["key"]] = encode(op.get("value"))
+        elif isinstance(op, dict) and op.get("op") == "rename" and op.get("value") in GATED_KEYS:
+            staged[op["value"]] = staged.get(str(op.get("key"))) or session.store.get(str(op.get("key"))) or ""
     if merged is not None:
         staged[keys.CONFIG_DEFAULTS] = encode(merged)
     if proposed is not None:
         staged[keys.PROMPT_ORIENT] = proposed
     n = session.defaults.deep_reflect.replay_gate_sessions
-    if not staged or n <= 0 or session.mode == "replay":
+    if not staged or session.mode == "replay":
+        return None
+    lowered = _lowers_gate(staged.get(keys.CONFIG_DEFAULTS), n)
+    if lowered is not None:
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, source="reflection", reason=lowered)
+        return lowered
+    if n <= 0:
         return None
     # Within this session's own time (and its lock): never more than half of what is left.
     report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id,
@@ -387,11 +414,6 @@ def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> 
                         "summary": untrusted(h.get("summary"), f"memory:summary-{h['id']}"),
                         "karma": karma_digest(store, h["id"], lines=lines, chars=4000)})
     return out
-
-
-def _num(v: Any, default: float) -> float:
-    f = finite(v)
-    return float(default) if f is None else f
 
 
 DEFAULT_REFLECT_PROMPT = (

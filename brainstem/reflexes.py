@@ -149,6 +149,21 @@ def parse_text(text: str) -> list[Reflex]:
     return parse(raw)
 
 
+def load(store) -> tuple[list[Reflex], dict[str, str]]:
+    """The stored rules and when each last fired; :class:`ReflexError` when the stored list is invalid
+    (written around Brainstem, or not even text): then it is ignored whole, never half-applied."""
+    from . import keys
+    from .errors import NotText
+
+    try:
+        raw = store.get(keys.CONFIG_REFLEXES)
+    except NotText as exc:
+        raise ReflexError(str(exc)) from None
+    rules = parse_text(raw) if raw is not None else []
+    fired = store.get_json(keys.REFLEX_STATE, default={}) if rules else {}
+    return rules, fired if isinstance(fired, dict) else {}
+
+
 def facts(balances: dict | None, kv_usage: Any, effort: str, history: list, now: datetime) -> dict[str, Any]:
     """What conditions range over; ``history`` is the session history, oldest first."""
     from .versions import failing_streak

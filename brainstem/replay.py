@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 from . import __version__, events, keys, outcomes, session_history
 from . import karma as karma_mod
 from .errors import BrainstemError
+from .json_numbers import finite_or
 from .kv.base import Store
 from .llm.chokepoint import LLMError
 from .llm.openrouter import LLMResponse
@@ -291,7 +292,7 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
     soul, orient_template = lifecycle.check_ready(overlay, settings, need_key=live)
     problems: list[str] = []
     defaults, models = load_defaults(overlay, problems), load_models(overlay, problems)
-    left_today = _num(recording.start.get("daily_budget_left"), settings.max_daily_cost)
+    left_today = finite_or(recording.start.get("daily_budget_left"), settings.max_daily_cost)
     if live:
         left_today = min(left_today, max(0.0, settings.max_daily_cost - daily_spent(store)))
     budget = lifecycle.make_budget(defaults, settings, left_today)
@@ -301,7 +302,8 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
         overlay, key, old, new, source=source, session_id=sid))
     context = dict(recording.context)
     effort = context.get("effort") if isinstance(context.get("effort"), str) else "low"
-    session = Session(id=sid, number=int(_num(recording.start.get("number"), 0)), settings=settings, store=overlay,
+    number = int(finite_or(recording.start.get("number"), 0))
+    session = Session(id=sid, number=number, settings=settings, store=overlay,
                       karma=karma, agent_kv=agent_kv, defaults=defaults, models=models, budget=budget, llm=None,
                       soul=soul, effort=effort, tool_registry=overlay.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
                       context=context, mode="replay")
@@ -345,13 +347,6 @@ def _track_place(llm, answers: RecordedAnswers) -> None:
         answers.current = (kwargs.get("purpose"), kwargs.get("step_id"))
         return inner(**kwargs)
     llm.call = call
-
-
-def _num(value: Any, default: float) -> float:
-    from .json_numbers import finite
-
-    f = finite(value)
-    return float(default) if f is None else f
 
 
 # --- comparing ---
@@ -401,7 +396,7 @@ def behaviour(entries: list[dict], outcome: str | None, cost: Any) -> dict:
     if plan is None and orient_answer is None and outcome == outcomes.NO_PLAN:
         plan = "none"
     return {"plan": plan, "steps": [{"id": k, **v} for k, v in steps.items()], "writes": writes,
-            "cost": round(float(_num(cost, 0.0)), 6), "reflection": reflection, "outcome": outcome}
+            "cost": round(finite_or(cost, 0.0), 6), "reflection": reflection, "outcome": outcome}
 
 
 def compare(replayed: Replayed) -> dict:

@@ -122,17 +122,14 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
 
 def _reflexes(store: Store) -> dict[str, Any] | None:
     """The reflex rules by name, with when each last fired; or why the stored list is ignored."""
-    from .reflexes import ReflexError, parse_text
+    from .reflexes import ReflexError, load
 
     try:
-        raw = store.get(keys.CONFIG_REFLEXES)
-        if raw is None:
-            return None
-        rules = parse_text(raw)
-    except (ReflexError, NotText) as exc:
+        rules, fired = load(store)
+    except ReflexError as exc:
         return {"error": str(exc)}
-    fired = store.get_json(keys.REFLEX_STATE, default={})
-    fired = fired if isinstance(fired, dict) else {}
+    if not rules:
+        return None
     return {"rules": [{"name": r.name, "last_fired": fired.get(r.name)} for r in rules]}
 
 

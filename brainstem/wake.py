@@ -293,12 +293,12 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
                     on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
-        sleep_for = check_reflexes(session, facts, run.started,
-                                   deep_due=deep_reflect_due(store, defaults, number)[0])
+        deep = deep_reflect_due(store, defaults, number)  # (due, why): asked once, for reflexes and below
+        sleep_for = check_reflexes(session, facts, run.started, deep_due=deep[0])
         if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
             run.kind, run.outcome, run.next_wake = "reflex", outcomes.HANDLED_BY_REFLEX, {"sleep_seconds": sleep_for}
         else:
-            _think(run, session, orient_template, token, left_today)
+            _think(run, session, orient_template, token, left_today, deep)
         interruptible(False)
         if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
@@ -331,11 +331,12 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
     return _finish(run)
 
 
-def _think(run: _Run, session: Session, orient_template: str, token: str | None, left_today: float) -> None:
+def _think(run: _Run, session: Session, orient_template: str, token: str | None, left_today: float,
+           deep: tuple[bool, str]) -> None:
     """Deep reflection when it is due, else orient, the plan and reflection."""
     store, context = run.store, session.context
     load_session_context(session, context)
-    due, why = deep_reflect_due(store, run.defaults, run.number)
+    due, why = deep
     context["deepReflectDue"] = due
     # What replay needs to run this session again with the context it saw: bounded by the memory caps
     # in config:defaults, and never more than CONTEXT_RECORD_CHARS (past that, replay says it cannot).
@@ -367,19 +368,14 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -
 
     store = session.store
     try:
-        raw = store.get(keys.CONFIG_REFLEXES)
-        if raw is None:
-            return None
-        rules = reflexes.parse_text(raw)
-    except (reflexes.ReflexError, NotText) as exc:  # written around Brainstem: ignored whole, never half-applied
+        rules, fired_at = reflexes.load(store)
+    except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
         session.record(events.CONFIG_REJECTED, key=keys.CONFIG_REFLEXES, reason=str(exc))
         return None
     if not rules:
         return None
     fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.read(store),
                         now)
-    fired_at = store.get_json(keys.REFLEX_STATE, default={})
-    fired_at = fired_at if isinstance(fired_at, dict) else {}
     sleep_for = None
     for rule in rules:
         if not reflexes.holds(rule.when, fs):

@@ -204,3 +204,33 @@ def test_a_context_too_large_to_record_is_named_not_replayed(st, llm, fenv):
     assert ctx["context"] is None and ctx["too_large"] > ctx["limit"]
     r = run_cli("replay", sid, env=fenv)
     assert r.returncode == 2 and "too large" in r.stderr and sid in r.stderr
+
+
+def test_an_ordinary_reflection_cannot_slip_a_breaking_change_past_the_gate(st, llm, fenv):
+    """The gate sits on the keys, not on one path: kv_operations from every reflection go through it."""
+    sid = _session(st, llm, fenv)
+    before = st.get_json(keys.CONFIG_DEFAULTS)
+    broken = {**before, "orient": {**before["orient"], "max_output_tokens": 16}}
+    llm.queue(plan(action("kv_write", {"key": "k", "value": "v"}, id="w")))
+    llm.responder = answers("ok", reflect=reflection(
+        "cut costs", kv_operations=[{"op": "put", "key": keys.CONFIG_DEFAULTS, "value": broken},
+                                    {"op": "put", "key": "notes:x", "value": "y"}]))
+    second, entries = finished(run_wake(fenv, "--force"), st)
+    gate = next(e for e in entries if e["event"] == "replay_gate")
+    assert gate["refused"] and sid in gate["refused"]
+    assert st.get_json(keys.CONFIG_DEFAULTS) == before and st.get("notes:x") is None  # the batch, whole
+
+
+def test_the_agent_cannot_switch_its_own_gate_off(st, llm, fenv):
+    _session(st, llm, fenv)
+    _deep_due(st)
+    before = st.get_json(keys.CONFIG_DEFAULTS)
+    _, entries = _deep_wake(st, llm, fenv, {"updated_defaults": {"deep_reflect": {"replay_gate_sessions": 0}}})
+    rejected = [e for e in entries if e["event"] == "config_rejected"]
+    assert any("may not be lowered" in e["reason"] for e in rejected), rejected
+    assert st.get_json(keys.CONFIG_DEFAULTS) == before
+    # The operator can.
+    from .conftest import run_cli as cli
+
+    lowered = {**before, "deep_reflect": {**before["deep_reflect"], "replay_gate_sessions": 0}}
+    assert cli("kv", "put", keys.CONFIG_DEFAULTS, json.dumps(lowered), env=fenv).returncode == 0

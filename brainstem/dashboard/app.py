@@ -24,7 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .. import keys
-from ..errors import BrainstemError
+from ..errors import BadArgument, BrainstemError
 from ..karma import Redactor
 from . import auth, charts, views
 
@@ -114,17 +114,41 @@ class _NotFound(Exception):
     pass
 
 
-async def _checked_post(request: Request) -> tuple[Dashboard, Any, Response | None]:
-    """The form of an action, or the response refusing it: 401 without the token, 403 without CSRF."""
+def _viewing(request: Request) -> tuple[Dashboard, str, Any]:
+    """The dashboard, and the agent (name, store) a page is asked for (``?agent=``)."""
+    d: Dashboard = request.app.state.dashboard
+    name, store = d.agent(request)
+    return d, name, store
+
+
+def _plain(status: int, text: str) -> Response:
+    return Response(f"{status}: {text}", status_code=status, media_type="text/plain")
+
+
+def _csrf_ok(request: Request, form) -> bool:
+    return auth.same(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE))
+
+
+async def _action(request: Request, act) -> Response:
+    """One operator action: refused without the page's CSRF token (403), without the token when one is set
+    (401), or for an agent this dashboard does not show (400); then ``act(store, form)`` -> (page to go back
+    to, what was done). A :class:`BrainstemError` from it is a 400 naming why; nothing was written."""
     d: Dashboard = request.app.state.dashboard
     form = await request.form()
-    if not auth.same(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE)):
-        return d, form, Response("403: this form's CSRF token is missing or stale; reload the page and try again",
-                                 status_code=403, media_type="text/plain")
+    if not _csrf_ok(request, form):
+        return _plain(403, "this form's CSRF token is missing or stale; reload the page and try again")
     if not d.can_act(request):
-        return d, form, Response(f"401: actions need {auth.TOKEN_ENV} (log in at /login)", status_code=401,
-                                 media_type="text/plain")
-    return d, form, None
+        return _plain(401, f"actions need {auth.TOKEN_ENV} (log in at /login)")
+    name = str(form.get("agent") or next(iter(d.stores)))
+    store = d.stores.get(name)
+    if store is None:
+        return _plain(400, f"no agent {name!r} here")
+    try:
+        path, done = act(store, form)
+    except BrainstemError as exc:
+        return _plain(400, str(exc))
+    query = urlencode({**({"agent": name} if name else {}), "done": done})
+    return RedirectResponse(f"{path}?{query}", status_code=303)
 
 
 # --- pages ---
@@ -133,15 +157,13 @@ async def overview(request: Request) -> Response:
     from ..review import items
     from ..status import status
 
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     report = status(store, d.settings)
     return d.page(request, "overview.html", title="Overview", report=report, pending=len(items(store)))
 
 
 async def sessions(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     page = views.sessions_page(store, outcome=request.query_params.get("outcome") or None,
                                page=_int(request.query_params.get("page"), 1))
     page["rows"] = [d.redact(h) for h in page["rows"]]  # before the template cuts a summary to its width
@@ -154,8 +176,7 @@ async def sessions(request: Request) -> Response:
 
 
 async def session(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     sid = request.path_params["sid"]
     tl = views.timeline(store, sid, redact=d.redact.text)
     if tl is None:
@@ -165,16 +186,14 @@ async def session(request: Request) -> Response:
 
 
 async def live(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     return d.page(request, "live.html", title="Live", latest=views.latest_session(store))
 
 
 async def api_karma(request: Request) -> Response:
     from ..timeline import format_entry
 
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     sid = request.query_params.get("session") or views.latest_session(store)
     after = max(0, _int(request.query_params.get("after"), 0))
     if not sid:
@@ -187,14 +206,12 @@ async def api_karma(request: Request) -> Response:
 
 
 async def changes(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     return d.page(request, "changes.html", title="Self-modification", rows=views.versioned_keys(store))
 
 
 async def key_history(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     key = request.path_params["key"]
     h = views.key_history(store, key, _int(request.query_params.get("a"), None), _int(request.query_params.get("b"),
                                                                                        None))
@@ -205,26 +222,17 @@ async def key_history(request: Request) -> Response:
 async def rollback(request: Request) -> Response:
     from ..versions import rollback as do_rollback
 
-    d, form, refused = await _checked_post(request)
-    if refused is not None:
-        return refused
-    name = form.get("agent") or next(iter(d.stores))
-    store = d.stores.get(name)
-    key, version = str(form.get("key") or ""), _int(form.get("version"), None)
-    if store is None or not keys.is_privileged(key):
-        return Response("400: no such agent or versioned key", status_code=400, media_type="text/plain")
-    try:
-        done = do_rollback(store, key, version, source="operator:dashboard")
-    except BrainstemError as exc:
-        return Response(f"400: {exc}", status_code=400, media_type="text/plain")
-    query = urlencode({**({"agent": name} if name else {}),
-                       "done": f"restored version {done['restored_version']} as version {done['new_version']}"})
-    return RedirectResponse(f"/changes/{key}?{query}", status_code=303)
+    def act(store, form):
+        key = str(form.get("key") or "")
+        if not keys.is_privileged(key):
+            raise BadArgument(f"{key!r} is not a versioned key")
+        done = do_rollback(store, key, _int(form.get("version"), None), source="operator:dashboard")
+        return f"/changes/{key}", f"restored version {done['restored_version']} as version {done['new_version']}"
+    return await _action(request, act)
 
 
 async def store_keys(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
+    d, name, store = _viewing(request)
     key = request.query_params.get("key")
     if key:
         return d.page(request, "key.html", title=key, k=views.key_value(store, key, redact=d.redact.text))
@@ -233,42 +241,33 @@ async def store_keys(request: Request) -> Response:
 
 
 async def review_page(request: Request) -> Response:
-    from ..reflexes import ReflexError, parse_text
+    from ..reflexes import ReflexError, load
     from ..review import items, tool_records
 
-    d: Dashboard = request.app.state.dashboard
-    name, store = d.agent(request)
-    rules, problem = [], None
+    d, name, store = _viewing(request)
+    rules, fired, problem = [], {}, None
     try:
-        raw = store.get(keys.CONFIG_REFLEXES)
-        rules = parse_text(raw) if raw is not None else []
-    except (ReflexError, BrainstemError) as exc:
+        rules, fired = load(store)
+    except ReflexError as exc:
         problem = str(exc)
-    fired = store.get_json(keys.REFLEX_STATE, default={})
     newest = items(store, include_settled=True)[-200:][::-1]
     return d.page(request, "review.html", title="Review and reflexes", items=newest,
-                  records=tool_records(store), rules=rules, fired=fired if isinstance(fired, dict) else {},
+                  records=tool_records(store), rules=rules, fired=fired,
                   problem=problem, message=request.query_params.get("done"))
 
 
 async def review_act(request: Request) -> Response:
     from ..review import settle
 
-    d, form, refused = await _checked_post(request)
-    if refused is not None:
-        return refused
-    name = form.get("agent") or next(iter(d.stores))
-    store = d.stores.get(name)
     item_id = request.path_params["item"]
-    try:
+
+    def act(store, form):
         if form.get("verdict") == "confirm":
             item = settle(store, item_id, confirm=True)
         else:
             item = settle(store, item_id, correction=str(form.get("correction") or ""))
-    except BrainstemError as exc:
-        return Response(f"400: {exc}", status_code=400, media_type="text/plain")
-    query = urlencode({**({"agent": name} if name else {}), "done": f"review item {item_id} {item['status']}"})
-    return RedirectResponse(f"/review?{query}", status_code=303)
+        return "/review", f"review item {item_id} {item['status']}"
+    return await _action(request, act)
 
 
 async def login(request: Request) -> Response:
@@ -276,10 +275,10 @@ async def login(request: Request) -> Response:
     if request.method == "GET":
         return d.page(request, "login.html", title="Log in")
     form = await request.form()
-    if not auth.same(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE)):
-        return Response("403: CSRF token missing or stale; reload the page", status_code=403, media_type="text/plain")
+    if not _csrf_ok(request, form):
+        return _plain(403, "CSRF token missing or stale; reload the page")
     if d.token is None or not auth.same(str(form.get("token") or ""), d.token):
-        return Response("401: wrong token", status_code=401, media_type="text/plain")
+        return _plain(401, "wrong token")
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(auth.TOKEN_COOKIE, d.token, httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
@@ -306,12 +305,11 @@ def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_on
     ]
     async def guard(request: Request, call_next):
         if not auth.host_allowed(request.headers.get("host"), loopback_only):
-            return Response("403: this dashboard answers only to a loopback Host", status_code=403,
-                            media_type="text/plain")
+            return _plain(403, "this dashboard answers only to a loopback Host")
         try:
             response = await call_next(request)
         except _NotFound as exc:
-            return Response(f"404: {exc}", status_code=404, media_type="text/plain")
+            return _plain(404, str(exc))
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
