@@ -44,6 +44,8 @@ class Budget:
     caps: list[tuple[float | None, int | None]] = field(default_factory=list)
     # Set from outside (SIGTERM in `brainstem run`): stop at the next step or call.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Set by the session's lease heartbeat when another wake may hold the agent now: stop the same way.
+    lost: threading.Event = field(default_factory=threading.Event)
 
     @contextmanager
     def cap(self, cost: float | None = None, steps: int | None = None):
@@ -75,6 +77,8 @@ class Budget:
     def check_cancel(self) -> None:
         if self.cancel.is_set():
             raise BudgetExceeded("interrupted", "the runtime is shutting down")
+        if self.lost.is_set():
+            raise BudgetExceeded("interrupted", "this session's wake lease was lost")
 
     def before_step(self) -> None:
         """Raise :class:`BudgetExceeded` if another step may not start."""

@@ -14,7 +14,7 @@ import click
 
 from . import __version__, keys
 from . import karma as karma_mod
-from .errors import BadArgument, BrainstemError, MalformedValue, NotFound, NotText
+from .errors import BadArgument, BrainstemError, LockHeld, MalformedValue, NotFound, NotText
 
 
 class Ctx:
@@ -176,8 +176,9 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     0 slept or ran a session (even one with failed steps, or one the operator
     must look at: its line then says what to do), 2 misconfigured (no soul,
     no prompt:orient, bad setting), 3 store unreachable, 75 another wake holds
-    the lock, 143 / 130 stopped by SIGTERM / SIGINT (the session is recorded as
-    interrupted and the lock released).
+    the lock (or took it over mid-session: this one's lease ran out, so it
+    stopped and left its end to that wake), 143 / 130 stopped by SIGTERM /
+    SIGINT (the session is recorded as interrupted and the lock released).
 
     \b
     Examples:
@@ -224,6 +225,8 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
         click.echo(result.message)
     if guard.signum is not None:
         sys.exit(128 + guard.signum)
+    if result.status == "lease_lost":
+        sys.exit(LockHeld.exit_code)
 
 
 # --- run ------------------------------------------------------------------

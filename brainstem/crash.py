@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from . import events, keys, outcomes, session_history, unrecorded
 from . import karma as karma_mod
-from . import keys, outcomes, session_history, unrecorded
 from .kv.base import Store
 from .untrusted import untrusted
 
@@ -42,13 +42,28 @@ def crash_data(store: Store, crumb: dict) -> dict:
     return data
 
 
+def _lease_lost_entry(store: Store, session_id: str | None) -> dict | None:
+    """The ``lease_lost`` entry a session that lost its lease left at the end of its karma, if any."""
+    if not session_id:
+        return None
+    tail = karma_mod.read(store, session_id, start=-3)
+    return next((e for e in reversed(tail) if e.get("event") == events.LEASE_LOST), None)
+
+
 def close_dead(store: Store, crumb: dict, detected_by: str,
                on_reject: Callable[[str], None] | None = None) -> dict | None:
     """Close the session ``crumb`` names, if nobody has; return what orient should learn of it when
     it crashed (None when it was closed already, or ended for a reason that is no crash)."""
     data = crash_data(store, crumb)
     note = unrecorded.recall(store.display_url, crumb.get("id"))
-    if note is not None:  # it lost the store, and left word of it here
+    lost = _lease_lost_entry(store, crumb.get("id"))
+    if lost is not None and note is None:  # its lease was lost and it stopped: the runtime's doing, not the agent's
+        outcome = outcomes.STORE_UNAVAILABLE if lost.get("cause") == "store_unavailable" else outcomes.INTERRUPTED
+        action = {"operator_action": outcomes.operator_action(outcome)} if outcomes.operator_action(outcome) else {}
+        closed = session_history.close_dead_session(
+            store, crumb, outcome, detected_by=detected_by, on_reject=on_reject,
+            reason=f"its wake lease was lost: {lost.get('reason')}"[:300], **action)
+    elif note is not None:  # it lost the store, and left word of it here
         closed = session_history.close_dead_session(
             store, crumb, note["outcome"], detected_by=detected_by, on_reject=on_reject,
             reason=note.get("reason"), operator_action=outcomes.operator_action(note["outcome"]))

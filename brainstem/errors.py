@@ -57,6 +57,11 @@ class ForeignAgentKey(KVWriteRefused):
     cannot write, delete, append to or lock it."""
 
 
+class LeaseLost(BrainstemError):
+    """A session's wake lease is no longer its own (it ran out, or another host holds it now): the
+    store refuses the session's writes to the keys that say who ran last (``keys.FENCED``)."""
+
+
 class LockHeld(BrainstemError):
     """Another wake holds the agent's lock."""
 

@@ -7,6 +7,7 @@ them and their scripts rely on them, so a name never changes once released.
 SESSION_START = "session_start"
 SESSION_END = "session_end"
 CRASH_DETECTED = "crash_detected"
+LEASE_LOST = "lease_lost"  # the session's wake lease ran out or was taken over: it stopped, its end left to the next
 GROUND_TRUTH = "ground_truth"
 EFFORT = "effort"
 BUDGET = "budget"

@@ -48,7 +48,13 @@ REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index
 
-WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values)
+WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values): the session's lease
+
+# Written only while the writer holds the wake lease, when it writes as a session (``Store.lease``): a
+# session whose lease ran out, or was taken over by another host, must not overwrite the schedule, the
+# history or the breadcrumb of the session that replaced it. The store checks this in the same
+# atomic operation as the write (its fencing).
+FENCED = frozenset({WAKE_CONFIG, SESSION_HISTORY, SESSION_CURRENT, SESSION_LAST_COMPLETED})
 
 
 def karma(session_id: str) -> str:

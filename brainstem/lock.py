@@ -1,11 +1,23 @@
-"""The wake lock: one session per agent at a time, across processes and hosts.
+"""The wake lease: one session per agent at a time, across processes and hosts.
 
-The lock lives in the store (an owner token with a time to live). A holder on
-this host that is no longer running is reclaimed at once; a live holder never
-is, even one in this same process (the daemon runs several agents in threads):
-tokens held by wakes running here are kept in ``_LIVE_TOKENS``. Elsewhere a
-dead holder's lock runs out with its time to live, which is about twice the
-session's maximum duration.
+The lease is a lock in the store (an owner token, ``host:pid:nonce``, with a
+short time to live: the lease period, ``BRAINSTEM_LEASE_SECONDS``, 30 s by
+default) that a heartbeat thread renews every third of a period while the
+session runs. When a host dies its leases run out within one period, and
+another daemon's wake takes the agent over (the dead session is then recorded
+as ``crashed``).
+
+A renewal that fails, or finds another owner, loses the lease: the session
+stops at its next step or LLM call and writes nothing that says who ran last
+(``keys.FENCED``): the store refuses those writes unless the lock is still the
+session's, in the same atomic step as the write (its fencing). A store that
+cannot be reached is retried until a whole period has passed since the last
+renewal; after that another host may hold the lease, so it is lost.
+
+A holder on this host that is no longer running is reclaimed at once; a live
+holder never is, even one in this same process (the daemon runs several
+agents in threads): tokens held by wakes running here are kept in
+``_LIVE_TOKENS``.
 """
 
 from __future__ import annotations
@@ -13,9 +25,10 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 
 from . import keys
-from .errors import LockHeld
+from .errors import BrainstemError, LockHeld
 from .kv.base import Store
 
 # Lock tokens held by wakes running in this process (the daemon runs several agents in threads).
@@ -23,8 +36,14 @@ _LIVE_TOKENS: set[str] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+def host_name() -> str:
+    """This host's identity in lease owners and breadcrumbs: ``BRAINSTEM_HOSTNAME``, else the host name
+    (override it where several hosts share one name, e.g. containers on the host network)."""
+    return os.environ.get("BRAINSTEM_HOSTNAME", "").strip() or socket.gethostname()
+
+
 def owner_token(session_hint: str) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{session_hint}"
+    return f"{host_name()}:{os.getpid()}:{session_hint}"
 
 
 def holder_is_dead(owner: str) -> bool:
@@ -33,7 +52,7 @@ def holder_is_dead(owner: str) -> bool:
     the store went away). A live holder is never reclaimed."""
     host, _, rest = owner.partition(":")
     pid_text = rest.split(":", 1)[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != host_name() or not pid_text.isdigit():
         return False
     if int(pid_text) == os.getpid():
         with _LIVE_LOCK:
@@ -69,6 +88,63 @@ def forget_token(token: str) -> None:
         _LIVE_TOKENS.discard(token)
 
 
-def lock_ttl(max_duration: float) -> int:
-    """A dead holder blocks for at most about twice the session's duration."""
-    return int(2 * max_duration * 1000) + 60_000
+class Lease:
+    """A held wake lock, renewed by a heartbeat thread every third of ``period`` seconds.
+
+    ``lost`` is set (``reason`` says why, ``cause`` is ``taken_over``, ``expired`` or
+    ``store_unavailable``) when a renewal finds the lock another's or gone, or could not reach the
+    store for a whole period. ``on_lost(lease)`` is called once, from the heartbeat thread.
+    """
+
+    def __init__(self, store: Store, token: str, period: float, on_lost=None):
+        self.store, self.token, self.period = store, token, period
+        self.lost = threading.Event()
+        self.reason: str | None = None
+        self.cause: str | None = None
+        self.renewals = 0
+        self.on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Lease:
+        self._thread = threading.Thread(target=self._beat, name="brainstem-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(1.0, self.period))
+
+    def _beat(self) -> None:
+        ttl_ms = int(self.period * 1000)
+        last_ok = time.monotonic()
+        while not self._stop.wait(self.period / 3):
+            try:
+                if self.store.refresh_lock(keys.WAKE_LOCK, self.token, ttl_ms):
+                    last_ok = time.monotonic()
+                    self.renewals += 1
+                    continue
+            except BrainstemError as exc:  # the store is away: keep trying while the lease may still be ours
+                if time.monotonic() - last_ok < self.period:
+                    continue
+                self._lose("store_unavailable", f"could not renew it for {self.period:g}s (the lease period): {exc}")
+                return
+            if self._stop.is_set():  # released by the wake itself between the wait and the renewal
+                return
+            holder = None
+            try:
+                holder = self.store.lock_owner(keys.WAKE_LOCK)
+            except BrainstemError:
+                pass
+            if holder:
+                self._lose("taken_over", f"another wake holds it now ({holder})")
+            else:
+                self._lose("expired", "it ran out before it could be renewed")
+            return
+
+    def _lose(self, cause: str, reason: str) -> None:
+        self.cause, self.reason = cause, reason
+        self.lost.set()
+        if self.on_lost is not None:
+            self.on_lost(self)

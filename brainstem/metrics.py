@@ -18,7 +18,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from . import events
 
-WAKE_RESULTS = {"ran": "ran", "slept": "asleep", "skipped": "skipped", "missed": "missed", "error": "error"}
+WAKE_RESULTS = {"ran": "ran", "slept": "asleep", "skipped": "skipped", "missed": "missed", "error": "error",
+                "lease_lost": "ran"}  # a session ran, and its lease was lost: counted in brainstem_lease_lost too
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, float("inf"))
 COST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float("inf"))
 
@@ -62,6 +63,8 @@ class Metrics:
                 self.tool_runs.labels(agent=agent, result="ok" if e.get("ok") else "error").inc()
             elif event == events.TOOL_WOULD_DO:
                 self.tool_runs.labels(agent=agent, result="not_run").inc()
+            elif event == events.LEASE_LOST:
+                self.lease_lost.labels(agent=agent).inc()
             elif event == events.SESSION_END:
                 self.sessions.labels(agent=agent, outcome=str(e.get("outcome"))).inc()
                 if isinstance(e.get("duration_ms"), (int, float)):

@@ -73,3 +73,24 @@ def fault_streak(entries: list) -> int:
 def fault_backoff(streak: int, default_sleep: float) -> float:
     """Seconds until the next try after the ``streak``-th operator fault in a row (1-based)."""
     return min(float(default_sleep), BACKOFF_FIRST_SECONDS * 2 ** max(0, min(streak - 1, 30)))
+
+
+def crash_streak(entries: list) -> int:
+    """How many sessions in a row, at the end of ``entries`` (session history), crashed."""
+    n = 0
+    for h in reversed(entries):
+        if not isinstance(h, dict):
+            continue
+        if h.get("outcome") != CRASHED:
+            break
+        n += 1
+    return n
+
+
+def crash_backoff(streak: int, default_sleep: float) -> float:
+    """Seconds after a session starts before, should it die, its agent is woken again, given the crashes
+    in a row before it: at once after none (a host that died took the session with it), then 1, 2, 4
+    ... minutes, capped at the default sleep, so a crash loop never spends money every tick."""
+    if streak <= 0:
+        return 0.0
+    return min(float(default_sleep), BACKOFF_FIRST_SECONDS * 2 ** min(streak - 1, 30))

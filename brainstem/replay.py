@@ -324,7 +324,7 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
                           budget=budget, defaults=defaults, mode="replay")
     run_.session = session
     try:
-        lifecycle._plan_and_execute(run_, session, orient_template, None, left_today)
+        lifecycle._plan_and_execute(run_, session, orient_template, left_today)
     except Exception as exc:  # the one try/except of a replay, as of a session: an outcome, never a traceback
         run_.outcome = outcomes.ERROR
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])

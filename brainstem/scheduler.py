@@ -10,6 +10,13 @@ missed, or error. A store that goes away is retried with backoff and logged
 once per outage, not once per tick. SIGTERM/SIGINT stop the scheduler;
 running sessions stop at their next step and are recorded as ``interrupted``
 (never left looking like a crash they were not).
+
+Several daemons, on several hosts, may run the same agents against one store:
+the wake lease lets one session run per agent at a time. Every half lease
+period each daemon also sweeps its agents for a session that died with its
+host (its pessimistic schedule advance stands and no lease is held) and wakes
+that agent at once, so it is taken over within about two lease periods
+rather than at its next tick.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from . import keys
 from .errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
@@ -86,6 +94,7 @@ class Agent:
     outage: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     running: bool = False
+    busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
 
 
 def _agent(name: str | None, settings: Settings) -> Agent:
@@ -157,16 +166,22 @@ class Runner:
             return
         if time.monotonic() < agent.backoff_until:
             return
+        if not agent.busy.acquire(blocking=False):  # the sweep fired it meanwhile, or the tick did
+            return
         agent.running = True
         try:
             if agent.store is None:
                 agent.store = open_store(self.settings.kv, prefix=agent.prefix)
             listeners = [self.metrics.listener(label)] if self.metrics is not None else []
             result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners)
-            entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id} \
-                if result.status == "ran" else {"fire": "slept", "until": result.next_wake_after}
             if result.status == "ran":
+                entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id}
                 log.info("%s: %s", label, result.message)
+            elif result.status == "lease_lost":
+                entry = {"fire": "lease_lost", "session_id": result.session_id}
+                log.warning("%s: %s", label, result.message)
+            else:
+                entry = {"fire": "slept", "until": result.next_wake_after}
             self._recovered(agent, label)
             self._record(agent, entry)
         except LockHeld as exc:
@@ -188,6 +203,25 @@ class Runner:
             self._count(agent, "error")
         finally:
             agent.running = False
+            agent.busy.release()
+
+    def sweep(self, sched) -> None:
+        """Wake at once each agent whose last session died (see :func:`brainstem.wake.dead_session_due`)."""
+        from .wake import dead_session_due
+
+        for agent in self.agents:
+            if self.stopping.is_set():
+                return
+            if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
+                continue
+            try:
+                due = dead_session_due(agent.store)
+            except BrainstemError:
+                continue  # the tick reports store trouble; the sweep only looks
+            if due:
+                log.info("%s: its last session died with no lease held; waking it now", agent.name or "default")
+                sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
+                              misfire_grace_time=None)
 
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
@@ -250,6 +284,9 @@ class Runner:
                 self.still_running(agent, [iso(t)
                                            for t in event.scheduled_run_times or []])
         sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
+        period = max(0.5, self.settings.lease_seconds / 2)
+        sched.add_job(self.sweep, "interval", seconds=period, args=[sched], id="sweep", coalesce=True,
+                      max_instances=1, next_run_time=now_utc() + timedelta(seconds=period))
 
         def stop(signum, _frame):
             log.info("received %s; stopping (running sessions get %.0fs to finish)",

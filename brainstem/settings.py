@@ -92,6 +92,12 @@ class Settings(BaseSettings):
                                   description="Bytes one tool call may write to the store")
     session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
                                      description="Bytes all tool calls of one session may write to the store")
+    lease_seconds: float = Field(30.0, ge=1, le=300, validation_alias="BRAINSTEM_LEASE_SECONDS",
+                                 description="The wake lease's period: a session renews its lease every third of "
+                                             "it, and a dead host's agents are taken over within about two")
+    hostname: str = Field("", validation_alias="BRAINSTEM_HOSTNAME",
+                          description="This host's name in wake leases (default: the host name); set it where "
+                                      "hosts share one name")
 
     @model_validator(mode="after")
     def _check_bindings(self):

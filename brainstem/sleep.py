@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .kv.base import Store
 
 
 def now_utc() -> datetime:
@@ -40,6 +43,33 @@ def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
         return None
     t = parse_iso(wake_config.get("next_wake_after"))
     return t if t is not None and t > now else None
+
+
+PESSIMISTIC = "runtime:pessimistic"  # wake_config.set_by while a session runs: if it is still so later, it died
+
+
+def agent_sleeping_until(store: Store, wake_config: Any, locked: bool = False) -> datetime | None:
+    """When the agent is next due, or None when it is due now.
+
+    While a session runs, ``wake_config`` holds its pessimistic advance. Found with no lease held
+    (``locked``: we hold it ourselves), that session died, its host perhaps with it: the agent is due
+    again at the advance's ``retry_after`` (at once after a first crash, then backing off), not at
+    the end of the whole default sleep."""
+    from . import keys
+    from .lock import holder_is_dead
+
+    now = now_utc()
+    until = sleeping_until(wake_config, now)
+    if until is None or not isinstance(wake_config, dict) or wake_config.get("set_by") != PESSIMISTIC:
+        return until
+    retry = parse_iso(wake_config.get("retry_after"))
+    if retry is None or retry >= until:
+        return until
+    if not locked:
+        holder = store.lock_owner(keys.WAKE_LOCK)
+        if holder is not None and not holder_is_dead(holder):
+            return until  # running (here or on another host): its own end will set the schedule
+    return None if retry <= now else retry
 
 
 def asleep_message(until: datetime) -> str:
@@ -74,8 +104,8 @@ def asleep_fast() -> datetime | None:
         store = open_store(check=False, retry_seconds=0)
         try:
             raw = store.get_text(keys.WAKE_CONFIG)
+            return agent_sleeping_until(store, json.loads(raw)) if raw else None
         finally:
             store.close()
-        return sleeping_until(json.loads(raw), now_utc()) if raw else None
     except Exception:
         return None

@@ -15,7 +15,7 @@ from .outcomes import operator_action
 from .reflect import deep_reflect_due
 from .review import items as review_items
 from .settings import Settings
-from .sleep import now_utc, sleeping_until
+from .sleep import agent_sleeping_until
 from .versions import failing_streak
 
 
@@ -80,7 +80,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     hist = session_history.read(store)
     last = hist[-1] if hist else None
     wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
-    until = sleeping_until(wake_config, now_utc())
+    until = agent_sleeping_until(store, wake_config)  # a dead session's agent is due at its retry
     number = store.get_json(keys.SESSION_COUNTER, default=0)
     due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
     running = _running(store)

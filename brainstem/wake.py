@@ -35,7 +35,7 @@ from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_
 from .config import Defaults, load_defaults, load_models
 from .context import load_session_context
 from .crash import close_dead
-from .errors import ConfigError, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
+from .errors import ConfigError, LeaseLost, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
 from .executor import Executor
 from .ground_truth import effort_for, fired_tripwires, read_world
 from .interrupt import WakeInterrupted, interruptible, stop_reason
@@ -45,12 +45,12 @@ from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
 from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
-from .lock import acquire_wake_lock, forget_token, lock_ttl, owner_token
+from .lock import Lease, acquire_wake_lock, forget_token, owner_token
 from .orient import orient, plan_budget
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
 from .settings import Settings
-from .sleep import asleep_message, iso, now_utc, sleeping_until
+from .sleep import PESSIMISTIC, agent_sleeping_until, asleep_message, iso, now_utc, sleeping_until
 from .tools import ToolPolicy
 from .untrusted import to_record
 from .versions import auto_restore, record_write, save_clean_snapshot, snapshot
@@ -120,28 +120,42 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
     if dry_run:
         return dry_run_session(settings, store, providers=providers, listeners=listeners, cancel=cancel)
     wake_config = _read_wake_config(store)
-    until = sleeping_until(wake_config, now_utc())
+    until = agent_sleeping_until(store, wake_config)
     if until is not None and not force:
         return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
     token = owner_token(uuid.uuid4().hex[:8])
-    # Held first for the operator's ceiling, then cut to the session's own duration once it is known.
-    acquire_wake_lock(store, token, ttl_ms=lock_ttl(settings.max_session_seconds))
+    acquire_wake_lock(store, token, ttl_ms=int(settings.lease_seconds * 1000))
+    lease = Lease(store, token, settings.lease_seconds).start()
+    store.lease = (keys.WAKE_LOCK, token)  # from here the schedule, history and breadcrumb are fenced
     try:
         # Due is decided again under the lock: a wake that stalled after its first look (while
         # another ran a session and moved the schedule) must not run a second one.
         wake_config = _read_wake_config(store)
-        until = sleeping_until(wake_config, now_utc())
+        until = agent_sleeping_until(store, wake_config, locked=True)
         if until is not None and not force:
             return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
-        return _session(settings, store, wake_config, providers, listeners, cancel, token)
+        return _session(settings, store, wake_config, providers, listeners, cancel, lease)
     finally:
         interruptible(False)
+        lease.stop()
+        store.lease = None
         try:
             store.release_lock(keys.WAKE_LOCK, token)
         finally:
             forget_token(token)
+
+
+def dead_session_due(store: Store) -> bool:
+    """True when the agent's last session died (its pessimistic advance stands and no lease is held) and
+    its retry is due: the daemon's sweep wakes such agents without waiting for their next tick."""
+    try:
+        wake_config = store.get(keys.WAKE_CONFIG, "json")
+    except MalformedValue:
+        return False
+    return (isinstance(wake_config, dict) and wake_config.get("set_by") == PESSIMISTIC
+            and sleeping_until(wake_config, now_utc()) is not None and agent_sleeping_until(store, wake_config) is None)
 
 
 def dry_run_session(settings: Settings, store: Store, *, providers: list | None = None, listeners=(),
@@ -211,9 +225,10 @@ class _Run:
     session: Session | None = None
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
     mode: str = "live"  # or "dry_run"
+    lease: Lease | None = None  # None: a dry run or a replay, which hold none
 
 
-def _session(settings, store, wake_config, providers, listeners, cancel, token, mode: str = "live",
+def _session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str = "live",
              sid: str | None = None) -> WakeResult:
     dry = mode == "dry_run"
     crumb = None if dry else karma_mod.unfinished_session(store)  # a dry run closes nothing
@@ -231,19 +246,26 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
     defaults, models = load_defaults(store, problems), load_models(store, problems)
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = make_budget(defaults, settings, left_today, cancel)
-    if token is not None:
-        store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
+    if lease is not None:
+        budget.lost = lease.lost  # a lost lease stops the session at its next step or call
+        lease.on_lost = lambda lost: _note_store_lost(store, sid, lost)
 
     karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid)
     run = _Run(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget, defaults=defaults,
-               clean_snapshot=snapshot(store), mode=mode)
+               clean_snapshot=snapshot(store), mode=mode, lease=lease)
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         # Advance the schedule before doing anything that could die.
-        pessimistic_wake = run.started + timedelta(seconds=clamp_sleep(defaults.wake.sleep_seconds, 21600))
-        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(pessimistic_wake), "set_by": "runtime:pessimistic",
-                                     "session_id": sid})
+        # If it dies, its agent is due again at retry_after once no lease is held (its host may have
+        # died with it): at once after a first crash, then backing off, so a crash loop never spends
+        # every tick. The whole default sleep stays the advance for wakes that cannot tell.
+        default_sleep = clamp_sleep(defaults.wake.sleep_seconds, 21600)
+        crashes = outcomes.crash_streak(session_history.read(store)[-32:])
+        retry_after = run.started + timedelta(seconds=outcomes.crash_backoff(crashes, default_sleep))
+        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(seconds=default_sleep)),
+                                     "set_by": PESSIMISTIC, "session_id": sid, "retry_after": iso(retry_after),
+                                     "crash_streak": crashes})
         karma.record(events.SESSION_START, session_id=sid, number=number, store=store.display_url, version=__version__,
                  budget=budget.snapshot(), daily_budget_left=round(left_today, 6),
                  crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None)
@@ -298,7 +320,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
         if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
             run.kind, run.outcome, run.next_wake = "reflex", outcomes.HANDLED_BY_REFLEX, {"sleep_seconds": sleep_for}
         else:
-            _think(run, session, orient_template, token, left_today, deep)
+            _think(run, session, orient_template, left_today, deep)
         interruptible(False)
         if budget.cancel.is_set() and run.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
@@ -307,6 +329,8 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
         interruptible(False)
         run.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
         run.reason = stop_reason() if exc.limit == "interrupted" else str(exc)
+    except LeaseLost:  # a fenced write refused: the lease is gone, and _finish records only that
+        interruptible(False)
     except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
         interruptible(False)
         run.outcome, run.reason = outcomes.STORE_UNAVAILABLE, str(exc)
@@ -331,8 +355,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, token, 
     return _finish(run)
 
 
-def _think(run: _Run, session: Session, orient_template: str, token: str | None, left_today: float,
-           deep: tuple[bool, str]) -> None:
+def _think(run: _Run, session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
     """Deep reflection when it is due, else orient, the plan and reflection."""
     store, context = run.store, session.context
     load_session_context(session, context)
@@ -357,7 +380,7 @@ def _think(run: _Run, session: Session, orient_template: str, token: str | None,
         if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
             _llm_fault(run, session, tally.last, "deep reflection")
     else:
-        _plan_and_execute(run, session, orient_template, token, left_today)
+        _plan_and_execute(run, session, orient_template, left_today)
 
 
 def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -> float | None:
@@ -455,7 +478,7 @@ class _CallTally:
         self.last = None
 
 
-def _plan_and_execute(run: _Run, session: Session, orient_template: str, token: str, left_today: float) -> None:
+def _plan_and_execute(run: _Run, session: Session, orient_template: str, left_today: float) -> None:
     """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
     budget = run.budget
     tally = _CallTally(session.llm)
@@ -472,8 +495,6 @@ def _plan_and_execute(run: _Run, session: Session, orient_template: str, token: 
         return
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, run.settings, left_today)
-    if token is not None:
-        run.store.refresh_lock(keys.WAKE_LOCK, token, lock_ttl(budget.max_duration))
     session.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
@@ -507,11 +528,16 @@ def _llm_fault(run: _Run, session: Session, exc: LLMError, during: str) -> None:
 
 def _finish(run: _Run) -> WakeResult:
     """Record the end of the session. A store that went away is waited for, briefly, so the
-    session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake."""
+    session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake.
+    A session whose lease is lost records only that, in its own karma (see :func:`_lease_lost`)."""
     delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
     while True:
+        if run.lease is not None and run.lease.lost.is_set():
+            return _lease_lost(run)
         try:
             return _record_end(run)
+        except LeaseLost:
+            return _lease_lost(run)
         except (StoreFull, StoreReadOnly):
             raise  # waiting will not help: one line, and the operator's move
         except StoreUnavailable as exc:
@@ -528,6 +554,39 @@ def _finish(run: _Run) -> WakeResult:
 
 
 STORE_RETRY_SECONDS = 10.0
+
+
+def _note_store_lost(store: Store, sid: str, lease: Lease) -> None:
+    """A lease lost because the store was away: say so on local disk at once, before the store is back and
+    a wake on this host finds the session's breadcrumb (see :mod:`.unrecorded`)."""
+    if lease.cause == "store_unavailable":
+        unrecorded.remember(store.display_url, sid, outcomes.STORE_UNAVAILABLE, lease.reason)
+
+
+def _lease_lost(run: _Run) -> WakeResult:
+    """The session's lease ran out or another wake holds it: it writes no end (the store would refuse
+    it), only a ``lease_lost`` entry in its own karma, retried while the store is away as the end of a
+    session is. The wake that holds the lease next finds its breadcrumb and closes it with what this
+    entry says (``interrupted``, or ``store_unavailable`` when the store was gone), never as a crash
+    of the agent's; with the store gone for longer, a note on local disk says so instead."""
+    lease = run.lease
+    reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
+    cause = (lease.cause if lease is not None else None) or "taken_over"
+    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
+    while True:
+        try:
+            run.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=run.outcome,
+                             cost=round(run.budget.spent, 10), steps=run.budget.steps)
+            break
+        except StoreUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                unrecorded.remember(run.store.display_url, run.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return WakeResult("lease_lost", outcome=None, session_id=run.id,
+                      message=f"session {run.id}: stopped, its wake lease was lost ({reason}); the wake that holds "
+                              f"it next records its end")
 
 
 def _record_end(run: _Run) -> WakeResult:

@@ -9,8 +9,10 @@ missing Redis is a failure.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -148,3 +150,76 @@ def env(real_store_url, llm):
     from .wake_helpers import wake_env
 
     return wake_env(real_store_url, llm)
+
+
+# --- daemons (`brainstem run` subprocesses) and agents on a real Redis ------------------
+
+class Daemon:
+    """One ``brainstem run`` process; stdout and stderr go to files (a chatty daemon never blocks on a pipe)."""
+
+    def __init__(self, env: dict, args: list[str], workdir: Path):
+        tag = uuid.uuid4().hex[:6]
+        self.out_path, self.err_path = workdir / f"run-{tag}.out", workdir / f"run-{tag}.err"
+        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "brainstem", "run", *args], env=env,
+                                         stdout=out, stderr=err)
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds it took to exit)."""
+        t0 = time.monotonic()
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            pytest.fail(f"brainstem run did not exit within {timeout}s of SIGTERM:\n{self.stderr[-2000:]}")
+        return rc, time.monotonic() - t0
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    """Start daemons with ``daemons(env, *args)``; any still running at teardown is killed (by its pid)."""
+    started: list[Daemon] = []
+
+    def start(env: dict, *args: str) -> Daemon:
+        d = Daemon(env, list(args), tmp_path)
+        started.append(d)
+        return d
+    yield start
+    for d in started:
+        if d.alive():
+            d.proc.kill()
+            d.proc.wait(5)
+
+
+@pytest.fixture
+def agents(redis_url):
+    """``agents(url=None)`` -> (name, store): a new seeded agent under prefix ``NAME:``; removed afterwards."""
+    made = []
+
+    def make(url: str | None = None, soul: bool = True):
+        from brainstem.kv import open_store
+        from brainstem.seed import example_soul_path, seed
+
+        name = f"run{uuid.uuid4().hex[:8]}"
+        store = open_store(url or redis_url, prefix=f"{name}:")
+        seed(store, soul_file=example_soul_path() if soul else None)
+        made.append(store)
+        return name, store
+    yield make
+    for store in made:
+        try:
+            for k in store._r.scan_iter(match=store.prefix + "*", count=1000):
+                store._r.delete(k)
+            store.close()
+        except Exception:  # noqa: BLE001 - a test may have stopped its own Redis
+            pass

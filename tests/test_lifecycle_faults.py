@@ -424,7 +424,8 @@ def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(red
     from brainstem.kv import open_store
     from brainstem.seed import example_soul_path, seed
 
-    from .test_run import Daemon, base_env, fires, responder, ts, wake_log
+    from .conftest import Daemon
+    from .test_run import base_env, fires, responder, ts, wake_log
 
     llm.responder = responder(steps=3, delay=0.8)  # a session of ~3 s: longer than a 1 s tick
     name = f"dup{os.getpid()}{int(time.time() * 1000) % 100000}"

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from brainstem.metrics import Metrics
 
-from .test_run import base_env, daemons, fires, llm, responder, wait_for  # noqa: F401 - fixtures
+from .test_run import base_env, fires, wait_for
 from .wake_helpers import action, answers, plan, reflection, seeded
 
 

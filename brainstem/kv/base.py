@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConfigError, ForeignAgentKey, MalformedValue, NotText, StoreReadOnly
+from ..errors import ConfigError, ForeignAgentKey, LeaseLost, MalformedValue, NotText, StoreReadOnly
+from ..keys import FENCED
 from . import names
 
 
@@ -61,6 +62,10 @@ class Store:
     prefix: str = ""  # "" for the default agent, else "NAME:"
     _registered = False  # a named view has registered its name (or found it registered)
     _known_agents: frozenset[str] = frozenset()  # names seen registered; never unregistered, so cached
+    # (lock name, owner) while a session holds its wake lease through this view: writes to
+    # ``keys.FENCED`` then go through only if the lock is still that owner's, checked atomically with
+    # the write, else :class:`~brainstem.errors.LeaseLost`. None: unfenced (the operator's commands).
+    lease: tuple[str, str] | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -168,6 +173,10 @@ class Store:
     def usage(self) -> dict: raise NotImplementedError
     def close(self) -> None: pass
 
+    def fence_for(self, key: str) -> tuple[str, str] | None:
+        """The lease a write to ``key`` must hold (see ``lease``), or None when the write is unfenced."""
+        return self.lease if self.lease is not None and key in FENCED else None
+
     # --- shared on top of the primitives ---
     def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
         """A key as text or parsed JSON; ``default`` when absent.
@@ -208,6 +217,12 @@ class Store:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def lease_lost(key: str) -> LeaseLost:
+    """The refusal of a fenced write whose lease is gone."""
+    return LeaseLost(f"this session's wake lease is no longer its own (it ran out, or another wake holds it "
+                     f"now): its write to {key!r} was refused")
 
 
 def _refusal(key: str, owner: str) -> str:

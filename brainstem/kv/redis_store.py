@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import redis
 
 from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
-from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode
+from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode, lease_lost
 from .names import adopt_hint
 
 META = "__meta__:"
@@ -39,6 +39,34 @@ _REFRESH = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PE
 # A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
 _APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
                  "return redis.call('RPUSH', KEYS[1], ARGV[1])")
+
+# A write to a fenced key (see ``Store.lease``): done only if the lease's lock still names its owner,
+# in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.
+# KEYS: the lock, the key, its metadata; ARGV: owner, op (put | del | append | append_again), value,
+# PX (0: none), metadata ('' : none). -1: the lease is not the owner's.
+_FENCED = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local op = ARGV[2]
+local function set(key, value)
+  if ARGV[4] ~= '0' then redis.call('SET', key, value, 'PX', ARGV[4]) else redis.call('SET', key, value) end
+end
+if op == 'put' then
+  set(KEYS[2], ARGV[3])
+  if ARGV[5] ~= '' then
+    set(KEYS[3], ARGV[5])
+  else
+    redis.call('DEL', KEYS[3])
+  end
+  return 1
+elseif op == 'del' then
+  if redis.call('TYPE', KEYS[2]).ok == 'list' then return 0 end
+  local n = redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[3])
+  return n
+end
+if op == 'append_again' and redis.call('LINDEX', KEYS[2], -1) == ARGV[3] then return redis.call('LLEN', KEYS[2]) end
+return redis.call('RPUSH', KEYS[2], ARGV[3])
+"""
 
 
 def redact_url(url: str) -> str:
@@ -142,6 +170,7 @@ class RedisStore(Store):
         self._release = self._r.register_script(_RELEASE)
         self._refresh = self._r.register_script(_REFRESH)
         self._append_again = self._r.register_script(_APPEND_AGAIN)
+        self._fenced_script = self._r.register_script(_FENCED)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -220,9 +249,22 @@ class RedisStore(Store):
             return None, None
         return decode_text(key, value), decode_metadata(key, meta)
 
+    def _fenced(self, fence: tuple[str, str], op: str, key: str, value: str = "", px: int | None = None,
+                meta: str = "") -> int:
+        lock, owner = fence
+        out = int(self._fenced_script(keys=[self._k(LOCK + lock), self._k(key), self._k(META + key)],
+                                      args=[owner, op, value, px or 0, meta]))
+        if out == -1:
+            raise lease_lost(key)
+        return out
+
     @_guard
     def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
         px = int(ttl * 1000) if ttl else None
+        fence = self.fence_for(key)
+        if fence is not None:
+            self._fenced(fence, "put", key, encode(value), px, json.dumps(metadata) if metadata is not None else "")
+            return
         pipe = self._r.pipeline(transaction=True)
         pipe.set(self._k(key), encode(value), px=px)
         if metadata is not None:
@@ -234,6 +276,9 @@ class RedisStore(Store):
     @_guard
     def delete(self, key: str) -> bool:
         # A log is deleted through delete_log, so a value delete never drops karma by accident.
+        fence = self.fence_for(key)
+        if fence is not None:
+            return self._fenced(fence, "del", key) > 0
         if self._r.type(self._k(key)) == "list":
             return False
         n, _ = self._r.pipeline(transaction=True).delete(self._k(key)).delete(self._k(META + key)).execute()
@@ -287,13 +332,17 @@ class RedisStore(Store):
 
     # --- logs ---
     def append(self, log_key: str, entry: Any) -> int:
-        return self._append(self._k(log_key), encode(entry), [0])
+        return self._append(log_key, encode(entry), [0])
 
     @_guard
-    def _append(self, key: str, text: str, tries: list[int]) -> int:
+    def _append(self, log_key: str, text: str, tries: list[int]) -> int:
         # Retried after a lost connection, an entry is pushed only if it is not already the last one:
         # a karma entry (an llm_call and its cost) is never recorded twice.
         tries[0] += 1
+        fence = self.fence_for(log_key)
+        if fence is not None:
+            return self._fenced(fence, "append" if tries[0] == 1 else "append_again", log_key, text)
+        key = self._k(log_key)
         if tries[0] == 1:
             return self._r.rpush(key, text)
         return int(self._append_again(keys=[key], args=[text]))

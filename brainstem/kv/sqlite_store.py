@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
-from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode
+from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode, lease_lost
 from .names import adopt_hint
 
 SCHEMA = """
@@ -186,19 +186,35 @@ class SQLiteStore(Store):
         upsert = ("INSERT INTO kv (key, value, metadata, expires_at) VALUES (?, ?, ?, ?) "
                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value, metadata = excluded.metadata, "
                   "expires_at = excluded.expires_at")
-        if not ttl:
+        fence = self.fence_for(key)
+        if not ttl and fence is None:
             self._run(lambda db: db.execute(upsert, (self._k(key), text, meta, expires)))
             return
 
         def body(db):
-            # Keys with a TTL are rare; writing one is when the expired ones are swept, in the same write.
-            _purge(db)
+            self._check_fence(db, fence, key)
+            if ttl:  # keys with a TTL are rare; writing one is when the expired ones are swept, in the same write
+                _purge(db)
             db.execute(upsert, (self._k(key), text, meta, expires))
         self._tx(body)
 
     def delete(self, key: str) -> bool:
+        fence = self.fence_for(key)
+        if fence is not None:
+            def body(db):
+                self._check_fence(db, fence, key)
+                return db.execute("DELETE FROM kv WHERE key = ?", (self._k(key),)).rowcount > 0
+            return self._tx(body)
         cur = self._run(lambda db: db.execute("DELETE FROM kv WHERE key = ?", (self._k(key),)))
         return cur.rowcount > 0
+
+    def _check_fence(self, db, fence: tuple[str, str] | None, key: str) -> None:
+        """Inside the write's transaction: LeaseLost unless the lease's lock is still its owner's."""
+        if fence is None:
+            return
+        row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(fence[0]),)).fetchone()
+        if row is None or row[0] != fence[1] or row[1] <= time.time():
+            raise lease_lost(key)
 
     def incr(self, key: str, amount: int = 1) -> int:
         def body(db):
@@ -243,7 +259,10 @@ class SQLiteStore(Store):
         text = encode(entry)
         key = self._k(log_key)
 
+        fence = self.fence_for(log_key)
+
         def body(db):
+            self._check_fence(db, fence, log_key)
             (length,) = db.execute(
                 "INSERT INTO log_keys (key, length) VALUES (?, 1) ON CONFLICT(key) DO UPDATE "
                 "SET length = length + 1 RETURNING length", (key,)).fetchone()

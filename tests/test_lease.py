@@ -1,0 +1,345 @@
+"""The wake lease: renewed while a session runs, lost when another wake takes it, and fencing.
+
+A session holds its agent's wake lock as a lease of ``BRAINSTEM_LEASE_SECONDS``
+renewed by a heartbeat. These tests run on real stores (SQLite on disk, a real
+redis-server) and real ``brainstem`` processes: a lease kept alive for many
+periods, a lease taken over mid-session (the session stops and the store
+refuses its writes to the schedule, the history and the breadcrumb), a host
+SIGKILLed mid-session and taken over by a daemon on another host within two
+lease periods, and a crash loop that backs off instead of spending every tick.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+
+from brainstem import events, karma, keys, outcomes, session_history
+from brainstem.errors import LeaseLost
+from brainstem.kv import open_store
+from brainstem.lock import Lease
+from brainstem.sleep import parse_iso
+
+from .test_metrics import scrape, value
+from .test_run import base_env, fires, wait_for
+from .wake_helpers import (
+    events_of,
+    is_orient,
+    is_reflect,
+    plan,
+    reflection,
+    run_wake,
+    seeded,
+    start_wake,
+    think,
+    wake_env,
+)
+
+OWNER, OTHER = "host-a:1:aaaa", "host-b:2:bbbb"
+
+
+# --- fencing in the store's write path ---------------------------------------------
+
+def test_fenced_keys_are_written_only_while_the_lease_is_the_writers(st):
+    st.lease = (keys.WAKE_LOCK, OWNER)
+    with pytest.raises(LeaseLost, match="wake_config"):  # no lock at all
+        st.put(keys.WAKE_CONFIG, {"next_wake_after": "x"})
+    assert st.get(keys.WAKE_CONFIG) is None
+
+    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 30_000)
+    st.put(keys.WAKE_CONFIG, {"by": "a"})
+    st.put(keys.SESSION_CURRENT, {"id": "1-a"})
+    st.append("session_history", json.dumps({"id": "1-a"}))
+    assert st.delete(keys.SESSION_CURRENT)
+
+    # Another wake takes the lease over: every fenced write is refused, and nothing is changed.
+    assert st.release_lock(keys.WAKE_LOCK, OWNER) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+    st.lease = None
+    st.put(keys.SESSION_CURRENT, {"id": "2-b"})  # the new holder's breadcrumb (written unfenced here)
+    st.lease = (keys.WAKE_LOCK, OWNER)
+    for write in (lambda: st.put(keys.WAKE_CONFIG, {"by": "a again"}),
+                  lambda: st.put(keys.SESSION_LAST_COMPLETED, "1-a"),
+                  lambda: st.delete(keys.SESSION_CURRENT),
+                  lambda: st.append("session_history", json.dumps({"id": "1-a", "again": True}))):
+        with pytest.raises(LeaseLost):
+            write()
+    assert st.get(keys.WAKE_CONFIG, "json") == {"by": "a"}
+    assert st.get(keys.SESSION_CURRENT, "json") == {"id": "2-b"}
+    assert st.get(keys.SESSION_LAST_COMPLETED) is None
+    assert st.read_log("session_history") == [json.dumps({"id": "1-a"})]
+    # Keys that say nothing of who ran last are not fenced; nor is a write with no lease (the operator's).
+    st.put("notes", "still mine")
+    st.lease = None
+    st.put(keys.WAKE_CONFIG, {"by": "operator"})
+    assert st.get(keys.WAKE_CONFIG, "json") == {"by": "operator"}
+
+
+def test_an_expired_lease_fences_too(st):
+    st.lease = (keys.WAKE_LOCK, OWNER)
+    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 150)
+    st.put(keys.WAKE_CONFIG, {"n": 1})
+    time.sleep(0.3)
+    with pytest.raises(LeaseLost):
+        st.put(keys.WAKE_CONFIG, {"n": 2})
+    assert st.get(keys.WAKE_CONFIG, "json") == {"n": 1}
+
+
+# --- the heartbeat -------------------------------------------------------------------
+
+def test_the_heartbeat_keeps_a_lease_alive_for_many_periods(st):
+    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    lease = Lease(st, OWNER, 1.0).start()
+    try:
+        time.sleep(3.5)  # three and a half periods: without renewals it would have run out three times
+        assert st.lock_owner(keys.WAKE_LOCK) == OWNER
+        assert lease.renewals >= 6 and not lease.lost.is_set()
+    finally:
+        lease.stop()
+
+
+def test_a_lease_taken_over_is_lost_within_a_period_and_says_by_whom(st):
+    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    told = []
+    lease = Lease(st, OWNER, 1.0, on_lost=lambda lost: told.append(lost.reason)).start()
+    try:
+        st.release_lock(keys.WAKE_LOCK, OWNER)
+        assert st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+        assert lease.lost.wait(1.5)
+        assert OTHER in lease.reason and told == [lease.reason]
+        assert st.lock_owner(keys.WAKE_LOCK) == OTHER  # the loser never touches the winner's lock
+    finally:
+        lease.stop()
+
+
+@pytest.mark.redis
+def test_a_store_gone_for_a_whole_period_loses_the_lease(own_redis):
+    store = open_store(f"redis://127.0.0.1:{own_redis}/0", prefix="lease", retry_seconds=0.2)
+    assert store.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    lease = Lease(store, OWNER, 1.0).start()
+    try:
+        store._r.shutdown(nosave=True)
+    except Exception:  # noqa: BLE001 - the connection drops as the server exits
+        pass
+    try:
+        assert lease.lost.wait(4.0), "the lease survived a store gone for longer than its period"
+        assert "could not renew" in lease.reason
+    finally:
+        lease.stop()
+        store.close()
+
+
+# --- a session whose lease is taken over ------------------------------------------------
+
+def slow_plan(delay: float, steps: int = 3):
+    """Orient answers ``steps`` think steps; each think answer takes ``delay`` seconds."""
+    def respond(req):
+        if is_orient(req):
+            return plan(*[think(f"Think {i}", id=f"t{i}", model="haiku", max_tokens=20) for i in range(steps)],
+                        next_wake={"sleep_seconds": 3600})
+        if is_reflect(req):
+            return reflection("done")
+        return {"content": "ok", "delay": delay}
+    return respond
+
+
+def test_a_session_whose_lease_is_taken_over_stops_and_writes_nothing_that_says_who_ran(st, llm, real_store_url):
+    llm.responder = slow_plan(1.5)
+    proc = start_wake(wake_env(real_store_url, llm, BRAINSTEM_LEASE_SECONDS=1))
+    try:
+        assert llm.wait_for_requests(2, timeout=20), "the session never reached its first step"
+        holder = st.lock_owner(keys.WAKE_LOCK)
+        assert holder is not None
+        sid = karma.latest_session_id(st)
+        pessimistic = st.get(keys.WAKE_CONFIG, "json")
+        # Another host takes the agent over (as if this one had stalled past its lease).
+        assert st.release_lock(keys.WAKE_LOCK, holder) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 60_000)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, (proc.returncode, out, err)
+    assert "lease was lost" in out and "Traceback" not in err
+    entries = karma.read(st, sid)
+    lost = events_of(entries, events.LEASE_LOST)
+    assert len(lost) == 1 and OTHER in lost[0]["reason"]
+    assert not events_of(entries, events.SESSION_END)
+    assert len(events_of(entries, "step_complete")) <= 1  # stopped at the next step, not run to the end
+    # Fenced: the schedule is still the dead session's advance, no history entry, the breadcrumb stands.
+    assert st.get(keys.WAKE_CONFIG, "json") == pessimistic
+    assert not session_history.has(st, sid)
+    assert st.get(keys.SESSION_CURRENT, "json")["id"] == sid
+    assert st.lock_owner(keys.WAKE_LOCK) == OTHER  # its release did not touch the new holder's lock
+
+    # Once the other wake is gone, the next wake closes the stopped session as interrupted, not crashed.
+    st.release_lock(keys.WAKE_LOCK, OTHER)
+    llm.responder = slow_plan(0.0, steps=1)
+    result = run_wake(wake_env(real_store_url, llm))
+    assert result.returncode == 0, result.stderr
+    closed = [h for h in session_history.read(st) if h["id"] == sid]
+    assert closed and closed[0]["outcome"] == outcomes.INTERRUPTED and "lease" in closed[0]["reason"]
+
+
+# --- a host dies ---------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.redis
+def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_periods(
+        redis_url, llm, daemons):
+    period = 3.0
+    name = "fleet" + str(int(time.time() * 1000))[-8:]
+    url = f"{redis_url}?prefix={name}"
+    st = seeded(url)
+    llm.responder = slow_plan(30.0)  # host A's session blocks in its first step
+    env_a = base_env(redis_url, llm, BRAINSTEM_KV_PREFIX=name, BRAINSTEM_HOSTNAME="host-a",
+                     BRAINSTEM_LEASE_SECONDS=period)
+    host_a = start_wake(env_a)
+    try:
+        wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) and llm.wait_for_requests(2, timeout=0.1), 30,
+                 "host A's session to start its first step")
+        dead_sid = karma.latest_session_id(st)
+        # Host B runs the same agent on a long interval: only the sweep can wake it again soon.
+        env_b = base_env(redis_url, llm, BRAINSTEM_HOSTNAME="host-b", BRAINSTEM_LEASE_SECONDS=period)
+        host_b = daemons(env_b, "--agent", name, "--every", "1h")
+        wait_for(lambda: fires(st, "slept"), 30, "host B's first fire to find the agent busy", host_b)
+        llm.responder = slow_plan(0.0, steps=1)
+        host_a.send_signal(signal.SIGKILL)
+        host_a.wait(5)
+        killed = time.time()
+    finally:
+        if host_a.poll() is None:
+            host_a.kill()
+
+    def picked_up():
+        closed = [h for h in session_history.read(st) if h.get("id") == dead_sid]
+        return closed[0] if closed else None
+    closed = wait_for(picked_up, 6 * period, "host B to take the agent over", host_b)
+    assert closed["outcome"] == outcomes.CRASHED
+    sid = karma.latest_session_id(st)
+    entries = karma.read(st, sid)
+    detected = events_of(entries, events.CRASH_DETECTED)
+    assert detected and detected[0]["dead_session"] == dead_sid
+    start = entries[0]
+    assert start["event"] == "session_start"
+    waited = parse_iso(start["t"]).timestamp() - killed
+    assert waited <= 2 * period, f"host B took {waited:.1f}s to take over; the bound is {2 * period:.0f}s"
+    wait_for(lambda: [f for f in fires(st, "ran") if f.get("session_id") == sid], 30,
+             "the takeover in host B's wake log", host_b)
+    rc, _ = host_b.stop()
+    assert rc == 0
+
+
+# --- a crash loop backs off -------------------------------------------------------------------
+
+def test_repeated_crashes_back_off_instead_of_waking_every_tick(st, llm, real_store_url):
+    llm.responder = slow_plan(30.0)
+    env = wake_env(real_store_url, llm, BRAINSTEM_LEASE_SECONDS=2)
+    retries = []
+    for n in range(3):
+        proc = start_wake(env)
+        try:
+            assert llm.wait_for_requests(2 * (n + 1), timeout=30), f"session {n + 1} never started a step"
+            wc = st.get(keys.WAKE_CONFIG, "json")
+            retries.append(parse_iso(wc["retry_after"]) - parse_iso(karma.read(st, wc["session_id"])[0]["t"]))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(5)
+        if n == 0:
+            # A first crash is retried at once (same host: the dead process's lease is reclaimed).
+            continue
+        # Later ones wait: a plain wake now sleeps rather than run (and pay for) the crashing session again.
+        asleep = run_wake(env)
+        assert asleep.returncode == 0 and not llm.wait_for_requests(2 * (n + 1) + 1, timeout=0.5)
+        cfg = st.get(keys.WAKE_CONFIG, "json")
+        cfg["retry_after"] = "2000-01-01T00:00:00Z"  # as if the backoff had passed: due now, to see the next one
+        st.put(keys.WAKE_CONFIG, cfg)
+    steps = [r.total_seconds() for r in retries]
+    assert steps == pytest.approx([0, 60, 120], abs=1)
+    closed = [h["outcome"] for h in session_history.read(st)]
+    assert closed == [outcomes.CRASHED, outcomes.CRASHED]
+
+
+def test_crash_backoff_doubles_and_is_capped_by_the_default_sleep():
+    assert [outcomes.crash_backoff(n, 3600) for n in range(6)] == [0, 60, 120, 240, 480, 960]
+    assert outcomes.crash_backoff(10, 3600) == 3600
+    history = [{"outcome": "clean"}, {"outcome": "crashed"}, "junk", {"outcome": "crashed"}]
+    assert outcomes.crash_streak(history) == 2
+    assert timedelta(seconds=outcomes.crash_backoff(outcomes.crash_streak(history), 21600)).seconds == 120
+
+
+# --- Redis restarting under a running session (AOF on) ---------------------------------------
+
+def aof_redis(port: int, workdir):
+    """A redis-server persisting every write to its append-only file, restartable on the same port."""
+    from .redis_server import RedisServerError, start_redis_server
+
+    try:
+        return start_redis_server(workdir, port, "--appendonly", "yes", "--appendfsync", "always")[0]
+    except RedisServerError as exc:
+        pytest.fail(str(exc))
+
+
+def no_duplicates(entries: list[dict]) -> None:
+    seen = [json.dumps(e, sort_keys=True) for e in entries]
+    assert len(seen) == len(set(seen)), "a karma entry was recorded twice"
+
+
+@pytest.mark.slow
+@pytest.mark.redis
+@pytest.mark.parametrize("outage, lease", [(1.5, 10), (7.0, 2)],
+                         ids=["shorter-than-the-lease", "longer-than-the-lease"])
+def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, llm, daemons, tmp_path, outage, lease):
+    from .redis_server import free_port
+
+    port, workdir = free_port(), tmp_path / "redis"
+    workdir.mkdir()
+    server = aof_redis(port, workdir)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        name, st = agents(url)
+        llm.responder = slow_plan(2.0, steps=2)
+        metrics_port = free_port()
+        d = daemons(base_env(url, llm, BRAINSTEM_LEASE_SECONDS=lease), "--every", "1h", "--agent", name,
+                    "--metrics-port", str(metrics_port))
+        wait_for(lambda: st.get(keys.SESSION_CURRENT) and llm.wait_for_requests(2, timeout=0.1), 30,
+                 "a session in its first step", d)
+        first = karma.latest_session_id(st)
+        server.terminate()  # SIGTERM: Redis flushes its append-only file and exits
+        server.wait(10)
+        time.sleep(outage)
+        server = aof_redis(port, workdir)
+        llm.responder = slow_plan(0.0, steps=1)
+
+        def settled():
+            h = session_history.read(st)
+            return h if h and h[-1]["outcome"] == outcomes.CLEAN and st.get(keys.SESSION_CURRENT) is None else None
+        done = wait_for(settled, 60, "the agent's sessions to settle after the restart", d)
+        lost_total = value(scrape(metrics_port), "brainstem_lease_lost_total", agent=name)
+        rc, _ = d.stop()
+        assert rc == 0, d.stderr
+        karmas = {h["id"]: karma.read(st, h["id"]) for h in done}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    ids = [h["id"] for h in done]
+    assert len(ids) == len(set(ids)), "a session is in the history twice"
+    assert ids[0] == first
+    if outage < lease:
+        # Within the lease and the store's own retries: the session simply went on, and closed itself.
+        assert [h["outcome"] for h in done] == [outcomes.CLEAN]
+        assert lost_total == 0
+    else:
+        # Gone past the lease: the session stopped, and its end says the store went away: no crash
+        # (which would count towards auto-restore), and one session after it, not two.
+        assert [h["outcome"] for h in done] == [outcomes.STORE_UNAVAILABLE, outcomes.CLEAN], done
+        assert lost_total == 1
+        lost = events_of(karmas[ids[0]], events.LEASE_LOST)
+        assert len(lost) == 1 and lost[0]["cause"] == "store_unavailable"
+    for entries in karmas.values():
+        no_duplicates(entries)
+        assert len(events_of(entries, events.SESSION_END)) == 1
+    assert "Traceback" not in d.stderr
