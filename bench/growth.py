@@ -7,8 +7,15 @@ retention (30 days = 720 sessions) and the 1,000-entry session history both
 come into play. Printed at checkpoints: the orient prompt's size and the
 store's size (live payload bytes and file size).
 
+Also timed, as the median over the 50 sessions before a checkpoint: each
+session's wall time (the whole ``wake()``), and its end bookkeeping
+(``wake._record_end``: the schedule, the session history append with its
+trimming and karma retention, the breadcrumbs).
+
 Targets : orient prompt at 10,000 / at 10 <= 1.2; the store grows no
-faster than linearly inside the retained window and is flat beyond it.
+faster than linearly inside the retained window and is flat beyond it; a
+session's wall time at 10,000 / at 100 <= 1.2 (the history is a log, so its
+bookkeeping does not grow with it).
 
     python bench/growth.py                 # 10,000 sessions (~10 minutes)
     python bench/growth.py --sessions 1200 # quicker look
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -73,6 +81,17 @@ def main() -> int:
     prompt_sizes: dict[int, int] = {}
     counter = {"orient": 0}
     rows = []
+    bookkeeping: list[float] = []  # seconds, per session
+    wall: list[float] = []
+    record_end = wake_mod._record_end
+
+    def timed_record_end(run):
+        t = time.perf_counter()
+        try:
+            return record_end(run)
+        finally:
+            bookkeeping.append(time.perf_counter() - t)
+    wake_mod._record_end = timed_record_end
     with tempfile.TemporaryDirectory() as tmp, LLMDouble() as double:
         double.responder = lambda req: answer(req, prompt_sizes, counter)
         os.environ.update(OPENROUTER_BASE_URL=double.base_url, OPENROUTER_API_KEY="sk-bench-key",
@@ -82,16 +101,21 @@ def main() -> int:
         settings = load_settings()
         t0 = time.perf_counter()
         for n in range(1, args.sessions + 1):
+            t = time.perf_counter()
             result = wake_mod.wake(settings, store, force=True)
+            wall.append(time.perf_counter() - t)
             if result.outcome != "clean":
                 sys.exit(f"session {n} ended {result.outcome}")
             clock["now"] += timedelta(hours=1)
             if n in checkpoints:
                 usage = store.usage()
                 last_orient = prompt_sizes[max(prompt_sizes)] if prompt_sizes else 0
-                rows.append((n, last_orient, usage["bytes"], usage["file_bytes"], usage["logs"]))
+                end_ms = statistics.median(bookkeeping[-50:]) * 1000
+                wall_ms = statistics.median(wall[-50:]) * 1000
+                rows.append((n, last_orient, usage["bytes"], usage["file_bytes"], usage["logs"], end_ms, wall_ms))
                 print(f"{n:>6} sessions  orient prompt {last_orient:>6} chars  store {usage['bytes'] / 1e6:7.2f} MB "
                       f"live ({usage['file_bytes'] / 1e6:6.2f} MB file, {usage['logs']} karma logs)  "
+                      f"session {wall_ms:5.1f} ms (end bookkeeping {end_ms:4.1f} ms)  "
                       f"[{time.perf_counter() - t0:6.0f}s]", flush=True)
     first = next(r for r in rows if r[0] >= 10)
     last = rows[-1]
@@ -104,6 +128,14 @@ def main() -> int:
         print(f"live store size at {plateau[-1][0]} / at {plateau[0][0]}: {growth:.2f}  "
               "(flat beyond the window: <= 1.1)")
         ok &= growth <= 1.1
+    hundredth = next((r for r in rows if r[0] >= 100), None)
+    if hundredth is not None and last[0] > hundredth[0]:
+        wall_ratio = last[6] / hundredth[6]
+        print(f"session wall time at {last[0]} / at {hundredth[0]}: {wall_ratio:.2f}  ({last[6]:.1f} ms / "
+              f"{hundredth[6]:.1f} ms; target <= 1.2)")
+        print(f"  of which end bookkeeping: {last[5]:.1f} ms / {hundredth[5]:.1f} ms (past the retention window "
+              "each session also drops the karma of the one that aged out)")
+        ok &= wall_ratio <= 1.2
     print("ok" if ok else "MISSED")
     return 0 if ok else 1
 

@@ -27,11 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def start_redis(workdir: str) -> tuple[subprocess.Popen, str]:
+def start_redis(workdir: str, *extra: str) -> tuple[subprocess.Popen, str]:
     from tests.redis_server import RedisServerError, start_redis_server
 
     try:
-        proc, port = start_redis_server(workdir)
+        proc, port = start_redis_server(workdir, None, *extra)
     except RedisServerError as exc:
         sys.exit(f"{exc}; pass --redis-url")
     return proc, f"redis://127.0.0.1:{port}/0"

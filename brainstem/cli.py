@@ -255,9 +255,11 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
     """Stay running and wake the agent on a schedule (instead of cron).
 
     Each fire runs `wake`: it sleeps if it is not time yet, else runs a
-    session. Fires never overlap for one agent (and the wake lock keeps two
-    hosts apart). Every fire is recorded in the agent's wake_log. SIGTERM or
-    Ctrl-C stops it cleanly; exit 0.
+    session. Fires never overlap for one agent, and the wake lease keeps
+    hosts apart: run the same agents on several hosts against one Redis, and
+    an agent whose host dies is taken over within about two lease periods
+    (BRAINSTEM_LEASE_SECONDS). Every fire is recorded in the agent's
+    wake_log. SIGTERM or Ctrl-C stops it cleanly; exit 0.
 
     \b
     Examples:
@@ -1003,7 +1005,8 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
 
     A fire ran a session (with its outcome), slept (the agent was not due),
     was skipped (another wake held the lock, or the previous fire was still
-    running), was missed (later than --misfire-grace), or failed.
+    running), lost its lease mid-session (another host took the agent over),
+    was missed (later than --misfire-grace), or failed.
 
     \b
     Examples:
@@ -1033,6 +1036,8 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
                                                                                    _text(f.get("reason")))
             if f.get("scheduled"):
                 detail += f" (scheduled {_text(f['scheduled'])})"
+        elif fire == "lease_lost":
+            detail = f"session {_text(f.get('session_id'))}  stopped: its wake lease was lost"
         elif fire == "missed":
             detail = f"scheduled {_text(f.get('scheduled'))}"
         elif fire == "error":

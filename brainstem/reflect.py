@@ -214,7 +214,7 @@ def run_deep_reflect(session) -> dict | None:
         "recentKarma": recent_karma(store, session.id),
         "orientPrompt": store.get(keys.PROMPT_ORIENT) or "",
         "currentDefaults": session.defaults.model_dump(),
-        "sessionHistory": Untrusted(session_history.read(store)[-30:], "memory:session_history"),
+        "sessionHistory": Untrusted(session_history.recent(store, 30), "memory:session_history"),
         "models": session.models_for_prompt(),
         "context": context,
     }
@@ -408,7 +408,7 @@ def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> 
     The summary and the karma are marked untrusted; the id and outcome are the runtime's.
     """
     out = []
-    for h in session_history.read(store)[-sessions:]:
+    for h in session_history.recent(store, sessions):
         if isinstance(h.get("id"), str) and h["id"] != current_id:
             out.append({"session": h["id"], "outcome": h.get("outcome"),
                         "summary": untrusted(h.get("summary"), f"memory:summary-{h['id']}"),

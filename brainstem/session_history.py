@@ -1,10 +1,17 @@
 """``session_history``: one summary per session, bounded, and what keeps karma bounded with it.
 
-Every session ends with an entry (outcome, cost, steps, duration, summary).
-The history keeps the last ``HISTORY_MAX`` entries; a session that leaves it
-takes its karma along, and karma older than the retention age is dropped
-while its summary stays (both in the same write that adds an entry). Together they keep the store flat however long the
-agent lives.
+Every session ends with an entry (outcome, cost, steps, duration, summary),
+appended to the ``session_history`` log: a session's bookkeeping costs the
+same after 10,000 sessions as after 10 (``bench/growth.py``). The log keeps
+the last ``HISTORY_MAX`` entries, trimmed in batches; a session that leaves it
+takes its karma along. Karma older than the retention age is dropped while
+its summary stays: a cursor (``stats:karma_retained_from``, a position in the
+log) moves over the sessions whose karma is gone, so each append looks at a
+few entries, never the whole history, and readers mark the entries before it
+``karma_expired``.
+
+Stores from before kept the history as one JSON list value; the first append
+moves it into the log (resumably: a copy is kept until the move is done).
 """
 
 from __future__ import annotations
@@ -15,13 +22,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import events, keys
+from .errors import MalformedValue
 from .karma import Karma
 from .kv.base import Store
 from .sleep import iso, now_utc, parse_iso
 
 HISTORY_MAX = 1000
-
-
+TRIM_SLACK = 100  # trimmed once this many past HISTORY_MAX: one trim per hundred sessions, not one per session
+DEDUPE_WINDOW = 32  # a session is closed by itself or by the next wake: a second record of it is always this near
+RETAINED_FROM = "stats:karma_retained_from"  # {"index": N}: the entries before position N have no karma any more
+MIGRATING = "stats:session_history_v1"  # the old JSON list, kept while it is moved into the log
 
 
 def read(store: Store) -> list[dict]:
@@ -34,9 +44,39 @@ def read_checked(store: Store) -> tuple[list[dict], str | None]:
     A history that is not valid JSON, or not a list, or has items that are not objects, keeps
     whatever entries can be recovered from it: never silently nothing.
     """
-    raw = store.get(keys.SESSION_HISTORY)
-    if raw is None:
-        return [], None
+    legacy = _legacy(store)
+    if legacy is not None:
+        return _parse_value(legacy)
+    return _parse_log(store, store.read_log(keys.SESSION_HISTORY), 0)
+
+
+def recent(store: Store, n: int) -> list[dict]:
+    """The last ``n`` entries, oldest first, reading only those."""
+    legacy = _legacy(store)
+    if legacy is not None:
+        return _parse_value(legacy)[0][-n:]
+    length = store.log_length(keys.SESSION_HISTORY)
+    start = max(0, length - n)
+    return _parse_log(store, store.read_log(keys.SESSION_HISTORY, start), start)[0]
+
+
+def _legacy(store: Store) -> str | None:
+    """The history's text when it is still the old JSON list value (or being moved from it), else None."""
+    moving = store.get_text(MIGRATING)
+    if moving is not None:
+        return moving
+    try:
+        if store.log_length(keys.SESSION_HISTORY):
+            return None
+    except MalformedValue:  # Redis: the key holds a plain value, not a list
+        pass
+    try:
+        return store.get_text(keys.SESSION_HISTORY)
+    except MalformedValue:  # Redis: a list after all (appended meanwhile)
+        return None
+
+
+def _parse_value(raw: str) -> tuple[list[dict], str | None]:
     try:
         h = json.loads(raw)
     except ValueError as exc:
@@ -51,6 +91,35 @@ def read_checked(store: Store) -> tuple[list[dict], str | None]:
     if len(good) != len(h):
         return good, f"session_history had {len(h) - len(good)} entries that were not objects; dropped them"
     return good, None
+
+
+def _parse_log(store: Store, raws: list[str], start: int) -> tuple[list[dict], str | None]:
+    """Log entries from position ``start`` on; those before the retention cursor are marked ``karma_expired``."""
+    cursor = _cursor(store)
+    out, bad = [], 0
+    for i, raw in enumerate(raws, start):
+        entry = _entry(raw)
+        if entry is None:
+            bad += 1
+            continue
+        if i < cursor:
+            entry["karma_expired"] = True
+        out.append(entry)
+    return out, (f"session_history had {bad} entries that were not JSON objects; skipped them" if bad else None)
+
+
+def _entry(raw: str) -> dict | None:
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _cursor(store: Store) -> int:
+    value = store.get_json(RETAINED_FROM, default=None)
+    index = value.get("index") if isinstance(value, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) and index > 0 else 0
 
 
 def _salvage(text: str) -> list[dict]:
@@ -72,49 +141,103 @@ def _salvage(text: str) -> list[dict]:
 
 
 def has(store: Store, session_id: str | None) -> bool:
+    """Whether the history has the session (the whole history is read: for the operator's commands)."""
     return session_id is not None and any(h.get("id") == session_id for h in read(store))
+
+
+def _recorded(store: Store, session_id: Any) -> bool:
+    """Whether the session is among the last entries: where a session already recorded always is."""
+    return session_id is not None and any(h.get("id") == session_id for h in recent(store, DEDUPE_WINDOW))
+
+
+def migrate(store: Store, on_reject: Callable[[str], None] | None = None) -> None:
+    """Move a history kept as one JSON list value into the log, once. Resumable: the list is copied to
+    ``MIGRATING`` first and dropped last, so a move cut off halfway is finished by the next call."""
+    moving = store.get_text(MIGRATING)
+    if moving is None:
+        try:
+            if store.log_length(keys.SESSION_HISTORY):
+                return
+        except MalformedValue:
+            pass
+        try:
+            moving = store.get_text(keys.SESSION_HISTORY)
+        except MalformedValue:
+            return
+        if moving is None:
+            return
+        entries, problem = _parse_value(moving)
+        if problem is not None:
+            store.put(keys.REJECTED_SESSION_HISTORY, {"at": now_iso(), "reason": problem, "raw": moving})
+            if on_reject is not None:
+                on_reject(problem)
+        store.put(MIGRATING, json.dumps(entries, ensure_ascii=False))
+        store.delete(keys.SESSION_HISTORY)
+    entries = _parse_value(moving)[0]
+    done = store.log_length(keys.SESSION_HISTORY)  # appends happen only here until the move is done
+    for e in entries[done:]:
+        store.append(keys.SESSION_HISTORY, e)
+    # The old list flagged each session whose karma had expired; the cursor goes past the last of them.
+    flagged = [i for i, e in enumerate(entries) if e.get("karma_expired")]
+    if flagged:
+        for e in entries[:flagged[-1]]:
+            if isinstance(e.get("id"), str) and not e.get("karma_expired"):
+                store.delete_log(keys.karma(e["id"]))
+        store.put(RETAINED_FROM, {"index": flagged[-1] + 1})
+    store.delete(MIGRATING)
 
 
 def append(store: Store, entry: dict, retention_days: float | None = None, now: datetime | None = None,
            on_reject: Callable[[str], None] | None = None) -> int:
     """Add ``entry``; drop the karma of sessions that leave the history or pass the retention age
-    (counted back from ``now``, the end of the session being added).
+    (counted back from ``now``, the end of the session being added). Returns how many sessions'
+    karma expired by age.
 
-    One read and one write of the history, however much is trimmed. Returns how many
-    sessions' karma expired by age.
-
-    Keyed by session id: a session already in the history is not added twice (the first record
-    of it stands). A damaged history is not silently replaced: what can be read of it is kept,
-    its raw text is saved under ``stats:rejected_session_history`` and ``on_reject`` is told why.
+    O(1) in the history's length: one append, a look at the last ``DEDUPE_WINDOW`` entries (a
+    session already there is not added twice: the first record of it stands), a trim every
+    ``TRIM_SLACK`` sessions, and the retention cursor moved over the few entries that just aged out.
+    A history from before (one JSON list) is moved into the log first; a damaged one keeps what can
+    be read of it, its raw text is saved under ``stats:rejected_session_history`` and ``on_reject``
+    is told why.
     """
-    history, problem = read_checked(store)
-    if problem is not None:
-        raw = store.get(keys.SESSION_HISTORY)
-        store.put(keys.REJECTED_SESSION_HISTORY, {"at": now_iso(), "reason": problem, "raw": raw})
-        if on_reject is not None:
-            on_reject(problem)
-    if entry.get("id") is not None and any(h.get("id") == entry.get("id") for h in history):
-        if problem is not None:
-            store.put(keys.SESSION_HISTORY, history)
+    migrate(store, on_reject)
+    if _recorded(store, entry.get("id")):
         return 0
-    history.append(entry)
-    # A session that leaves the history takes its karma with it.
-    for dropped in history[:-HISTORY_MAX]:
-        if isinstance(dropped.get("id"), str) and not dropped.get("karma_expired"):
-            store.delete_log(keys.karma(dropped["id"]))
-    history = history[-HISTORY_MAX:]
+    length = store.append(keys.SESSION_HISTORY, entry)
+    cursor = start = _cursor(store)
+    if length > HISTORY_MAX + TRIM_SLACK:
+        drop = length - HISTORY_MAX
+        # A session that leaves the history takes its karma with it (unless it expired already).
+        for raw in store.read_log(keys.SESSION_HISTORY, cursor, drop) if cursor < drop else []:
+            gone = _entry(raw)
+            if gone is not None and isinstance(gone.get("id"), str):
+                store.delete_log(keys.karma(gone["id"]))
+        # The cursor first: cut off between the two, it lags, and the next append catches it up.
+        cursor, length = max(0, cursor - drop), length - drop
+        store.put(RETAINED_FROM, {"index": cursor})
+        store.trim_log(keys.SESSION_HISTORY, HISTORY_MAX)
+        start = cursor
     expired = 0
     if retention_days is not None:
         cutoff = (now or now_utc()) - timedelta(days=retention_days)
-        for h in history:
-            if h is entry or h.get("karma_expired") or not isinstance(h.get("id"), str):
+        while cursor < length - 1:  # never the entry just added
+            batch = store.read_log(keys.SESSION_HISTORY, cursor, min(length - 1, cursor + 16))
+            if not batch:
+                break
+            for raw in batch:
+                h = _entry(raw) or {}
+                when = parse_iso(h.get("ended_at") or h.get("started_at"))
+                if when is not None and when >= cutoff:
+                    break
+                if when is not None and isinstance(h.get("id"), str) and not h.get("karma_expired"):
+                    store.delete_log(keys.karma(h["id"]))
+                    expired += 1
+                cursor += 1
+            else:
                 continue
-            when = parse_iso(h.get("ended_at") or h.get("started_at"))
-            if when is not None and when < cutoff:
-                store.delete_log(keys.karma(h["id"]))
-                h["karma_expired"] = True
-                expired += 1
-    store.put(keys.SESSION_HISTORY, history)
+            break
+    if cursor != start:
+        store.put(RETAINED_FROM, {"index": cursor})
     return expired
 
 
@@ -151,7 +274,7 @@ def close_dead_session(store: Store, crumb: dict, outcome: str,
     from . import karma as karma_mod
 
     sid = crumb.get("id")
-    if has(store, sid):
+    if _recorded(store, sid):
         return None
     entry: dict[str, Any] = {"id": sid, "outcome": outcome, "started_at": crumb.get("started_at"), **fields}
     entries = karma_mod.read(store, sid) if sid else []

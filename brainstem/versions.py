@@ -130,7 +130,7 @@ def failing_streak(entries: list) -> list[str]:
 
 def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | None:
     """After ``threshold`` failing sessions in a row, restore the last clean session's versions, once per streak."""
-    streak = failing_streak(session_history.read(store))
+    streak = failing_streak(session_history.recent(store, 100))
     if len(streak) < threshold:
         return None
     mark = store.get_json(keys.AUTO_RESTORE_MARK, default={})

@@ -261,7 +261,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
         # died with it): at once after a first crash, then backing off, so a crash loop never spends
         # every tick. The whole default sleep stays the advance for wakes that cannot tell.
         default_sleep = clamp_sleep(defaults.wake.sleep_seconds, 21600)
-        crashes = outcomes.crash_streak(session_history.read(store)[-32:])
+        crashes = outcomes.crash_streak(session_history.recent(store, 32))
         retry_after = run.started + timedelta(seconds=outcomes.crash_backoff(crashes, default_sleep))
         store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(run.started + timedelta(seconds=default_sleep)),
                                      "set_by": PESSIMISTIC, "session_id": sid, "retry_after": iso(retry_after),
@@ -397,7 +397,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -
         return None
     if not rules:
         return None
-    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.read(store),
+    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.recent(store, 100),
                         now)
     sleep_for = None
     for rule in rules:
@@ -598,7 +598,7 @@ def _record_end(run: _Run) -> WakeResult:
     if action is not None:
         # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
         # it works at the next tick without --force. A clean session ends the streak.
-        streak = outcomes.fault_streak(session_history.read(store)) + 1
+        streak = outcomes.fault_streak(session_history.recent(store, 32)) + 1
         sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
     elif run.outcome == outcomes.INTERRUPTED:
         # Stopped from outside, its work cut short: due again as soon as the runtime is back.

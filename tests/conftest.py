@@ -51,6 +51,20 @@ def redis_url(tmp_path_factory):
     stop(proc)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory):
+    """(URL, ports) of a real three-node Redis Cluster started for this test session."""
+    from .redis_server import RedisServerError, start_redis_cluster, stop
+
+    try:
+        procs, ports = start_redis_cluster(tmp_path_factory.mktemp("cluster"))
+    except RedisServerError as exc:
+        redis_unavailable(exc)
+    yield "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports) + "/", ports
+    for proc in procs:
+        stop(proc)
+
+
 def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 

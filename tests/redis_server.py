@@ -54,3 +54,59 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (the port + 10000) is free and valid too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 45000)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RedisServerError("no free pair of ports for a cluster node")
+
+
+def start_redis_cluster(workdir: str | Path, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 2000,
+                        timeout: float = 30.0) -> tuple[list[subprocess.Popen], list[int]]:
+    """(processes, ports) of a real Redis Cluster on loopback: ``masters * (1 + replicas)`` nodes started
+    with ``--cluster-enabled yes``, joined by ``redis-cli --cluster create``, and answering
+    ``cluster_state:ok`` on every node."""
+    import redis
+
+    cli = shutil.which("redis-cli")
+    if cli is None:
+        raise RedisServerError("no redis-cli binary on PATH (needed to create a cluster)")
+    procs, ports = [], []
+    try:
+        for i in range(masters * (1 + replicas)):
+            node_dir = Path(workdir) / f"node{i}"
+            node_dir.mkdir(parents=True, exist_ok=True)
+            proc, port = start_redis_server(node_dir, _cluster_port(), "--cluster-enabled", "yes",
+                                            "--cluster-config-file", "nodes.conf",
+                                            "--cluster-node-timeout", str(node_timeout_ms))
+            procs.append(proc)
+            ports.append(port)
+        create = subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                                 "--cluster-replicas", str(replicas), "--cluster-yes"],
+                                capture_output=True, text=True, timeout=timeout)
+        if create.returncode != 0:
+            raise RedisServerError(f"redis-cli --cluster create failed: {create.stdout[-500:]} {create.stderr[-500:]}")
+        deadline = time.monotonic() + timeout
+        for port in ports:
+            client = redis.Redis(port=port, decode_responses=True)
+            while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                if time.monotonic() > deadline:
+                    raise RedisServerError(f"the cluster did not reach cluster_state:ok on port {port}")
+                time.sleep(0.1)
+            client.close()
+        return procs, ports
+    except BaseException:
+        for p in procs:
+            stop(p)
+        raise

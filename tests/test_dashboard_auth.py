@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from brainstem import karma, keys, review, versions
+from brainstem import karma, keys, review, session_history, versions
 from brainstem.dashboard import auth
 from brainstem.dashboard.app import make_app
 from brainstem.errors import ConfigError, NotText
@@ -504,9 +504,11 @@ def test_an_action_for_an_unknown_agent_writes_nothing(open_app, st):
 def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
     """Values are cut for display (a history summary, a karma line, a long value): the redaction comes
     first, so the cut never leaves the first characters of a secret behind."""
-    history = st.get_json(keys.SESSION_HISTORY)
+    history = session_history.read(st)
     history[0]["summary"] = "s" * 150 + LLM_KEY
-    st.put(keys.SESSION_HISTORY, history)
+    st.delete_log(keys.SESSION_HISTORY)
+    for h in history:
+        session_history.append(st, h)
     karma.Karma(st, SID).record("note", text="k" * 70 + LLM_KEY)
     st.put("long", "v" * (20_000 - 8) + LLM_KEY)
     c = client(open_app)

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import karma, keys, reflexes
+from brainstem import karma, keys, reflexes, session_history
 from brainstem.sleep import parse_iso
 
 from .conftest import run_cli
@@ -108,10 +108,11 @@ def a_session(st, env, llm) -> str:
 
 def test_a_dry_run_runs_a_whole_session_with_the_llm_and_changes_nothing_but_its_karma(st, env, llm):
     real = a_session(st, env, llm)
-    watched = (keys.WAKE_CONFIG, keys.SESSION_HISTORY, keys.LAST_REFLECT, keys.SESSION_COUNTER,
-               keys.SESSION_LAST_COMPLETED, keys.REFLEX_STATE)
+    watched = (keys.WAKE_CONFIG, keys.LAST_REFLECT, keys.SESSION_COUNTER, keys.SESSION_LAST_COMPLETED,
+               keys.REFLEX_STATE)
     before = {k: st.get(k) for k in watched}
-    assert before[keys.WAKE_CONFIG] and before[keys.SESSION_HISTORY] and before[keys.LAST_REFLECT]
+    history_before = session_history.read(st)
+    assert before[keys.WAKE_CONFIG] and history_before and before[keys.LAST_REFLECT]
     everything = dump(st)
     spent_before = (st.get_json(keys.DAILY_COST) or {}).get("usd", 0)
 
@@ -150,6 +151,7 @@ def test_a_dry_run_runs_a_whole_session_with_the_llm_and_changes_nothing_but_its
 
     # Nothing of the agent's state moved; the schedule, the history, the memory are as they were.
     assert {k: st.get(k) for k in watched} == before
+    assert session_history.read(st) == history_before
     assert all(h["id"] != sid for h in history(st))
     assert json.loads(st.get(keys.LAST_REFLECT))["session_summary"] == "THE-REAL-SESSION"
     assert st.get(keys.SESSION_CURRENT) is None

@@ -191,6 +191,7 @@ def _shift(st, sid: str, days: float) -> dict:
             for f in ("started_at", "ended_at"):
                 t = datetime.strptime(e[f], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
                 e[f] = (t - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    st.delete_log(keys.SESSION_HISTORY)  # rewritten whole, in the old one-list form, which readers still take
     st.put(keys.SESSION_HISTORY, h)
     return {e["id"]: e for e in h}
 

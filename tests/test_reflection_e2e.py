@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from brainstem import karma, keys
+from brainstem import karma, keys, session_history
 from brainstem.kv import open_store
 from brainstem.seed import example_soul_path, seed
 from brainstem.sleep import parse_iso
@@ -122,7 +122,7 @@ class Agent:
         self.store.put(keys.CONFIG_DEFAULTS, cfg)
 
     def history(self) -> list[dict]:
-        return self.store.get_json(keys.SESSION_HISTORY, default=[])
+        return session_history.read(self.store)
 
     def entry(self, sid: str) -> dict:
         return next(h for h in self.history() if h.get("id") == sid)
@@ -631,15 +631,16 @@ def test_karma_older_than_the_retention_is_expired(agent):
 
 def test_history_is_capped_and_dropped_sessions_take_their_karma(agent):
     st = agent.store
+    # A history from before (one JSON list), full to the trimming point: HISTORY_MAX plus its slack.
     old = [{"id": f"old-{i}", "outcome": "clean", "started_at": "2020-01-01T00:00:00Z",
-            "ended_at": "2020-01-01T00:01:00Z", "karma_expired": i == 1} for i in range(1000)]
+            "ended_at": "2020-01-01T00:01:00Z", "karma_expired": i == 101} for i in range(1100)]
     st.put(keys.SESSION_HISTORY, old)
-    for i in (0, 2):
+    for i in (0, 102):
         st.append(keys.karma(f"old-{i}"), json.dumps({"event": "session_start"}))
     sid, _, _ = agent.wake()
     h = agent.history()
-    assert len(h) == 1000 and h[-1]["id"] == sid and h[0]["id"] == "old-1"
+    assert len(h) == 1000 and h[-1]["id"] == sid and h[0]["id"] == "old-101"
     assert st.log_length(keys.karma("old-0")) == 0  # dropped from the history: karma gone
-    # old-2 is still listed; it is older than the default 30-day retention, so its karma expired
-    assert st.log_length(keys.karma("old-2")) == 0 and h[1]["karma_expired"] is True
+    # old-102 is still listed; it is older than the default 30-day retention, so its karma expired
+    assert st.log_length(keys.karma("old-102")) == 0 and h[1]["karma_expired"] is True
     assert st.log_length(keys.karma(sid)) > 0

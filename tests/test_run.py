@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from brainstem import karma, keys
+from brainstem import karma, keys, session_history
 
 from .conftest import Daemon, run_cli
 from .doubles import LLMDouble
@@ -72,7 +72,7 @@ def fires(store, kind: str) -> list[dict]:
 
 
 def history(store) -> list[dict]:
-    return store.get_json(keys.SESSION_HISTORY, default=[]) or []
+    return session_history.read(store)
 
 
 def wait_for(pred, timeout: float, what: str, daemon: Daemon | None = None, interval: float = 0.1):

@@ -234,3 +234,45 @@ def test_two_processes_share_one_store(real_store_url):
         p.join(60)
     got = [results.get(timeout=5) for _ in lockers]
     assert sum(1 for _, ok in got if ok) == 1
+
+
+def test_a_trimmed_log_counts_from_its_oldest_kept_entry(store):
+    """Every backend numbers a trimmed log as Redis's LTRIM leaves it: index 0 is the oldest entry kept,
+    and the length is how many are kept, so code that pages a log works the same on each."""
+    for i in range(10):
+        store.append("lg", f"e{i}")
+    store.trim_log("lg", 4)
+    assert store.log_length("lg") == 4
+    assert store.read_log("lg") == ["e6", "e7", "e8", "e9"]
+    assert store.read_log("lg", 1, 3) == ["e7", "e8"]
+    assert store.read_log("lg", -2) == ["e8", "e9"]
+    assert store.append("lg", "e10") == 5
+    store.trim_log("lg", 2)
+    assert store.read_log("lg") == ["e9", "e10"] and store.log_length("lg") == 2
+    store.trim_log("lg", 5)  # keeping more than there are changes nothing
+    assert store.read_log("lg") == ["e9", "e10"]
+
+
+def test_an_sqlite_file_from_before_trimmed_logs_were_renumbered_opens_as_it_was(tmp_path):
+    import sqlite3
+
+    from brainstem.kv.sqlite_store import SQLiteStore
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, metadata TEXT, expires_at REAL) WITHOUT ROWID;
+        CREATE TABLE logs (key TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (key, seq))
+            WITHOUT ROWID;
+        CREATE TABLE log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO log_keys VALUES ('karma:1-a', 3);
+        INSERT INTO logs VALUES ('karma:1-a', 0, 'a'), ('karma:1-a', 1, 'b'), ('karma:1-a', 2, 'c');
+    """)
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    assert store.read_log("karma:1-a") == ["a", "b", "c"] and store.log_length("karma:1-a") == 3
+    assert store.append("karma:1-a", "d") == 4
+    store.trim_log("karma:1-a", 2)
+    assert store.read_log("karma:1-a") == ["c", "d"]
+    store.close()

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from brainstem import keys
+from brainstem import keys, session_history
 from brainstem.kv import open_store
 from brainstem.seed import seed
 
@@ -71,7 +71,8 @@ def test_prints_the_result_as_json_and_is_not_a_session(kv):
     assert json.loads(r.stdout) == {"ok": True, "key": "tooldata:kv_write:notes", "found": True,
                                     "value": {"a": [1, 2]}}
     # Not a session: no history, no schedule, no counter, no karma.
-    for key in (keys.SESSION_HISTORY, keys.WAKE_CONFIG, keys.SESSION_COUNTER, keys.SESSION_CURRENT):
+    assert session_history.read(store) == []
+    for key in (keys.WAKE_CONFIG, keys.SESSION_COUNTER, keys.SESSION_CURRENT):
         assert store.get(key) is None, key
     assert not [k for k in store.list_all("karma:")]
 
@@ -230,7 +231,7 @@ def test_failing_tool_fails_its_step_and_the_session_goes_on(real_store_url):
         done = [e for e in events_of(entries, "step_complete") if e.get("step_id") == "s2"]
         assert len(done) == 1 and done[0]["result"] == "carried on"
         assert [c["purpose"] for c in llm_calls(entries)] == ["orient", "think", "reflect"]
-        (h,) = [x for x in store.get_json(keys.SESSION_HISTORY) if x["id"] == entries[0]["session_id"]]
+        (h,) = [x for x in session_history.read(store) if x["id"] == entries[0]["session_id"]]
         assert h["steps_failed"] == 1
     finally:
         store.close()

@@ -196,13 +196,15 @@ def test_a_sigkilled_session_is_found_at_the_next_due_wake(st, env, llm):
         proc.wait(10)
     dead = karma.latest_session_id(st)
     assert st.get_json(keys.SESSION_CURRENT)["id"] == dead
-    # The schedule was advanced before any work: the killed session does not make the agent wake every tick.
-    assert in_future(st.get_json(keys.WAKE_CONFIG)["next_wake_after"], 3600)
+    # The schedule was advanced before any work, with a retry for the case it dies: a first crash is
+    # retried at once (a host that dies is no fault of the agent's); test_lease shows later ones backing off.
+    advance = st.get_json(keys.WAKE_CONFIG)
+    assert in_future(advance["next_wake_after"], 3600) and not in_future(advance["retry_after"], 0)
+    assert advance["crash_streak"] == 0
+    # The next wake, unforced, reclaims the dead process's lock and reports the crash.
     llm.reset()
-    assert run_wake(env).returncode == 0 and llm.requests == [] and karma.latest_session_id(st) == dead
-    # The next due wake reclaims the dead process's lock and reports the crash.
     llm.queue(plan(think("hello")), "hi", reflection())
-    sid, entries = finished(run_wake(env, "--force"), st, "clean")
+    sid, entries = finished(run_wake(env), st, "clean")
     assert events_of(entries, "crash_detected")[0]["dead_session"] == dead
     assert '"step_id": "slow"' in user_text(llm.requests[0])  # its karma (the step it died in) reaches orient
     assert karma.read(st, dead)[-1]["outcome"] == "crashed"

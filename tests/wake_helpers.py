@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from brainstem import karma, keys
+from brainstem import karma, keys, session_history
 from brainstem.kv import open_store
 from brainstem.seed import example_soul_path, seed
 from brainstem.sleep import parse_iso
@@ -171,7 +171,7 @@ def llm_calls(entries: list[dict], purpose: str | None = None) -> list[dict]:
 
 
 def history(store) -> list[dict]:
-    return store.get_json(keys.SESSION_HISTORY, default=[])
+    return session_history.read(store)
 
 
 def in_future(text: str, at_least: float = 1.0) -> bool:

@@ -79,7 +79,7 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
         prefix = agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
     else:
         prefix = agent_prefix(prefix, "BRAINSTEM_KV_PREFIX" if prefix == env_prefix else "agent prefix")
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
         from .redis_store import RedisStore
 
         store = RedisStore(url, prefix=prefix, retry_seconds=retry_seconds)
@@ -91,4 +91,4 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
 
         return SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
     raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db, "
-                      f"sqlite:///relative.db or sqlite:////absolute/path.db")
+                      f"redis+cluster://host:port,host:port/, sqlite:///relative.db or sqlite:////absolute/path.db")

@@ -11,6 +11,14 @@ Layout under the agent's key prefix (several agents can share one Redis):
 The default agent's prefix is empty; its view refuses keys under a registered
 ``NAME:`` (see :mod:`brainstem.kv.names`). In production give each agent its
 own Redis ACL user restricted to ``~NAME:*`` (and read access to ``__agents__``).
+
+On a Redis Cluster (``redis+cluster://host:port,host:port/``, or
+``rediss+cluster://`` with TLS) an agent's keys must share one hash slot, so
+that its Lua scripts (the lock, the fenced writes) and MULTI writes stay
+legal: there the prefix is a hash tag, ``{NAME}:`` for a named agent and
+``{__default__}:`` for the default one (``{alice}:soul``,
+``{alice}:__lock__:wake``). The confinement of agents is the same: it is
+decided on the logical key, before this physical prefix is added.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ META = "__meta__:"
 LOCK = "__lock__:"
 _INTERNAL = (META, LOCK)
 REGISTRY = "__agents__"  # outside every prefix
+DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
@@ -71,6 +81,12 @@ return redis.call('RPUSH', KEYS[2], ARGV[3])
 
 def redact_url(url: str) -> str:
     """The URL with its password (and user) replaced, safe to print."""
+    scheme, sep, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:  # host:port,host:port is no netloc urlsplit can read
+        netloc, slash, tail = rest.partition("/")
+        if "@" in netloc:
+            netloc = "***@" + netloc.rpartition("@")[2]
+        return f"{scheme}{sep}{netloc}{slash}{tail}"
     parts = urlsplit(url)
     if parts.password is None and parts.username is None:
         return url
@@ -106,7 +122,9 @@ def _guard(fn=None, *, retry: bool = True):
                 return out
             except redis.AuthenticationError as exc:  # a ConnectionError too: before the branch below
                 raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
+                    redis.exceptions.TryAgainError, redis.exceptions.RedisClusterException) as exc:
+                # A cluster failing over answers CLUSTERDOWN / TRYAGAIN for a moment: retried as a lost connection.
                 left = deadline - time.monotonic()
                 if left <= 0:
                     self._down = True
@@ -149,31 +167,88 @@ def _auth_message(url: str, exc: BaseException) -> str:
     return f"Redis at {url} refused the password (check the one in the URL)"
 
 
+def parse_cluster_url(url: str) -> dict:
+    """``redis+cluster://[user:password@]host:port[,host:port...][/0][?prefix=NAME]`` -> the client's
+    arguments; a malformed URL is a one-line ConfigError showing the form."""
+    from ..errors import ConfigError
+
+    form = "redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...][/0] (rediss+cluster:// for TLS)"
+    scheme, _, rest = url.partition("://")
+    netloc, _, path = rest.partition("/")
+    path = path.split("?", 1)[0]
+    userinfo, _, hosts = netloc.rpartition("@")
+    shown = redact_url(url)
+    if path not in ("", "0"):
+        raise ConfigError(f"BRAINSTEM_KV {shown}: a Redis Cluster has only database 0 (got /{path}); use {form}")
+    nodes = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"BRAINSTEM_KV {shown}: {item.strip() or 'an empty node'!r} is not HOST:PORT; use {form}")
+        nodes.append((host, int(port)))
+    user, _, password = userinfo.partition(":")
+    from urllib.parse import unquote
+
+    return {"nodes": nodes, "username": unquote(user) or None, "password": unquote(password) or None,
+            "ssl": scheme == "rediss+cluster"}
+
+
 class RedisStore(Store):
     _down = False  # the last command gave up on the connection: do not wait again until one succeeds
+    cluster = False  # a Redis Cluster: every key of the view carries its agent's hash tag
 
     def __init__(self, url: str, prefix: str | None = None, socket_timeout: float = 5.0,
                  client: redis.Redis | None = None, retry_seconds: float | None = None):
-        query = parse_qs(urlsplit(url).query)
+        query = parse_qs(url.partition("?")[2])
         if prefix is None:
             prefix = query.get("prefix", [""])[0]
-        clean = urlunsplit(urlsplit(url)._replace(query=""))
         self.display_url = redact_url(url)
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._set_prefix(prefix, "agent prefix")
+        self.cluster = url.partition("://")[0] in CLUSTER_SCHEMES
         try:
-            # ``client`` lets fast unit tests hand in a fakeredis instance.
-            self._r = client or redis.Redis.from_url(clean, decode_responses=True, socket_timeout=socket_timeout,
-                                                     socket_connect_timeout=socket_timeout)
+            if client is not None:  # fast unit tests hand in a fakeredis instance
+                self._r = client
+            elif self.cluster:
+                from redis.cluster import ClusterNode, RedisCluster
+
+                args = parse_cluster_url(url.partition("?")[0])
+                self._r = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in args["nodes"]],
+                                       username=args["username"], password=args["password"], ssl=args["ssl"],
+                                       decode_responses=True, socket_timeout=socket_timeout,
+                                       socket_connect_timeout=socket_timeout)
+            else:
+                clean = urlunsplit(urlsplit(url)._replace(query=""))
+                self._r = redis.Redis.from_url(clean, decode_responses=True, socket_timeout=socket_timeout,
+                                               socket_connect_timeout=socket_timeout)
         except ValueError as exc:
             raise StoreUnavailable(f"bad Redis URL {self.display_url}: {exc}") from None
+        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
+            raise StoreUnavailable(f"cannot reach the Redis Cluster at {self.display_url}: {_reason(exc)}") from None
         self._release = self._r.register_script(_RELEASE)
         self._refresh = self._r.register_script(_REFRESH)
         self._append_again = self._r.register_script(_APPEND_AGAIN)
         self._fenced_script = self._r.register_script(_FENCED)
 
+    def _space(self, prefix: str | None = None) -> str:
+        """The physical prefix of the agent with the logical ``prefix`` (default: this view's)."""
+        prefix = self.prefix if prefix is None else prefix
+        if not self.cluster:
+            return prefix
+        return "{" + (prefix[:-1] or DEFAULT_TAG) + "}:"
+
     def _k(self, key: str) -> str:
-        return self.prefix + key
+        return self._space() + key
+
+    def _scan(self, cursor: int, pattern: str, count: int):
+        """One SCAN step over the keys matching ``pattern`` (raw bytes). On a cluster, the node that holds
+        this view's hash slot: every key of the view is there."""
+        if not self.cluster:
+            return self._raw("SCAN", cursor, "MATCH", pattern, "COUNT", count)
+        node = self._r.get_node_from_key(self._space())  # the slot's current primary, after any failover
+        return node.redis_connection.execute_command("SCAN", cursor, "MATCH", pattern, "COUNT", count,
+                                                     NEVER_DECODE=True)
 
     @_guard(retry=False)  # opening fails fast: nothing has been started that a retry would save
     def ping(self) -> None:
@@ -201,7 +276,7 @@ class RedisStore(Store):
             # NAME's own runtime appends logs there (an agent from before names were registered).
             clash = None
             batch: list[str] = []
-            for k in self._r.scan_iter(match=_glob_escape(name + ":") + "*", count=1000):
+            for k in self._scan_all(_glob_escape(self._space("") + name + ":") + "*"):
                 batch.append(k)
                 if len(batch) >= 500:
                     clash, found_log = self._classify(batch, clash)
@@ -212,12 +287,21 @@ class RedisStore(Store):
                 clash, found_log = self._classify(batch, clash)
             if clash is not None and not found_log and self._registry_call(self._r.sismember, REGISTRY, name):
                 return  # registered meantime by another process of the same agent: those keys are its own
-            if clash is not None and not found_log and not clash.startswith(name + ":__lock__:"):
+            if clash is not None and not found_log and not clash.startswith(self._space("") + name + ":__lock__:"):
                 raise ConfigError(f"cannot register agent {name!r} in {self.display_url}: the default agent already "
                                   f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
                                   f"another name; if they are {name}'s own from before agents were registered: "
                                   f"{adopt_hint(name)}")
         self._registry_call(self._r.sadd, REGISTRY, name)
+
+    def _scan_all(self, pattern: str):
+        cursor = 0
+        while True:
+            cursor, batch = self._scan(cursor, pattern, 1000)
+            for raw in batch:
+                yield raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+            if int(cursor) == 0:
+                return
 
     def _classify(self, batch: list[str], clash: str | None) -> tuple[str | None, bool]:
         if not batch:
@@ -281,7 +365,10 @@ class RedisStore(Store):
             return self._fenced(fence, "del", key) > 0
         if self._r.type(self._k(key)) == "list":
             return False
-        n, _ = self._r.pipeline(transaction=True).delete(self._k(key)).delete(self._k(META + key)).execute()
+        pipe = self._r.pipeline(transaction=True)
+        pipe.delete(self._k(key))
+        pipe.delete(self._k(META + key))
+        n, _ = pipe.execute()
         return n > 0
 
     @_guard
@@ -298,10 +385,10 @@ class RedisStore(Store):
         # SCAN is cursor-based and unordered; a page is sorted, list_all sorts the whole.
         scan_cursor = int(cursor) if cursor else 0
         names: list[str] = []
-        n = len(self.prefix)
+        n = len(self._space())
         pattern = _glob_escape(self._k(prefix)) + "*"
         while True:
-            scan_cursor, batch = self._raw("SCAN", scan_cursor, "MATCH", pattern, "COUNT", max(limit, 100))
+            scan_cursor, batch = self._scan(scan_cursor, pattern, max(limit, 100))
             scan_cursor = int(scan_cursor)
             for raw in batch:
                 try:
@@ -316,7 +403,7 @@ class RedisStore(Store):
         pipe = self._r.pipeline(transaction=False)
         for name in names:
             pipe.type(name)
-            pipe.execute_command("GET", self.prefix + META + name[n:], NEVER_DECODE=True)
+            pipe.execute_command("GET", self._k(META + name[n:]), NEVER_DECODE=True)
             pipe.pttl(name)
         answers = pipe.execute() if names else []
         keys = []
@@ -402,10 +489,9 @@ class RedisStore(Store):
             used = self._r.info("memory").get("used_memory")
         except redis.ResponseError:  # servers (and fakes) without INFO
             used = None
-        if self.prefix:
-            n = len(self.prefix)
-            keys = sum(1 for k in self._r.scan_iter(match=_glob_escape(self.prefix) + "*", count=1000)
-                       if not k[n:].startswith(_INTERNAL))
+        if self.prefix or self.cluster:
+            n = len(self._space())
+            keys = sum(1 for k in self._scan_all(_glob_escape(self._space()) + "*") if not k[n:].startswith(_INTERNAL))
         else:
             keys = self._r.dbsize()
         # bytes: the whole server's memory; per-agent sizes would cost a scan of every log.

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS kv (
 CREATE TABLE IF NOT EXISTS logs (
     key TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (key, seq)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0)
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
 """
@@ -59,6 +60,7 @@ class SQLiteStore(Store):
         try:
             if self.read_only:
                 self._db = _open_read_only(self.path, busy_timeout_ms)
+                self._base = "base" if _has_base(self._db) else "0"
                 return
             _make_private(self.path)
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
@@ -76,6 +78,11 @@ class SQLiteStore(Store):
                 raise StoreFull(f"the store's disk is full: cannot open SQLite store {self.path}: "
                                 f"{_reason(exc)}") from None
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {_reason(exc)}") from None
+
+    # A log's entries are numbered from 0 as appended (``length`` is the next number); ``base`` is the
+    # number of the oldest one kept, raised by trim_log, so indexes count from the oldest kept entry, as
+    # Redis's LTRIM leaves them. A read-only file from before ``base`` existed has none: "0" then.
+    _base = "base"
 
     # --- helpers ---
     def _k(self, key: str) -> str:
@@ -263,11 +270,11 @@ class SQLiteStore(Store):
 
         def body(db):
             self._check_fence(db, fence, log_key)
-            (length,) = db.execute(
+            length, base = db.execute(
                 "INSERT INTO log_keys (key, length) VALUES (?, 1) ON CONFLICT(key) DO UPDATE "
-                "SET length = length + 1 RETURNING length", (key,)).fetchone()
+                f"SET length = length + 1 RETURNING length, {self._base}", (key,)).fetchone()
             db.execute("INSERT INTO logs (key, seq, entry) VALUES (?, ?, ?)", (key, length - 1, text))
-            return length
+            return length - base
         return self._tx(body)
 
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
@@ -277,13 +284,14 @@ class SQLiteStore(Store):
             n = self.log_length(log_key)
             start, stop, _ = slice(start, stop).indices(n)
         hi = stop if stop is not None else 2**62
+        base = f"(SELECT {self._base} FROM log_keys WHERE key = ?)"
         rows = self._run(lambda db: db.execute(
-            "SELECT CAST(entry AS BLOB) FROM logs WHERE key = ? AND seq >= ? AND seq < ? ORDER BY seq",
-            (key, start, hi)).fetchall())
+            f"SELECT CAST(entry AS BLOB) FROM logs WHERE key = ? AND seq >= {base} + ? AND seq < {base} + ? "
+            "ORDER BY seq", (key, key, start, key, hi)).fetchall())
         return [decode_log_entry(r[0]) for r in rows]
 
     def log_length(self, log_key: str) -> int:
-        row = self._run(lambda db: db.execute("SELECT length FROM log_keys WHERE key = ?",
+        row = self._run(lambda db: db.execute(f"SELECT length - {self._base} FROM log_keys WHERE key = ?",
                                               (self._k(log_key),)).fetchone())
         return row[0] if row else 0
 
@@ -298,9 +306,12 @@ class SQLiteStore(Store):
     def trim_log(self, log_key: str, keep: int) -> None:
         # Sequence numbers keep counting from the log's length, so trimming never reuses one.
         key = self._k(log_key)
-        self._run(lambda db: db.execute(
-            "DELETE FROM logs WHERE key = ? AND seq < (SELECT length FROM log_keys WHERE key = ?) - ?",
-            (key, key, max(0, keep))))
+
+        def body(db):
+            db.execute("UPDATE log_keys SET base = max(base, length - ?) WHERE key = ?", (max(0, keep), key))
+            db.execute("DELETE FROM logs WHERE key = ? AND seq < (SELECT base FROM log_keys WHERE key = ?)",
+                       (key, key))
+        self._tx(body)
 
     # --- locks ---
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
@@ -340,7 +351,8 @@ class SQLiteStore(Store):
                 "SELECT count(*), coalesce(sum(length(key) + length(value) + coalesce(length(metadata), 0)), 0) "
                 "FROM kv WHERE key >= ? AND (? IS NULL OR key < ?)", (p, hi, hi)).fetchone()
             logs, entries = db.execute(
-                "SELECT count(*), coalesce(sum(length), 0) FROM log_keys WHERE key >= ? AND (? IS NULL OR key < ?)",
+                f"SELECT count(*), coalesce(sum(length - {self._base}), 0) FROM log_keys "
+                "WHERE key >= ? AND (? IS NULL OR key < ?)",
                 (p, hi, hi)).fetchone()
             lbytes = db.execute(
                 "SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND (? IS NULL OR key < ?)",
@@ -412,6 +424,12 @@ def _set_up(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.executescript(SCHEMA)
+    if not _has_base(db):  # a file from before trimmed logs kept their own numbering
+        db.execute("ALTER TABLE log_keys ADD COLUMN base INTEGER NOT NULL DEFAULT 0")
+
+
+def _has_base(db: sqlite3.Connection) -> bool:
+    return any(row[1] == "base" for row in db.execute("PRAGMA table_info(log_keys)"))
 
 
 def _abandon(db: sqlite3.Connection) -> None:

@@ -1,0 +1,143 @@
+"""A real Redis Cluster (three ``redis-server --cluster-enabled yes`` nodes joined by ``redis-cli --cluster
+create``): each agent's keys share one hash slot, so its scripts, MULTI writes and fenced writes work, and
+a whole session runs on it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from brainstem import karma, keys, session_history
+from brainstem.errors import ConfigError, LeaseLost
+from brainstem.kv import open_store
+
+from .conftest import run_cli, unique_prefix
+from .wake_helpers import finished, plan, reflection, run_wake, seeded, think, wake_env
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def cluster_url(redis_cluster):
+    return redis_cluster[0]
+
+
+def slots(ports: list[int], names: list[str]) -> set[int]:
+    client = redis.Redis(port=ports[0], decode_responses=True)
+    try:
+        return {client.execute_command("CLUSTER", "KEYSLOT", n) for n in names}
+    finally:
+        client.close()
+
+
+def physical_keys(ports: list[int], pattern: str) -> list[str]:
+    found = []
+    for port in ports:
+        client = redis.Redis(port=port, decode_responses=True)
+        found += list(client.scan_iter(match=pattern, count=1000))
+        client.close()
+    return sorted(found)
+
+
+def test_an_agents_keys_share_one_slot_so_its_scripts_and_transactions_work(redis_cluster):
+    url, ports = redis_cluster
+    name = unique_prefix()[:-1]
+    store = open_store(url, prefix=name)
+    store.put("soul", "be useful", metadata={"v": 1})
+    store.put("config:defaults", {"a": 1})
+    store.append(keys.karma("1-a"), {"event": "session_start"})
+    assert store.acquire_lock(keys.WAKE_LOCK, "me", 5000)
+    found = physical_keys(ports, "{" + name + "}:*")
+    tag = "{" + name + "}:"
+    assert {tag + "soul", tag + "__meta__:soul", tag + "__lock__:wake"} <= set(found)
+    assert len(slots(ports, found)) == 1, "an agent's keys are spread over slots"
+    assert store.get_with_metadata("soul") == ("be useful", {"v": 1})  # MGET of a value and its metadata
+    store.lease = (keys.WAKE_LOCK, "me")
+    store.put(keys.WAKE_CONFIG, {"n": 1})  # a fenced write: a Lua script over three keys
+    store.release_lock(keys.WAKE_LOCK, "me")
+    assert store.acquire_lock(keys.WAKE_LOCK, "someone-else", 5000)
+    with pytest.raises(LeaseLost):
+        store.put(keys.WAKE_CONFIG, {"n": 2})
+    assert store.get(keys.WAKE_CONFIG, "json") == {"n": 1}
+    store.lease = None
+    assert store.delete("config:defaults") and store.get("config:defaults") is None
+    store.close()
+
+
+def test_the_store_contract_holds_on_a_cluster(cluster_url):
+    store = open_store(cluster_url, prefix=unique_prefix())
+    for i in range(30):
+        store.put(f"k:{i:02d}", str(i))
+        store.append("lg", f"e{i}")
+    page, seen, cursor = store.list("k:", limit=7), [], None
+    while True:
+        page = store.list("k:", limit=7, cursor=cursor)
+        seen += [k.name for k in page.keys]
+        if page.complete:
+            break
+        cursor = page.cursor
+    assert sorted(set(seen)) == [f"k:{i:02d}" for i in range(30)]
+    assert [k.name for k in store.list_all("lg")] == ["lg"] and store.list_all("lg")[0].is_log
+    store.trim_log("lg", 5)
+    assert store.read_log("lg") == [f"e{i}" for i in range(25, 30)] and store.log_length("lg") == 5
+    assert store.incr("counter") == 1 and store.incr("counter", 4) == 5
+    store.put("ttl", "x", ttl=0.2)
+    assert store.get("ttl") == "x"
+    assert store.usage()["keys"] >= 32
+    store.close()
+
+
+def test_the_default_agent_and_a_named_one_stay_apart_on_a_cluster(cluster_url):
+    default = open_store(cluster_url, prefix="")
+    name = unique_prefix()[:-1]
+    named = open_store(cluster_url, prefix=name)
+    named.put("soul", "named")
+    default.put("note", "the default agent's")
+    assert named.get("note") is None
+    assert default.get(f"{name}:soul") is None  # the named agent's key is out of the default view's reach
+    with pytest.raises(Exception, match="belongs to agent"):
+        default.put(f"{name}:soul", "hijack")
+    assert named.get("soul") == "named"
+    default.close()
+    named.close()
+
+
+def test_a_whole_session_runs_on_a_cluster(cluster_url, llm):
+    url = f"{cluster_url}?prefix={unique_prefix()[:-1]}"
+    store = seeded(url)
+    llm.queue(plan(think("What now?", id="t1", model="haiku", max_tokens=20), next_wake={"sleep_seconds": 3600}),
+              "an answer", reflection("ran on a cluster"))
+    sid, entries = finished(run_wake(wake_env(url, llm)), store, outcome="clean")
+    assert [h["id"] for h in session_history.read(store)] == [sid]
+    assert karma.read(store, sid)[-1]["event"] == "session_end"
+    status = run_cli("status", "--json", env={"BRAINSTEM_KV": url})
+    assert status.returncode == 0 and json.loads(status.stdout)["store"].startswith("redis+cluster://")
+    store.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("redis+cluster://", "not HOST:PORT"),
+    ("redis+cluster://127.0.0.1:notaport", "not HOST:PORT"),
+    ("redis+cluster://127.0.0.1:7000,,127.0.0.1:7001", "not HOST:PORT"),
+    ("redis+cluster://127.0.0.1:7000/3", "only database 0"),
+    ("rediss+cluster://:hunter2secret@127.0.0.1:99999/", "not HOST:PORT"),
+])
+def test_a_malformed_cluster_url_is_one_line_and_exit_2(url, says):
+    r = run_cli("status", env={"BRAINSTEM_KV": url})
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr
+    assert "hunter2secret" not in r.stderr
+    with pytest.raises(ConfigError):
+        open_store(url)
+
+
+def test_an_unreachable_cluster_is_one_line_naming_it_without_its_password():
+    from .redis_server import free_port
+
+    url = f"redis+cluster://:pw-secret@127.0.0.1:{free_port()}/"
+    r = run_cli("status", env={"BRAINSTEM_KV": url})
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert "pw-secret" not in r.stderr and "Traceback" not in r.stderr and "127.0.0.1" in r.stderr
