@@ -221,7 +221,7 @@ class Runner:
             if due:
                 log.info("%s: its last session died with no lease held; waking it now", agent.name or "default")
                 sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
-                              misfire_grace_time=None)
+                              misfire_grace_time=None, executor="pickup")
 
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
@@ -263,7 +263,10 @@ class Runner:
                 self.metrics.watch_spend(agent.name or "default", lambda a=agent: (daily_spent(a.store),
                                                                                    self.settings.max_daily_cost))
         sched = BackgroundScheduler(timezone="UTC",
-                                    executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents)))})
+                                    executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents))),
+                                               # Their own threads: a takeover never queues behind a busy tick.
+                                               "sweep": ThreadPoolExecutor(max_workers=1),
+                                               "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
         by_id = {}
         for i, agent in enumerate(self.agents):
             job_id = f"wake-{agent.name or 'default'}-{i}"
@@ -286,7 +289,7 @@ class Runner:
         sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
         period = max(0.5, self.settings.lease_seconds / 2)
         sched.add_job(self.sweep, "interval", seconds=period, args=[sched], id="sweep", coalesce=True,
-                      max_instances=1, next_run_time=now_utc() + timedelta(seconds=period))
+                      max_instances=1, next_run_time=now_utc() + timedelta(seconds=period), executor="sweep")
 
         def stop(signum, _frame):
             log.info("received %s; stopping (running sessions get %.0fs to finish)",

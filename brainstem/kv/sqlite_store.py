@@ -32,8 +32,8 @@ CREATE TABLE IF NOT EXISTS kv (
 CREATE TABLE IF NOT EXISTS logs (
     key TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (key, seq)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0)
-    WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
 """
@@ -60,7 +60,8 @@ class SQLiteStore(Store):
         try:
             if self.read_only:
                 self._db = _open_read_only(self.path, busy_timeout_ms)
-                self._base = "base" if _has_base(self._db) else "0"
+                self._base = "base" if _has_column(self._db, "base") else "0"
+                self._counted = _has_column(self._db, "bytes")
                 return
             _make_private(self.path)
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
@@ -83,6 +84,7 @@ class SQLiteStore(Store):
     # number of the oldest one kept, raised by trim_log, so indexes count from the oldest kept entry, as
     # Redis's LTRIM leaves them. A read-only file from before ``base`` existed has none: "0" then.
     _base = "base"
+    _counted = True  # log_keys.bytes holds each log's size, so usage() need not read every entry
 
     # --- helpers ---
     def _k(self, key: str) -> str:
@@ -271,8 +273,9 @@ class SQLiteStore(Store):
         def body(db):
             self._check_fence(db, fence, log_key)
             length, base = db.execute(
-                "INSERT INTO log_keys (key, length) VALUES (?, 1) ON CONFLICT(key) DO UPDATE "
-                f"SET length = length + 1 RETURNING length, {self._base}", (key,)).fetchone()
+                "INSERT INTO log_keys (key, length, bytes) VALUES (?, 1, length(?)) ON CONFLICT(key) DO UPDATE "
+                f"SET length = length + 1, bytes = bytes + length(?) RETURNING length, {self._base}",
+                (key, text, text)).fetchone()
             db.execute("INSERT INTO logs (key, seq, entry) VALUES (?, ?, ?)", (key, length - 1, text))
             return length - base
         return self._tx(body)
@@ -309,6 +312,8 @@ class SQLiteStore(Store):
 
         def body(db):
             db.execute("UPDATE log_keys SET base = max(base, length - ?) WHERE key = ?", (max(0, keep), key))
+            db.execute("UPDATE log_keys SET bytes = max(0, bytes - (SELECT coalesce(sum(length(entry)), 0) FROM logs "
+                       "WHERE key = ? AND seq < log_keys.base)) WHERE key = ?", (key, key))
             db.execute("DELETE FROM logs WHERE key = ? AND seq < (SELECT base FROM log_keys WHERE key = ?)",
                        (key, key))
         self._tx(body)
@@ -354,9 +359,12 @@ class SQLiteStore(Store):
                 f"SELECT count(*), coalesce(sum(length - {self._base}), 0) FROM log_keys "
                 "WHERE key >= ? AND (? IS NULL OR key < ?)",
                 (p, hi, hi)).fetchone()
-            lbytes = db.execute(
-                "SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND (? IS NULL OR key < ?)",
-                (p, hi, hi)).fetchone()[0]
+            if self._counted:  # one row per log, not one per entry: the sleep path's ground truth stays cheap
+                lbytes = db.execute("SELECT coalesce(sum(bytes), 0) FROM log_keys WHERE key >= ? AND "
+                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+            else:
+                lbytes = db.execute("SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND "
+                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
             page = db.execute("PRAGMA page_size").fetchone()[0] * db.execute("PRAGMA page_count").fetchone()[0]
             return {"backend": "sqlite", "keys": keys + logs, "logs": logs, "log_entries": entries,
                     "bytes": vbytes + lbytes, "file_bytes": page}
@@ -424,12 +432,27 @@ def _set_up(db: sqlite3.Connection) -> None:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.executescript(SCHEMA)
-    if not _has_base(db):  # a file from before trimmed logs kept their own numbering
-        db.execute("ALTER TABLE log_keys ADD COLUMN base INTEGER NOT NULL DEFAULT 0")
+    if not _has_column(db, "base"):  # a file from before trimmed logs kept their own numbering
+        _add_column(db, "base")
+    if not _has_column(db, "bytes"):  # a file from before logs counted their size: counted once, here
+        if _add_column(db, "bytes"):
+            db.execute("UPDATE log_keys SET bytes = (SELECT coalesce(sum(length(entry)), 0) FROM logs "
+                       "WHERE logs.key = log_keys.key)")
 
 
-def _has_base(db: sqlite3.Connection) -> bool:
-    return any(row[1] == "base" for row in db.execute("PRAGMA table_info(log_keys)"))
+def _add_column(db: sqlite3.Connection, column: str) -> bool:
+    """False when another process opening the same file added it first."""
+    try:
+        db.execute(f"ALTER TABLE log_keys ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        return True
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" in str(exc):
+            return False
+        raise
+
+
+def _has_column(db: sqlite3.Connection, column: str) -> bool:
+    return any(row[1] == column for row in db.execute("PRAGMA table_info(log_keys)"))
 
 
 def _abandon(db: sqlite3.Connection) -> None:
