@@ -36,10 +36,18 @@ _LIVE_TOKENS: set[str] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+_HOST: str | None = None  # the operator's BRAINSTEM_HOSTNAME as the settings read it (an env file included)
+
+
+def use_host_name(name: str | None) -> None:
+    global _HOST
+    _HOST = (name or "").strip() or None
+
+
 def host_name() -> str:
     """This host's identity in lease owners and breadcrumbs: ``BRAINSTEM_HOSTNAME``, else the host name
     (override it where several hosts share one name, e.g. containers on the host network)."""
-    return os.environ.get("BRAINSTEM_HOSTNAME", "").strip() or socket.gethostname()
+    return _HOST or os.environ.get("BRAINSTEM_HOSTNAME", "").strip() or socket.gethostname()
 
 
 def owner_token(session_hint: str) -> str:

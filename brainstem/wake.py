@@ -45,7 +45,7 @@ from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
 from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
-from .lock import Lease, acquire_wake_lock, forget_token, owner_token
+from .lock import Lease, acquire_wake_lock, forget_token, owner_token, use_host_name
 from .orient import orient, plan_budget
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
@@ -125,6 +125,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
+    use_host_name(settings.hostname)
     token = owner_token(uuid.uuid4().hex[:8])
     acquire_wake_lock(store, token, ttl_ms=int(settings.lease_seconds * 1000))
     lease = Lease(store, token, settings.lease_seconds).start()

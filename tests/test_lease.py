@@ -24,6 +24,7 @@ from brainstem.kv import open_store
 from brainstem.lock import Lease
 from brainstem.sleep import parse_iso
 
+from .conftest import run_cli
 from .test_metrics import scrape, value
 from .test_run import base_env, fires, wait_for
 from .wake_helpers import (
@@ -318,6 +319,8 @@ def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, 
             return h if h and h[-1]["outcome"] == outcomes.CLEAN and st.get(keys.SESSION_CURRENT) is None else None
         done = wait_for(settled, 60, "the agent's sessions to settle after the restart", d)
         lost_total = value(scrape(metrics_port), "brainstem_lease_lost_total", agent=name)
+        lost_fires = fires(st, "lease_lost")
+        listed = run_cli("wakes", env={"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": name})
         rc, _ = d.stop()
         assert rc == 0, d.stderr
         karmas = {h["id"]: karma.read(st, h["id"]) for h in done}
@@ -337,6 +340,8 @@ def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, 
         # (which would count towards auto-restore), and one session after it, not two.
         assert [h["outcome"] for h in done] == [outcomes.STORE_UNAVAILABLE, outcomes.CLEAN], done
         assert lost_total == 1
+        assert [f["session_id"] for f in lost_fires] == [ids[0]]
+        assert "stopped: its wake lease was lost" in listed.stdout
         lost = events_of(karmas[ids[0]], events.LEASE_LOST)
         assert len(lost) == 1 and lost[0]["cause"] == "store_unavailable"
     for entries in karmas.values():
