@@ -89,7 +89,8 @@ def start_redis_cluster(workdir: str | Path, masters: int = 3, replicas: int = 0
             node_dir.mkdir(parents=True, exist_ok=True)
             proc, port = start_redis_server(node_dir, _cluster_port(), "--cluster-enabled", "yes",
                                             "--cluster-config-file", "nodes.conf",
-                                            "--cluster-node-timeout", str(node_timeout_ms))
+                                            "--cluster-node-timeout", str(node_timeout_ms),
+                                            "--repl-diskless-sync-delay", "0")
             procs.append(proc)
             ports.append(port)
         create = subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
@@ -103,6 +104,12 @@ def start_redis_cluster(workdir: str | Path, masters: int = 3, replicas: int = 0
             while "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
                 if time.monotonic() > deadline:
                     raise RedisServerError(f"the cluster did not reach cluster_state:ok on port {port}")
+                time.sleep(0.1)
+            # A replica that never synced cannot be promoted: wait for its link to its primary.
+            while client.info("replication").get("role") == "slave" and \
+                    client.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise RedisServerError(f"the replica on port {port} did not sync with its primary")
                 time.sleep(0.1)
             client.close()
         return procs, ports

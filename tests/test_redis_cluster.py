@@ -5,6 +5,7 @@ a whole session runs on it."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import redis
@@ -141,3 +142,59 @@ def test_an_unreachable_cluster_is_one_line_naming_it_without_its_password():
     r = run_cli("status", env={"BRAINSTEM_KV": url})
     assert r.returncode == 3, (r.returncode, r.stderr)
     assert "pw-secret" not in r.stderr and "Traceback" not in r.stderr and "127.0.0.1" in r.stderr
+
+
+@pytest.mark.slow
+def test_a_primary_failing_over_mid_write_loses_nothing(tmp_path):
+    """Three primaries with a replica each; the primary holding the agent's slot is SIGKILLed, its replica
+    takes over, and writes made across the failover are retried, not lost and not doubled."""
+    from .conftest import redis_unavailable
+    from .redis_server import RedisServerError, start_redis_cluster, stop
+
+    try:
+        procs, ports = start_redis_cluster(tmp_path, masters=3, replicas=1, node_timeout_ms=1000)
+    except RedisServerError as exc:
+        redis_unavailable(exc)
+    try:
+        url = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports) + "/"
+        store = open_store(url, prefix="failover", retry_seconds=15)
+        for i in range(5):
+            store.append(keys.karma("1-a"), {"n": i})
+        store.put("k", "before")
+        slot = slots(ports, ["{failover}:k"]).pop()
+        client = redis.Redis(port=ports[0], decode_responses=True)
+        shards = client.execute_command("CLUSTER", "SHARDS")
+        client.close()
+        owner = replica = None
+        for shard in shards:
+            shard = dict(zip(shard[::2], shard[1::2], strict=True)) if isinstance(shard, list) else shard
+            ranges = shard["slots"]
+            if any(int(ranges[i]) <= slot <= int(ranges[i + 1]) for i in range(0, len(ranges), 2)):
+                for node in shard["nodes"]:
+                    node = dict(zip(node[::2], node[1::2], strict=True)) if isinstance(node, list) else node
+                    if node["role"] == "master":
+                        owner, owner_port = procs[ports.index(int(node["port"]))], int(node["port"])
+                    else:
+                        replica = int(node["port"])
+        assert owner is not None and replica is not None, "no primary with a replica owns the agent's slot"
+        # Redis replicates asynchronously: a write the primary acknowledged but had not yet sent on is lost
+        # with it (see the README). What is on the replica must survive; what comes after must not be lost.
+        primary_client, replica_client = redis.Redis(port=owner_port), redis.Redis(port=replica)
+        offset = primary_client.info("replication")["master_repl_offset"]
+        deadline = time.monotonic() + 10
+        while replica_client.info("replication").get("slave_repl_offset", 0) < offset:
+            assert time.monotonic() < deadline, "the replica did not catch up"
+            time.sleep(0.05)
+        primary_client.close()
+        replica_client.close()
+        owner.kill()
+        owner.wait(5)
+        for i in range(5, 10):  # across the failover: retried until the replica is promoted
+            store.append(keys.karma("1-a"), {"n": i})
+        store.put("k", "after")
+        assert [json.loads(e)["n"] for e in store.read_log(keys.karma("1-a"))] == list(range(10))
+        assert store.get("k") == "after"
+        store.close()
+    finally:
+        for proc in procs:
+            stop(proc)
