@@ -63,8 +63,11 @@ def recent(store: Store, n: int) -> list[dict]:
 def _legacy(store: Store) -> str | None:
     """The history's text when it is still the old JSON list value (or being moved from it), else None."""
     moving = store.get_text(MIGRATING)
-    if moving is not None:
-        return moving
+    return moving if moving is not None else _old_list(store)
+
+
+def _old_list(store: Store) -> str | None:
+    """The text of ``session_history`` when it is a plain value (the old JSON list), not yet a log."""
     try:
         if store.log_length(keys.SESSION_HISTORY):
             return None
@@ -155,15 +158,7 @@ def migrate(store: Store, on_reject: Callable[[str], None] | None = None) -> Non
     ``MIGRATING`` first and dropped last, so a move cut off halfway is finished by the next call."""
     moving = store.get_text(MIGRATING)
     if moving is None:
-        try:
-            if store.log_length(keys.SESSION_HISTORY):
-                return
-        except MalformedValue:
-            pass
-        try:
-            moving = store.get_text(keys.SESSION_HISTORY)
-        except MalformedValue:
-            return
+        moving = _old_list(store)
         if moving is None:
             return
         entries, problem = _parse_value(moving)

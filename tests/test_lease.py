@@ -54,7 +54,7 @@ def test_fenced_keys_are_written_only_while_the_lease_is_the_writers(st):
     assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 30_000)
     st.put(keys.WAKE_CONFIG, {"by": "a"})
     st.put(keys.SESSION_CURRENT, {"id": "1-a"})
-    st.append("session_history", json.dumps({"id": "1-a"}))
+    st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a"}))
     assert st.delete(keys.SESSION_CURRENT)
 
     # Another wake takes the lease over: every fenced write is refused, and nothing is changed.
@@ -65,13 +65,13 @@ def test_fenced_keys_are_written_only_while_the_lease_is_the_writers(st):
     for write in (lambda: st.put(keys.WAKE_CONFIG, {"by": "a again"}),
                   lambda: st.put(keys.SESSION_LAST_COMPLETED, "1-a"),
                   lambda: st.delete(keys.SESSION_CURRENT),
-                  lambda: st.append("session_history", json.dumps({"id": "1-a", "again": True}))):
+                  lambda: st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a", "again": True}))):
         with pytest.raises(LeaseLost):
             write()
     assert st.get(keys.WAKE_CONFIG, "json") == {"by": "a"}
     assert st.get(keys.SESSION_CURRENT, "json") == {"id": "2-b"}
     assert st.get(keys.SESSION_LAST_COMPLETED) is None
-    assert st.read_log("session_history") == [json.dumps({"id": "1-a"})]
+    assert st.read_log(keys.SESSION_HISTORY) == [json.dumps({"id": "1-a"})]
     # Keys that say nothing of who ran last are not fenced; nor is a write with no lease (the operator's).
     st.put("notes", "still mine")
     st.lease = None
