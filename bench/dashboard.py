@@ -5,8 +5,9 @@ in under 200 ms server time: the median of each of ``/sessions``,
 ``/sessions?page=100`` and ``/sessions?outcome=clean&page=3``.
 
 An SQLite store in a temp dir is seeded, then given a ``session_history`` of
-10,000 entries spread over 60 days (written whole: the runtime's own appends
-keep the last 1,000) and one session with a 200-entry karma. The app is
+10,000 entries spread over 60 days (appended to the log as the runtime writes
+it, but never trimmed: the runtime's own appends keep the last 1,000 to 1,100)
+and one session with a 200-entry karma. The app is
 ``make_app`` as ``brainstem dashboard`` builds it (loopback, no token), with an
 LLM key and a stored secret known, so every page passes a real redactor. Each
 request goes through Starlette's in-process ``TestClient``; server time is the
@@ -139,12 +140,13 @@ def main() -> int:
         seed(store)
         t0 = time.perf_counter()
         entries = history(args.sessions, args.days, rng)
-        store.put(keys.SESSION_HISTORY, entries)
+        for e in entries:
+            store.append(keys.SESSION_HISTORY, e)
         sid = entries[-1]["id"]
         session_karma(store, sid, args.karma, rng)
         store.put(keys.SESSION_LAST_STARTED, sid)
         store.put(keys.secret("vault"), "vault-bench-value-31415926535")
-        size = len(store.get(keys.SESSION_HISTORY))
+        size = sum(len(e) for e in store.read_log(keys.SESSION_HISTORY))
         print(f"store: {args.sessions:,} sessions over {args.days:g} days in session_history "
               f"({size / 1e6:.1f} MB of JSON), a {args.karma}-entry karma; filled in "
               f"{time.perf_counter() - t0:.1f} s")
