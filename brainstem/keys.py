@@ -45,6 +45,7 @@ UNLISTED_KARMA = "stats:unlisted_karma"  # karma with no history entry (dry runs
 REFLEX_STATE = "stats:reflexes"  # when each reflex last fired (its cooldown)
 REPLAY_GATE = "stats:replay_gate"  # the last replay check of a change deep reflection proposed
 REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
+SECRET_REFUSALS = "stats:secret_refusals"  # how often code was stopped for sending a secret's value
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index
 

@@ -221,8 +221,6 @@ class Grants:
 
     secrets: list[Grant] = field(default_factory=list)
     public: dict[str, str] = field(default_factory=dict)
-    _scrubber: Callable[[str], str] | None = None
-    _values_pattern: re.Pattern | None = None
 
     def visible(self) -> dict[str, str]:
         """What ``ctx.secrets`` holds: placeholders, and the plain public settings."""
@@ -233,6 +231,10 @@ class Grants:
     def values(self) -> dict[str, str]:
         """label -> value, for redaction of everything the runtime records."""
         return {g.label: g.value for g in self.secrets}
+
+    def placeholders(self) -> dict[str, str]:
+        """label -> placeholder: what a value of these secrets turns back into on its way to the tool."""
+        return {g.label: g.placeholder for g in self.secrets}
 
     def present(self, *texts: str) -> list[Grant]:
         return [g for g in self.secrets if any(g.placeholder in t for t in texts if t)]
@@ -245,14 +247,9 @@ class Grants:
         to whoever the tool names), so a placeholder is put in at most once per request and never over
         plain HTTP to a remote host. The LLM key goes into headers only: a placeholder in the prompt
         (karma shown to reflection holds some) stays the placeholder, and counts for nothing. A request
-        that holds a granted *value* itself is refused: code in the sandbox only has one through a leak.
+        that holds a secret's *value* is stopped before this, by the scrubber (:mod:`brainstem.scrubber`).
         """
         texts = [req.url, *req.header_names, *req.header_values, req.body]
-        if self.secrets and any(self._pattern().search(t) for t in texts if t):
-            leaked = [g.name for g in self.secrets if any(forms_pattern(secret_forms(g.value)).search(t)
-                                                          for t in texts if t)]
-            raise SecretRefused(f"refused: the request holds the value of secret {', '.join(leaked)} itself, "
-                                f"not its placeholder (ctx.secrets)")
         found = self.present(*texts)
         host = normalise_host(req.host)
         for g in found:
@@ -273,35 +270,6 @@ class Grants:
     def put_in(self, text: str, found: list[Grant], quote: Callable[[str], str] = lambda v: v) -> str:
         for g in found:
             text = text.replace(g.placeholder, quote(g.value))
-        return text
-
-    def _pattern(self) -> re.Pattern:
-        if self._values_pattern is None:
-            self._values_pattern = forms_pattern(f for g in self.secrets for f in secret_forms(g.value))
-        return self._values_pattern
-
-    def scrub(self, text: str) -> str:
-        """``text`` with every granted value (in any of its common forms) turned back into its placeholder.
-
-        A JSON text whose string escapes spell a value (``\\u0073k-...``) is re-encoded with the
-        value replaced: the tool would otherwise get the value back from ``json.loads``."""
-        if not self.secrets or not text:
-            return text
-        if self._scrubber is None:
-            forms: dict[str, str] = {}
-            for g in self.secrets:
-                for form in secret_forms(g.value):
-                    forms.setdefault(form, g.placeholder)
-            self._scrubber = replacer(forms)
-        text = self._scrubber(text)
-        if "\\" in text:
-            try:
-                decoded = json.loads(text)
-            except (ValueError, RecursionError):
-                return text
-            flat = json.dumps(decoded, ensure_ascii=False)
-            if self._pattern().search(flat):
-                return self._scrubber(flat)
         return text
 
 

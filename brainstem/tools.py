@@ -26,7 +26,8 @@ from . import events, keys
 from .errors import BrainstemError
 from .kv.base import Store
 from .kv.guarded import AgentKV
-from .secrets import Binding
+from .scrubber import Scrubber
+from .secrets import Binding, placeholder_for
 
 MAX_TIMEOUT_MS = 300_000
 # Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
@@ -140,12 +141,31 @@ class ToolPolicy:
     # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
     session_written: list[int] = field(default_factory=lambda: [0])
     on_secrets: Callable[[dict[str, str]], None] | None = None
+    # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
+    known_secrets: Mapping[str, str] = field(default_factory=dict)
+    # Set (shared, like session_written) once code of this session sent a secret's value: from then on
+    # no code of the session is granted anything, so a refusal confirms one guess per session at most.
+    withdrawn: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
         return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
-                   session_write_quota=settings.session_write_quota, **kwargs)
+                   session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
+                   **kwargs)
+
+    def held_secrets(self, store: Store) -> dict[str, str]:
+        """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""
+        out = dict(self.known_secrets)
+        for label, binding in self.bindings.items():
+            if binding.from_store and label not in out:
+                try:
+                    value = store.get(label)
+                except BrainstemError:
+                    continue  # not text: it cannot be granted either
+                if isinstance(value, str) and value:
+                    out[label] = value
+        return out
 
 
 def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
@@ -181,12 +201,42 @@ class ToolServices:
         self._policy = policy
         self._on_read = on_read
         self._written = 0
-        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
+        bindings = policy.bindings
+        if policy.withdrawn:
+            bindings = {}  # withdrawn for the rest of the session: every ask is a secret_not_granted
+            record(events.SECRET_NOT_GRANTED, tool=name, secret_name="*",
+                   reason=f"withdrawn for the rest of this session: {policy.withdrawn.get('tool')} sent a "
+                          f"secret's value")
+        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=bindings,
                             read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
                             public=policy.public)
         if policy.on_secrets is not None:
             policy.on_secrets(self.grants.values())
         self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
+        held = {**policy.held_secrets(store), **self.grants.values()}
+        self.scrubber = Scrubber(held, self.grants.placeholders(), opaque=map(placeholder_for, held))
+
+    # --- the one way in and out of the sandbox (see brainstem.sandbox.runner.Services) ---
+    def scrub(self, value: Any) -> Any:
+        return self.scrubber.clean(value)
+
+    def inspect(self, value: Any) -> None:
+        held = self.scrubber.holds(value)
+        if held:
+            self.refuse_value(held)
+
+    def refuse_value(self, labels: list[str], **where: Any) -> None:
+        """Code sent (or tried to send) a secret's value: record it, withdraw every grant of the session,
+        and stop the code at once. It gets no answer to learn from."""
+        from .sandbox import StopExecution
+
+        self._record(events.SECRET_REFUSED, tool=self.name, secrets=labels, **where,
+                     reason="the code sent a secret's value (or a piece of one), which it can only have "
+                            "through a leak or a guess; stopped, and the session's grants are withdrawn")
+        self._policy.withdrawn.setdefault("tool", self.name)
+        note_refusal(self._store, self.name)
+        raise StopExecution("stopped: it sent the value of a secret (secret_refused); no code of this session "
+                            "is granted secrets any more")
 
     # --- ctx.kv ---
     def _read_key(self, key: str) -> str:
@@ -353,6 +403,9 @@ class _FetchGuard:
                        header_values=[*headers.values(), *[b for b in basic.values() if b]], body=body_text,
                        headers_only=self.meter is not None and self.meter.is_llm_host(hop.host),
                        cleartext_ok=cleartext_ok(hop.host, llm_base))
+        held = self.s.scrubber.holds([req.url, *req.header_names, *req.header_values, req.body])
+        if held:  # every hop: a redirect's URL is the server's, but the request's own parts are the tool's
+            self.s.refuse_value(held, host=hop.host, port=hop.port, path=hop.path)
         try:
             found = self.grants.check(req)
         except SecretRefused as exc:
@@ -397,8 +450,37 @@ class _FetchGuard:
             hop.note["error"] = error
         if "worst_case" in hop.note and self.meter is not None:
             self.meter.after(hop.note, status, text, error, self.s.name)
-        scrub = self.grants.scrub
-        return {k: scrub(v) for k, v in headers.items()}, (scrub(text) if text is not None else None)
+        scrub = self.s.scrubber.text
+        return {scrub(k): scrub(v) for k, v in headers.items()}, (scrub(text) if text is not None else None)
+
+
+def note_refusal(store: Store, tool: str) -> None:
+    """Count a ``secret_refused`` stop where ``status`` and the dashboard show it (today's, and in all)."""
+    from .budget import today
+    from .sleep import iso, now_utc
+
+    try:
+        rec = store.get_json(keys.SECRET_REFUSALS, default=None)
+    except BrainstemError:
+        rec = None
+    rec = rec if isinstance(rec, dict) else {}
+    day = today()
+    today_count = rec.get("today", 0) if rec.get("date") == day else 0
+    store.put(keys.SECRET_REFUSALS, {"total": int(rec.get("total", 0) or 0) + 1, "date": day,
+                                     "today": int(today_count or 0) + 1, "last_tool": tool, "last_at": iso(now_utc())})
+
+
+def refusals(store: Store) -> dict[str, Any]:
+    """``{"total", "today", "last_tool", "last_at"}`` of the ``secret_refused`` stops recorded."""
+    from .budget import today
+
+    try:
+        rec = store.get_json(keys.SECRET_REFUSALS, default=None)
+    except BrainstemError:
+        rec = None
+    rec = rec if isinstance(rec, dict) else {}
+    return {"total": int(rec.get("total", 0) or 0), "today": int(rec.get("today", 0) or 0)
+            if rec.get("date") == today() else 0, "last_tool": rec.get("last_tool"), "last_at": rec.get("last_at")}
 
 
 def _basic_decode(value: str) -> str | None:

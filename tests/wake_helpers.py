@@ -30,7 +30,7 @@ from brainstem.sleep import parse_iso
 
 from .conftest import run_cli
 
-API_KEY = "sk-test-0123456789abcdef-do-not-leak"
+API_KEY = "sk-test-7f3a9c2e41d8b605-do-not-leak"  # random-looking, as real keys are
 
 
 # --- setting up -------------------------------------------------------------------

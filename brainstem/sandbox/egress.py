@@ -206,7 +206,7 @@ def _parse(url: Any) -> tuple[httpx.URL, str, int]:
     try:
         parsed = httpx.URL(url)
     except Exception as e:  # noqa: BLE001 - httpx raises several types
-        raise EgressDenied(f"invalid url: {e}") from None
+        raise EgressDenied(f"invalid url ({type(e).__name__})") from None
     if parsed.scheme not in ("http", "https"):
         raise EgressDenied(f"scheme {parsed.scheme!r} is not allowed (http and https only)")
     host = parsed.host
@@ -530,22 +530,41 @@ def _send(client: httpx.Client, hop: Hop, target: _Target, guard: Guard, deadlin
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise timed_out()
-    request = client.build_request(
-        hop.method,
-        sent.copy_with(host=target.ip),
-        headers={**send_headers, "Host": _host_header(target)},
-        timeout=httpx.Timeout(remaining),
-        extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {},
-        content=send_body,
-    )
     try:
+        request = client.build_request(
+            hop.method,
+            sent.copy_with(host=target.ip),
+            headers={**send_headers, "Host": _host_header(target)},
+            timeout=httpx.Timeout(remaining),
+            extensions={"sni_hostname": target.host} if target.url.scheme == "https" else {},
+            content=send_body,
+        )
         return client.send(request, stream=True)
     except httpx.TimeoutException:
         guard.incoming(hop, None, {}, None, error="timed out")
         raise timed_out() from None
-    except httpx.HTTPError as e:
+    except Exception as e:  # noqa: BLE001 - the HTTP stack's own text may quote the request, secrets and all
         guard.incoming(hop, None, {}, None, error=type(e).__name__)
-        raise FetchError(f"fetch failed: {type(e).__name__}: {e}") from None
+        raise FetchError(_stack_error("fetch failed", e)) from None
+
+
+# What the HTTP stack's errors become: fixed text by kind. Their own messages quote what they choke on (a
+# header value, a URL), and that may be a secret put in for the wire.
+_STACK_ERRORS = (
+    (httpx.ConnectError, "could not connect"),
+    (httpx.RemoteProtocolError, "the server broke the HTTP protocol"),
+    (httpx.LocalProtocolError, "the request is not valid HTTP (a header name or value it may not hold?)"),
+    (httpx.ReadError, "the connection failed while reading"),
+    (httpx.WriteError, "the connection failed while sending"),
+    (httpx.DecodingError, "the response could not be decoded"),
+    (httpx.TooManyRedirects, "too many redirects"),
+    (httpx.InvalidURL, "the URL is not valid"),
+)
+
+
+def _stack_error(what: str, e: BaseException) -> str:
+    reason = next((text for kind, text in _STACK_ERRORS if isinstance(e, kind)), "the HTTP exchange failed")
+    return f"{what}: {reason}"
 
 
 def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard, max_bytes: int,
@@ -559,7 +578,7 @@ def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard
         raise timed_out() from None
     except httpx.HTTPError as e:
         guard.incoming(hop, response.status_code, resp_headers, None, error=type(e).__name__)
-        raise FetchError(f"fetch failed while reading: {type(e).__name__}: {e}") from None
+        raise FetchError(_stack_error("fetch failed while reading", e)) from None
     except FetchError as e:
         guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
         raise

@@ -78,6 +78,17 @@ class Services(Protocol):
 
     def log(self, message: str) -> None: ...
 
+    # The one way back in and the one way out: every value handed to the worker passes ``scrub``, and
+    # everything the worker sends passes ``inspect``, which raises :class:`StopExecution` when it holds
+    # something it must not (a secret's value: the worker could only have it through a leak or a guess).
+    def scrub(self, value: Any) -> Any: ...
+
+    def inspect(self, value: Any) -> None: ...
+
+
+class StopExecution(Exception):
+    """Raised by ``Services``: kill the worker at once; the message is the run's error."""
+
 
 class SandboxUnavailable(Exception):
     pass
@@ -363,9 +374,14 @@ class _Execution:
                 status.kill()
                 return self._fail("worker protocol error: bad message")
             op = msg.get("op")
-            if op == "result":
-                return self._result(msg)
-            response = self._handle(op, msg)
+            try:
+                if op == "result":
+                    _inspect(self.services, msg)
+                    return self._result(msg)
+                response = self._handle(op, msg)
+            except StopExecution as e:
+                status.kill()
+                return self._fail(one_line(str(e)))
             try:
                 frame = encode_frame(response, MAX_RESPONSE_BYTES)
             except (FrameTooLarge, ValueError, TypeError) as e:
@@ -424,16 +440,20 @@ class _Execution:
 
     # -- ctx requests
     def _handle(self, op: Any, msg: dict) -> dict:
+        """One ctx request; its answer (value or error text) is scrubbed like everything handed back."""
         self.calls += 1
         if self.calls > MAX_CTX_CALLS:
             return {"ok": False, "error": f"too many ctx calls (limit {MAX_CTX_CALLS} per execution)"}
         try:
+            _inspect(self.services, msg)
             value = self._dispatch(op, msg)
+        except StopExecution:
+            raise
         except _Refused as e:
-            return {"ok": False, "error": str(e)}
+            return _scrub(self.services, {"ok": False, "error": str(e)})
         except Exception as e:  # noqa: BLE001 - services errors become the tool's RuntimeError
-            return {"ok": False, "error": _service_error(e)}
-        return {"ok": True, "value": value}
+            return _scrub(self.services, {"ok": False, "error": _service_error(e)})
+        return _scrub(self.services, {"ok": True, "value": value})
 
     def _dispatch(self, op: Any, msg: dict) -> Any:
         services = self.services
@@ -480,6 +500,17 @@ class _Refused(Exception):
     pass
 
 
+def _scrub(services: Services, value: Any) -> Any:
+    scrub = getattr(services, "scrub", None)
+    return value if scrub is None else scrub(value)
+
+
+def _inspect(services: Services, value: Any) -> None:
+    inspect = getattr(services, "inspect", None)
+    if inspect is not None:
+        inspect(value)
+
+
 def _str_arg(msg: dict, name: str) -> str:
     value = msg.get(name)
     if type(value) is not str:
@@ -511,7 +542,7 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
             {
                 "code": code,
                 "entrypoint": entrypoint,
-                "args": to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args"),
+                "args": _scrub(services, to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args")),
                 "secrets": secrets,
                 "kv": kv_granted,
                 "limits": {
