@@ -419,6 +419,12 @@ def status(c: Ctx, as_json: bool) -> None:
             _row(f"COST ANOMALY {n}", f"{head} It counts towards today's ceiling as billed; check the provider's "
                                       f"activity page, and if it billed less, `brainstem anomaly {n} --billed USD` "
                                       f"corrects today's spend for this call alone.")
+    refused = report.get("secret_refusals") or {}
+    if refused.get("total"):
+        _row("SECRET REFUSED", f"{refused['total']} time(s), {refused['today']} today: code sent a secret's value "
+                               f"(last: {_text(refused.get('last_tool'))} at {_text(refused.get('last_at'))}); it "
+                               f"was stopped and its session's grants withdrawn. Read its karma: "
+                               f"brainstem karma, and look for secret_refused")
     if report["reviews_pending"]:
         _row("REVIEW", f"{report['reviews_pending']} run(s) of supervised tools wait for your verdict: "
                        f"brainstem review")

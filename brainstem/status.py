@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import keys, session_history
+from . import keys, refusals, session_history
 from .budget import anomalies_today, daily_spent
 from .config import load_defaults, load_models
 from .errors import NotText
@@ -113,6 +113,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                             for b in settings.bindings().values()},
         "fetch_allow": list(settings.fetch_allow),
         "cost_anomalies_today": anomalies_today(store) or None,
+        "secret_refusals": refusals.counts(store),
         "reviews_pending": len(review_items(store)),
         "reflexes": _reflexes(store),
         "tool_mode_floors": settings.mode_floors() or None,

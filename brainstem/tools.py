@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from . import events, keys
+from . import events, keys, refusals
 from .errors import BrainstemError
 from .kv.base import Store
 from .kv.guarded import AgentKV
@@ -234,7 +234,7 @@ class ToolServices:
                      reason="the code sent a secret's value (or a piece of one), which it can only have "
                             "through a leak or a guess; stopped, and the session's grants are withdrawn")
         self._policy.withdrawn.setdefault("tool", self.name)
-        note_refusal(self._store, self.name)
+        refusals.note(self._store, self.name)
         raise StopExecution("stopped: it sent the value of a secret (secret_refused); no code of this session "
                             "is granted secrets any more")
 
@@ -452,35 +452,6 @@ class _FetchGuard:
             self.meter.after(hop.note, status, text, error, self.s.name)
         scrub = self.s.scrubber.text
         return {scrub(k): scrub(v) for k, v in headers.items()}, (scrub(text) if text is not None else None)
-
-
-def note_refusal(store: Store, tool: str) -> None:
-    """Count a ``secret_refused`` stop where ``status`` and the dashboard show it (today's, and in all)."""
-    from .budget import today
-    from .sleep import iso, now_utc
-
-    try:
-        rec = store.get_json(keys.SECRET_REFUSALS, default=None)
-    except BrainstemError:
-        rec = None
-    rec = rec if isinstance(rec, dict) else {}
-    day = today()
-    today_count = rec.get("today", 0) if rec.get("date") == day else 0
-    store.put(keys.SECRET_REFUSALS, {"total": int(rec.get("total", 0) or 0) + 1, "date": day,
-                                     "today": int(today_count or 0) + 1, "last_tool": tool, "last_at": iso(now_utc())})
-
-
-def refusals(store: Store) -> dict[str, Any]:
-    """``{"total", "today", "last_tool", "last_at"}`` of the ``secret_refused`` stops recorded."""
-    from .budget import today
-
-    try:
-        rec = store.get_json(keys.SECRET_REFUSALS, default=None)
-    except BrainstemError:
-        rec = None
-    rec = rec if isinstance(rec, dict) else {}
-    return {"total": int(rec.get("total", 0) or 0), "today": int(rec.get("today", 0) or 0)
-            if rec.get("date") == today() else 0, "last_tool": rec.get("last_tool"), "last_at": rec.get("last_at")}
 
 
 def _basic_decode(value: str) -> str | None:

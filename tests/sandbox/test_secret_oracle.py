@@ -18,9 +18,12 @@ import pytest
 from brainstem import events, keys
 from brainstem.kv import open_store
 from brainstem.kv.guarded import AgentKV
+from brainstem.refusals import counts
 from brainstem.scrubber import MIN_RUN
 from brainstem.secrets import parse_bindings
-from brainstem.tools import ToolPolicy, refusals, run_tool
+from brainstem.settings import load_settings
+from brainstem.status import status
+from brainstem.tools import ToolPolicy, run_tool
 
 from .hostile import ATTACKER_HOST, Host
 
@@ -133,7 +136,9 @@ def execute(a, ctx):
     assert attacker.seen == [] and s.store.get("tooldata:guess:after") is None
     (refused,) = s.of(events.SECRET_REFUSED)
     assert refused["tool"] == "guess" and refused["secrets"] == ["TOK"]
-    assert refusals(s.store)["today"] == 1 and refusals(s.store)["last_tool"] == "guess"
+    assert counts(s.store)["today"] == 1 and counts(s.store)["last_tool"] == "guess"
+    shown = status(s.store, load_settings())["secret_refusals"]
+    assert shown["total"] == 1 and shown["last_tool"] == "guess"
     # Any later code of the session, the bound tool included, is granted nothing now.
     later = s.run("bound", 'def execute(a, ctx):\n    return dict(ctx.secrets)\n', secrets=["TOK"])
     assert later.ok and later.value == {}
