@@ -9,9 +9,11 @@ session that runs out still ends with memory rather than off a cliff.
 
 from __future__ import annotations
 
-import os
+import math
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -21,14 +23,54 @@ from .kv.base import Store
 from .sleep import iso, now_utc
 
 MAX_ANOMALIES_KEPT = 20
+# A hold outlives the longest its request can take by this much; past that, its process is taken to
+# have died between reserve and settle, and the hold stops counting.
+HOLD_MARGIN_S = 60.0
 
 
 class BudgetExceeded(Exception):
-    """A limit would be passed; ``limit`` is ``cost``, ``steps`` or ``time``."""
+    """A limit would be passed; ``limit`` is ``cost``, ``steps``, ``time``, ``subplan``, ``daily``
+    (the operator's ceiling on today's spend) or ``interrupted``."""
 
     def __init__(self, limit: str, message: str):
         super().__init__(message)
         self.limit = limit
+
+
+class DailyLedger:
+    """Today's spend against the operator's daily ceiling, kept in the store, so every process of the
+    agent (its session, a dry run, a live replay, each ``brainstem tool run``) books against one total.
+
+    Before a metered request its worst case is held (atomically: refused if the day's spend plus every
+    live hold would pass the ceiling); after the answer the hold is replaced by the actual cost.
+    ``billable()``, when given, says whether the call just answered cost real money (a live replay's
+    recorded answers do not)."""
+
+    def __init__(self, store: Store, ceiling: float, billable: Callable[[], bool] | None = None):
+        self.store = store
+        self.ceiling = float(ceiling)
+        self.billable = billable
+
+    def left(self) -> float:
+        spent, held = self.store.daily_spend(today())
+        return self.ceiling - spent - held
+
+    def reserve(self, token: str, usd: float, ttl_s: float) -> bool:
+        return self.store.reserve_spend(today(), usd, self.ceiling, token, ttl_s)
+
+    def settle(self, token: str | None, usd: float) -> None:
+        if self.billable is not None and not self.billable():
+            usd = 0.0
+        self.store.settle_spend(today(), token, usd)
+
+
+@dataclass
+class Hold:
+    """One request's worst case, held until it is settled at its actual cost."""
+    token: str
+    usd: float
+    daily: bool  # held in the store against today's ceiling too
+    settled: bool = False
 
 
 @dataclass
@@ -46,6 +88,11 @@ class Budget:
     cancel: threading.Event = field(default_factory=threading.Event)
     # Set by the session's lease heartbeat when another wake may hold the agent now: stop the same way.
     lost: threading.Event = field(default_factory=threading.Event)
+    # Today's spend across processes; None: this budget alone (tests, recorded replays).
+    daily: DailyLedger | None = None
+    # Worst cases of requests in flight: token -> (USD, monotonic deadline).
+    _holds: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @contextmanager
     def cap(self, cost: float | None = None, steps: int | None = None):
@@ -67,6 +114,69 @@ class Budget:
         """``subplan`` when a subplan's own cost cap is what binds, else ``cost``."""
         base = self.max_cost if use_reserve else self.max_cost * (1 - self.reserve_fraction)
         return "subplan" if self.cost_ceiling(use_reserve) < base else "cost"
+
+    @property
+    def held(self) -> float:
+        """USD held for requests in flight (a hold whose request never came back stops at its deadline)."""
+        now = time.monotonic()
+        return sum(usd for usd, deadline in list(self._holds.values()) if deadline > now)
+
+    def headroom(self, use_reserve: bool = False) -> tuple[float, str]:
+        """(USD a new request may still cost, the limit that binds: ``cost``, ``subplan`` or ``daily``).
+        Today's is read from the store: other processes spend beside this one."""
+        left = self.cost_ceiling(use_reserve) - self.spent - self.held
+        limit = self.binding_limit(use_reserve)
+        if self.daily is not None:
+            day = self.daily.left()
+            if day < left:
+                left, limit = day, "daily"
+        return left, limit
+
+    def reserve(self, usd: float, *, use_reserve: bool = False, ttl_s: float) -> Hold:
+        """Hold ``usd`` (a request's worst case) against this budget and today's ceiling, before the
+        request is sent; :class:`BudgetExceeded` (``daily`` when today's is what binds) if it would
+        pass either. Settle it with :meth:`settle` once the answer says what it cost."""
+        usd = float(usd)
+        if not math.isfinite(usd) or usd < 0:
+            raise BudgetExceeded("cost", f"a request whose worst case is ${usd} cannot be priced")
+        token = uuid.uuid4().hex
+        with self._lock:
+            ceiling = self.cost_ceiling(use_reserve)
+            if self.spent + self.held + usd > ceiling + 1e-9:
+                raise BudgetExceeded(self.binding_limit(use_reserve),
+                                     f"a request that could cost ${usd:.4f} would pass the budget: ${self.spent:.4f} "
+                                     f"spent and ${self.held:.4f} held of ${ceiling:.4f}")
+            self._holds[token] = (usd, time.monotonic() + ttl_s)
+        if self.daily is None:
+            return Hold(token, usd, daily=False)
+        try:
+            ok = self.daily.reserve(token, usd, ttl_s)
+        except BaseException:
+            self._holds.pop(token, None)
+            raise
+        if not ok:
+            self._holds.pop(token, None)
+            raise BudgetExceeded("daily", f"a request that could cost ${usd:.4f} would pass today's ceiling of "
+                                          f"${self.daily.ceiling:.4f} (spent and held by every process of this agent)")
+        return Hold(token, usd, daily=True)
+
+    def settle(self, hold: Hold | None, usd: float) -> None:
+        """Charge ``usd`` (what a request cost) and let its hold go; ``hold`` None: a charge with no hold.
+        A hold is settled once; settling it again does nothing."""
+        with self._lock:
+            if hold is not None:
+                if hold.settled:
+                    return
+                hold.settled = True
+                self._holds.pop(hold.token, None)
+            self.spent += usd
+        if self.daily is not None:
+            self.daily.settle(hold.token if hold is not None and hold.daily else None, usd)
+
+    def release(self, hold: Hold | None) -> None:
+        """Let a hold go unspent (the request was not sent, or was answered with nothing billed)."""
+        if hold is not None and not hold.settled:
+            self.settle(hold, 0.0)
 
     def time_ceiling(self, use_reserve: bool = False) -> float:
         return self.max_duration if use_reserve else self.max_duration * (1 - self.reserve_fraction)
@@ -118,26 +228,16 @@ def daily_spent(store: Store) -> float:
     return 0.0
 
 
+def daily_reserved(store: Store) -> float:
+    """USD held now by requests in flight (every process of the agent), not yet in today's spend."""
+    return store.daily_spend(today())[1]
+
+
 def add_daily(store: Store, usd: float) -> float:
-    """Add to today's spend, under a short lock of its own: a session is not the only spender (a dry run,
-    a live replay or ``tool run`` may spend beside it), and a lost update would under-count real money."""
-    owner = f"{os.getpid()}:{threading.get_ident()}:{time.monotonic_ns()}"
-    deadline = time.monotonic() + DAILY_LOCK_WAIT
-    held = store.acquire_lock(keys.DAILY_COST, owner, int(DAILY_LOCK_WAIT * 1000))
-    while not held and time.monotonic() < deadline:
-        time.sleep(0.005)
-        held = store.acquire_lock(keys.DAILY_COST, owner, int(DAILY_LOCK_WAIT * 1000))
-    try:  # a holder that died lets go when its lock expires; past the wait, the spend is still added
-        total = daily_spent(store) + usd
-        store.put(keys.DAILY_COST, {"date": today(), "usd": round(total, 8)})
-    finally:
-        if held:
-            store.release_lock(keys.DAILY_COST, owner)
-    return total
-
-
-DAILY_LOCK_WAIT = 2.0
-
+    """Add to today's spend (negative: a correction; never below 0), atomically in the store: a session
+    is not the only spender (a dry run, a live replay or ``tool run`` may spend beside it), and a lost
+    update would under-count real money. Returns today's spend after."""
+    return store.settle_spend(today(), None, usd)
 
 
 def note_anomaly(store: Store, anomaly: dict, session_id: str | None = None) -> None:

@@ -399,6 +399,10 @@ def status(c: Ctx, as_json: bool) -> None:
         r = report["session_history_rejected"]
         _row("history problem", f"{_text(r.get('at'))}: {_text(r.get('reason'))} (its raw text is kept in "
                                 f"{_text(r.get('raw_kept_at'))})")
+    for d in report.get("history_damaged") or []:
+        _row("HISTORY DAMAGED", f"entry {_text(d.get('position'))} of session_history is not readable JSON "
+                                f"(session {_text(d.get('id'), 'unknown')}); it is listed as damaged, and its karma "
+                                f"stays readable with brainstem karma")
     _row("failing in a row", _text(report["failing_in_a_row"]))
     _row("spent today", f"{_usd(report['cost_today'])} of {_usd(report['daily_ceiling'], 2)} (per session at most "
                         f"{_usd(report['session_ceiling'], 2)})")
@@ -421,10 +425,11 @@ def status(c: Ctx, as_json: bool) -> None:
                                       f"corrects today's spend for this call alone.")
     refused = report.get("secret_refusals") or {}
     if refused.get("total"):
-        _row("SECRET REFUSED", f"{refused['total']} time(s), {refused['today']} today: code sent a secret's value "
-                               f"(last: {_text(refused.get('last_tool'))} at {_text(refused.get('last_at'))}); it "
-                               f"was stopped and its session's grants withdrawn. Read its karma: "
-                               f"brainstem karma, and look for secret_refused")
+        hold = ("the agent's code is HELD until you clear it: brainstem refusals --clear" if refused.get("held")
+                else "cleared")
+        _row("SECRET REFUSED", f"{refused['total']} time(s), {refused['today']} today: code met secret text it "
+                               f"could only have by a leak or a guess (last: {_text(refused.get('last_tool'))} at "
+                               f"{_text(refused.get('last_at'))}); {hold}. Look for secret_refused in its karma")
     if report["reviews_pending"]:
         _row("REVIEW", f"{report['reviews_pending']} run(s) of supervised tools wait for your verdict: "
                        f"brainstem review")
@@ -761,7 +766,7 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
         raise click.UsageError("give exactly one of VALUE or --file")
     text = file_.read() if file_ is not None else value
     check_key(key)
-    check_value(key, text)  # config:reflexes: rules or nothing, whoever writes them
+    check_value(c.store, key, text, agent=False)  # config:reflexes: rules or nothing, whoever writes them
     if key == keys.SOUL and not force_soul:
         raise BrainstemError("soul is immutable; to replace it deliberately, add --force-soul")
     if as_json:
@@ -1056,10 +1061,12 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
 
 
 from .commands.dashboard import dashboard  # noqa: E402
+from .commands.refusals import refusals  # noqa: E402
 from .commands.replay import replay  # noqa: E402
 from .commands.review import review  # noqa: E402
 
 cli.add_command(dashboard)
+cli.add_command(refusals)
 cli.add_command(replay)
 cli.add_command(review)
 

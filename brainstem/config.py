@@ -5,15 +5,18 @@ A missing field takes the built-in default; a value that is not JSON, or is
 the wrong shape, falls back to the built-in defaults whole and the reason is
 recorded, so a broken config never stops the agent from waking (or makes it
 wake every tick). Operator ceilings are applied elsewhere (``budget.py``):
-nothing here can raise them.
+nothing here can raise them. Prices are read for metering through
+:func:`effective_models`, which never lets the agent's ``config:models`` price a
+call below the operator's.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from . import keys
 from .kv.base import Store
@@ -108,6 +111,8 @@ class Models(_Loose):
     models: list[ModelInfo] = Field(default_factory=list)
     alias_map: dict[str, str] = Field(default_factory=dict)
     fallback_model: str | None = None
+    # The dearest prices of the operator's list (see effective_models): a model unknown here costs no less.
+    _floor: tuple[float, float] = PrivateAttr(default=(0.0, 0.0))
 
     @field_validator("models")
     @classmethod
@@ -134,7 +139,8 @@ class Models(_Loose):
         ins = [m.input_cost_per_mtok for m in self.models if m.input_cost_per_mtok is not None]
         outs = [m.output_cost_per_mtok for m in self.models if m.output_cost_per_mtok is not None]
         # With no price known at all, assume a frontier model's list price rather than free.
-        return (max(ins) if ins else 15.0, max(outs) if outs else 75.0)
+        return (max([*ins, self._floor[0]]) if ins else max(15.0, self._floor[0]),
+                max([*outs, self._floor[1]]) if outs else max(75.0, self._floor[1]))
 
     def prices(self, model_id: str) -> tuple[float, float]:
         m = self.info(model_id)
@@ -197,7 +203,101 @@ def load_defaults(store: Store, problems: list[str]) -> Defaults:
 
 
 def load_models(store: Store, problems: list[str]) -> Models:
+    """``config:models`` as the agent wrote it; what calls are priced at is :func:`effective_models`."""
     return load_model(store, keys.CONFIG_MODELS, Models, problems)
+
+
+# The operator's newest price list, once seen in the history: the floor stays the operator's even after
+# the agent's own writes have pushed that version out of the (bounded) history.
+OPERATOR_MODELS = keys.OPERATOR_MODELS
+
+
+def effective_models(store: Store, problems: list[str]) -> Models:
+    """The price list every call is metered by: the agent's ``config:models``, with each model priced at
+    no less than the operator's list prices it, and capped at no more output tokens than it allows.
+
+    The agent may raise a price, never lower one: a model the operator's list does not know costs at
+    least that list's dearest price, as an unknown model does. The operator's list is the
+    ``config:models`` the operator last wrote (``kv put``, ``rollback``, ``seed``; or the value it had
+    before anything was recorded), else the shipped ``prompts_seed/config/models.json``."""
+    return floor_models(load_models(store, problems), operator_models(store), problems)
+
+
+def floor_models(agent: Models, floor: Models, problems: list[str] | None = None) -> Models:
+    priced = []
+    lowered = []
+    for m in agent.models:
+        a_in, a_out = agent.prices(m.id)
+        f_in, f_out = floor.prices(m.id)
+        known = floor.info(m.id)
+        cap = known.max_output_tokens if known is not None else None
+        limit = m.max_output_tokens if cap is None else min(m.max_output_tokens or cap, cap)
+        if a_in < f_in or a_out < f_out or limit != m.max_output_tokens:
+            lowered.append(m.id)
+        priced.append(m.model_copy(update={"input_cost_per_mtok": max(a_in, f_in),
+                                           "output_cost_per_mtok": max(a_out, f_out), "max_output_tokens": limit}))
+    out = agent.model_copy(update={"models": priced})
+    out._floor = floor.highest_prices()
+    if lowered and problems is not None:
+        problems.append(f"{keys.CONFIG_MODELS} prices {', '.join(lowered[:5])}{' ...' if len(lowered) > 5 else ''} "
+                        f"below the operator's list (or lets more output tokens); the operator's prices and "
+                        f"limits are used")
+    return out
+
+
+def operator_models(store: Store) -> Models:
+    """The operator's price list (see :func:`effective_models`)."""
+    from .errors import BrainstemError
+    from .versions import versions
+
+    history = versions(store, keys.CONFIG_MODELS)
+    if not history:  # every agent write is recorded, so with none recorded the value is the operator's
+        try:
+            mark: dict | None = {"version": 0, "value": store.get_text(keys.CONFIG_MODELS)}
+        except BrainstemError:
+            mark = None
+    else:
+        mine = next((v for v in reversed(history) if _by_operator(v)), None)
+        mark = None if mine is None else {"version": mine["version"], "at": mine.get("at"), "value": mine.get("value")}
+    if mark is None:
+        pinned = store.get_json(OPERATOR_MODELS, default=None)
+        mark = pinned if isinstance(pinned, dict) else None
+    elif store.get_json(OPERATOR_MODELS, default=None) != mark:
+        try:
+            store.put(OPERATOR_MODELS, mark)
+        except BrainstemError:  # a read-only store: what the history says still holds this time
+            pass
+    found = _models_or_none(mark.get("value")) if mark is not None else None
+    return found if found is not None else shipped_models()
+
+
+def _by_operator(version: dict) -> bool:
+    source = str(version.get("source") or "")
+    return not version.get("session_id") and (source == "initial" or source.startswith(("operator", "seed")))
+
+
+def _models_or_none(text: Any) -> Models | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return Models.model_validate(json.loads(text))
+    except Exception:  # noqa: BLE001 - not a valid list: the shipped one is the floor
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_text() -> str | None:
+    from .seed import seed_dirs
+
+    try:
+        return (seed_dirs()[0] / "config" / "models.json").read_text()
+    except Exception:  # noqa: BLE001 - no seed files: every model is priced as the unknown are
+        return None
+
+
+def shipped_models() -> Models:
+    """The price list that ships in ``prompts_seed/config/models.json``."""
+    return _models_or_none(_shipped_text()) or Models()
 
 
 def max_effort(*efforts: str | None) -> str:

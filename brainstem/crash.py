@@ -15,6 +15,7 @@ from collections.abc import Callable
 from . import events, keys, outcomes, session_history, unrecorded
 from . import karma as karma_mod
 from .kv.base import Store
+from .lock import host_name
 from .untrusted import untrusted
 
 CRASH_ENTRIES = 40
@@ -68,7 +69,15 @@ def close_dead(store: Store, crumb: dict, detected_by: str,
             store, crumb, note["outcome"], detected_by=detected_by, on_reject=on_reject,
             reason=note.get("reason"), operator_action=outcomes.operator_action(note["outcome"]))
         unrecorded.forget(store.display_url, crumb["id"])
-    else:
+    elif crumb.get("host") and crumb.get("host") != host_name():
+        # Another host stopped renewing its lease: it may have died, or frozen, or lost the store or the
+        # network while its session ran on. From here that cannot be told apart, and none of it is the
+        # agent's doing: not a crash, and it never counts towards auto-restore.
+        closed = session_history.close_dead_session(
+            store, crumb, outcomes.HOST_LOST, detected_by=detected_by, on_reject=on_reject,
+            reason=f"host {crumb.get('host')!r} stopped renewing the wake lease"[:300],
+            operator_action=outcomes.operator_action(outcomes.HOST_LOST))
+    else:  # on this host, its process is gone: it crashed
         closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by,
                                                     on_reject=on_reject)
     # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.

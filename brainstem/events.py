@@ -7,6 +7,7 @@ them and their scripts rely on them, so a name never changes once released.
 SESSION_START = "session_start"
 SESSION_END = "session_end"
 CRASH_DETECTED = "crash_detected"
+HISTORY_DAMAGED = "history_damaged"  # a session_history entry is not readable JSON (listed as damaged; once each)
 LEASE_LOST = "lease_lost"  # the session's wake lease ran out or was taken over: it stopped, its end left to the next
 GROUND_TRUTH = "ground_truth"
 EFFORT = "effort"

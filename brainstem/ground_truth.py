@@ -90,12 +90,13 @@ def effort_for(base: str, fired: list[Tripwire]) -> str:
     return max((lv for lv in levels if lv in EFFORT_ORDER), key=EFFORT_ORDER.index, default="low")
 
 
-def read_world(settings, store, karma, agent_kv, meter, timeout: float) -> dict:
+def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run: bool = False) -> dict:
     """The session's ground truth: LLM credit and USDC balance (each through the agent's own checker
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
-    recorded in karma and kept for ``status``."""
+    recorded in karma and kept for ``status``. The agent's checkers are code under the operator's mode
+    floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them."""
+    from .kv import lineage
     from .llm.adapters import checked_number
-    from .tools import ToolPolicy
 
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
 
@@ -113,13 +114,14 @@ def read_world(settings, store, karma, agent_kv, meter, timeout: float) -> dict:
 
         return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
 
-    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [karma.redact.add(n, v)
-                                                                                          for n, v in granted.items()])
+    floors = settings.mode_floors()
 
     def dynamic_or(name, fallback):
         # The agent's own checker first (sandboxed), the hard-coded one when it fails.
         # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
-        return lambda: checked_number(store, name, fallback, agent_kv, karma.record, policy, timeout / 2)
+        floor = lineage.floor(store, f"provider:{name}", floors)
+        return lambda: checked_number(store, name, fallback, agent_kv, karma.record, policy, timeout / 2,
+                                      mode_floor=floor, dry_run=dry_run)
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}

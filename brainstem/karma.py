@@ -20,7 +20,7 @@ from typing import Any
 
 from . import events, keys
 from .kv.base import Store
-from .lock import host_name
+from .lock import host_name, process_identity
 from .secrets import replacer, secret_forms
 from .sleep import iso, now_utc
 
@@ -168,7 +168,8 @@ def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
 
 def begin_session(store: Store, session_id: str, **info: Any) -> dict:
     """Mark a session as in progress. Present at the next wake means it died."""
-    crumb = {"id": session_id, "started_at": utcnow_iso(), "pid": os.getpid(), "host": host_name(), **info}
+    crumb = {"id": session_id, "started_at": utcnow_iso(), "pid": os.getpid(), "host": host_name(),
+             "proc": process_identity(os.getpid()), **info}
     store.put(keys.SESSION_CURRENT, crumb)
     store.put(keys.SESSION_LAST_STARTED, session_id)
     return crumb

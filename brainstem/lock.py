@@ -74,6 +74,37 @@ def holder_is_dead(owner: str) -> bool:
     return False
 
 
+def process_identity(pid: int) -> str | None:
+    """Who process ``pid`` on this host is (boot and start time), so a reused pid is not taken for the
+    same process; None when there is no such process (or no /proc to tell)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return f"{boot}:{fields[19]}" if len(fields) > 19 else None
+
+
+def session_alive_here(crumb: dict) -> bool:
+    """Whether the session a breadcrumb names is still running on this host: its process is alive (the
+    same process, not a reused pid) and, in this very process, its lease token still held. It answers
+    without the store's clocks, so a wake whose clock runs ahead never takes a live session for dead."""
+    pid = crumb.get("pid")
+    if crumb.get("host") != host_name() or not isinstance(pid, int) or isinstance(pid, bool):
+        return False
+    if pid == os.getpid():
+        with _LIVE_LOCK:
+            return crumb.get("lease") in _LIVE_TOKENS
+    identity = process_identity(pid)
+    if identity is None:
+        return False
+    recorded = crumb.get("proc")
+    return recorded is None or recorded == identity
+
+
 def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
     with _LIVE_LOCK:
         _LIVE_TOKENS.add(token)  # ours from before the store has it: never mistaken for a dead holder

@@ -95,4 +95,8 @@ class _SpendCollector:
 
 def serve(metrics: Metrics, port: int, host: str = "127.0.0.1"):
     """Serve ``/metrics`` in a daemon thread; returns (server, thread)."""
-    return start_http_server(port, addr=host, registry=metrics.registry)
+    from .sandbox import own_ports
+
+    server = start_http_server(port, addr=host, registry=metrics.registry)
+    own_ports.register(server[0].server_port if isinstance(server, tuple) else port)  # tools never fetch it
+    return server

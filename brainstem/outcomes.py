@@ -22,11 +22,12 @@ LLM_AUTH_FAILED = "llm_auth_failed"    # the LLM endpoint refused the key (401/4
 LLM_NO_CREDIT = "llm_no_credit"        # the LLM account is out of credit (402)
 LLM_UNAVAILABLE = "llm_unavailable"    # the LLM endpoint is down: 5xx, 429 after retries, network, timeouts
 LLM_BAD_RESPONSE = "llm_bad_response"  # the LLM endpoint answered, but not with a chat completion
-STORE_UNAVAILABLE = "store_unavailable"  # the store became unreachable mid-session
+STORE_UNAVAILABLE = "store_unavailable"  # the store became unreachable (or full, or read-only) mid-session
+HOST_LOST = "host_lost"                # its host stopped renewing its lease (died, froze, cut off); taken over
 HANDLED_BY_REFLEX = "handled_by_reflex"  # a reflex ran its tools and slept: no plan, no LLM call, no history entry
 
-ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, ERROR, CRASHED, INTERRUPTED, LLM_AUTH_FAILED, LLM_NO_CREDIT,
-       LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
+ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, ERROR, CRASHED, HOST_LOST, INTERRUPTED, LLM_AUTH_FAILED,
+       LLM_NO_CREDIT, LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
 
 # The agent's own failures: three in a row and auto-restore puts back the last clean versions.
 FAILING = (CRASHED, NO_PLAN, ERROR)
@@ -45,6 +46,8 @@ OPERATOR_ACTION = {
                      "it is a passing outage; if it persists check OPENROUTER_BASE_URL and the network",
     LLM_BAD_RESPONSE: "the LLM endpoint answered with something that is not a chat completion: check that "
                       "OPENROUTER_BASE_URL points at an OpenAI-compatible API (…/api/v1)",
+    HOST_LOST: "the session's host stopped renewing its wake lease (it died, froze, or lost the network or the "
+               "store) and another host took the agent over: check that host; the agent goes on elsewhere",
     STORE_UNAVAILABLE: "the store became unreachable mid-session: check BRAINSTEM_KV (the Redis server, "
                        "the disk); the agent retries on its own",
 }
@@ -76,12 +79,13 @@ def fault_backoff(streak: int, default_sleep: float) -> float:
 
 
 def crash_streak(entries: list) -> int:
-    """How many sessions in a row, at the end of ``entries`` (session history), crashed."""
+    """How many sessions in a row, at the end of ``entries`` (session history), died mid-session (crashed,
+    or lost with their host: a session that takes its host down each time must back off all the same)."""
     n = 0
     for h in reversed(entries):
         if not isinstance(h, dict):
             continue
-        if h.get("outcome") != CRASHED:
+        if h.get("outcome") not in (CRASHED, HOST_LOST):
             break
         n += 1
     return n

@@ -313,20 +313,6 @@ def _touches(ops: Any, names: tuple[str, ...]) -> bool:
                                          for op in ops)
 
 
-def _lowers_gate(defaults_text: str | None, current: int) -> str | None:
-    """Why a staged config:defaults is refused for lowering the gate, or None."""
-    if defaults_text is None:
-        return None
-    try:
-        staged = Defaults.model_validate_json(defaults_text).deep_reflect.replay_gate_sessions
-    except ValidationError:
-        return None  # an invalid config is rejected on its own path
-    if staged < current:
-        return (f"deep_reflect.replay_gate_sessions may not be lowered by the agent ({current} -> {staged}); "
-                "the operator can: brainstem kv put config:defaults")
-    return None
-
-
 def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None) -> str | None:
     """Replay recent clean sessions against the orient prompt and config a reflection proposes (its own
     fields, or ``kv_operations`` putting or renaming into those keys), before any of it applies. Returns
@@ -342,13 +328,11 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     is shown it."""
     from . import replay
     from .kv.base import encode
+    from .kv.guarded import check_value
 
-    staged: dict[str, str] = {}
-    for op in kv_operations if isinstance(kv_operations, list) else []:
-        if isinstance(op, dict) and op.get("op") == "put" and op.get("key") in GATED_KEYS:
-            staged[op["key"]] = encode(op.get("value"))
-        elif isinstance(op, dict) and op.get("op") == "rename" and op.get("value") in GATED_KEYS:
-            staged[op["value"]] = staged.get(str(op.get("key"))) or session.store.get(str(op.get("key"))) or ""
+    # What the batch leaves in the gated keys, however it gets there (put, rename, copy); a batch the
+    # store view refuses is not replayed: applying it records the refusal.
+    staged = {k: v or "" for k, v in session.agent_kv.staged(kv_operations).items() if k in GATED_KEYS}
     if merged is not None:
         staged[keys.CONFIG_DEFAULTS] = encode(merged)
     if proposed is not None:
@@ -356,10 +340,12 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     n = session.defaults.deep_reflect.replay_gate_sessions
     if not staged or session.mode == "replay":
         return None
-    lowered = _lowers_gate(staged.get(keys.CONFIG_DEFAULTS), n)
-    if lowered is not None:
-        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, source="reflection", reason=lowered)
-        return lowered
+    for key, text in staged.items():
+        try:
+            check_value(session.store, key, text, agent=True)  # the gate itself may not be lowered
+        except KVWriteRefused as exc:
+            session.record(events.CONFIG_REJECTED, key=key, source="reflection", reason=str(exc))
+            return str(exc)
     if n <= 0:
         return None
     # Within this session's own time (and its lock): never more than half of what is left.

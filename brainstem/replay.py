@@ -270,8 +270,8 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
     """Run ``recording`` again in an overlay of ``store``, with ``staged`` keys put there first;
     ``max_seconds`` caps its time budget (the gate runs inside a session's own)."""
     from . import wake as lifecycle
-    from .budget import add_daily, daily_spent
-    from .config import load_defaults, load_models
+    from .budget import DailyLedger, daily_spent
+    from .config import effective_models, load_defaults
     from .karma import Karma, Redactor
     from .kv.guarded import AgentKV
     from .kv.overlay import OverlayStore
@@ -291,7 +291,7 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
         overlay.append(keys.karma(sid), karma_mod.encode_entry(e))
     soul, orient_template = lifecycle.check_ready(overlay, settings, need_key=live)
     problems: list[str] = []
-    defaults, models = load_defaults(overlay, problems), load_models(overlay, problems)
+    defaults, models = load_defaults(overlay, problems), effective_models(overlay, problems)
     left_today = finite_or(recording.start.get("daily_budget_left"), settings.max_daily_cost)
     if live:
         left_today = min(left_today, max(0.0, settings.max_daily_cost - daily_spent(store)))
@@ -312,12 +312,10 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
     answers = RecordedAnswers(recording, karma.record, live=lifecycle.hardcoded_provider(settings) if live else None,
                               assume=assume)
 
-    def on_cost(cost: float) -> None:
-        if answers.last_live:  # real money: today's spend; recorded answers cost nothing today
-            add_daily(store, cost)
-
+    if live:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
+        budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
     session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul, providers=[answers],
-                      fallback_model=defaults.execution.fallback_model or models.fallback_model, on_cost=on_cost,
+                      fallback_model=defaults.execution.fallback_model or models.fallback_model,
                       call_timeout=settings.llm_timeout)
     _track_place(session.llm, answers)
     run_ = lifecycle._Run(store=overlay, settings=settings, karma=karma, id=sid, number=session.number,

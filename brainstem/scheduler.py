@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -145,8 +146,31 @@ class Runner:
             self.agents.append(agent)
         self.stopping = threading.Event()
 
-    def check_agents(self) -> None:
-        """Refuse to start for an agent that does not exist (no soul under its prefix)."""
+    def check_agents(self) -> bool:
+        """Refuse to start for an agent that does not exist (no soul under its prefix). A store that cannot
+        be reached yet is waited for (a daemon started with its Redis, or before it), with one log line;
+        False when a signal stopped the wait."""
+        delay, said = 1.0, False
+        previous = {s: signal.signal(s, lambda *_: self.stopping.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while True:
+                try:
+                    self._check_agents()
+                    if said:
+                        log.info("the store is reachable; starting")
+                    return True
+                except StoreUnavailable as exc:
+                    if not said:
+                        log.error("the store is unavailable; waiting for it (retrying with backoff): %s", exc)
+                        said = True
+                if self.stopping.wait(delay):
+                    return False
+                delay = min(30.0, delay * 2)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _check_agents(self) -> None:
         for a in self.agents:
             store = open_store(self.settings.kv, prefix=a.prefix)
             if not (store.get(keys.SOUL) or "").strip():
@@ -255,7 +279,9 @@ class Runner:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         trigger = make_trigger(every, cron, jitter)
-        self.check_agents()
+        if not self.check_agents():
+            log.info("stopped")
+            return 0
         if self.metrics is not None:
             from .budget import daily_spent
 
@@ -322,14 +348,25 @@ class Runner:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
         from . import karma as karma_mod
         from . import outcomes, session_history
+        from .lock import host_name
 
+        store = agent.store
         try:
-            crumb = karma_mod.unfinished_session(agent.store)
+            crumb = karma_mod.unfinished_session(store)
             if crumb and crumb.get("id"):
-                session_history.close_dead_session(agent.store, crumb, outcomes.INTERRUPTED,
+                session_history.close_dead_session(store, crumb, outcomes.INTERRUPTED,
                                            reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
-                karma_mod.end_session(agent.store, crumb["id"])
-            log.warning("%s: session still running after the grace period; recorded as interrupted",
-                        agent.name or "default")
+                # As a session interrupted in time would leave it: due again a minute on, not at the
+                # pessimistic advance it set when it began.
+                store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
+                                             "sleep_seconds": 60, "set_by": crumb["id"]})
+                karma_mod.end_session(store, crumb["id"])
+            # Its lease is this process's: let it go now, or the next runtime waits out its time to live
+            # (and a call that comes back later finds its writes refused: the lease is no longer its own).
+            owner = store.lock_owner(keys.WAKE_LOCK)
+            if owner and owner.startswith(f"{host_name()}:{os.getpid()}:"):
+                store.release_lock(keys.WAKE_LOCK, owner)
+            log.warning("%s: session still running after the grace period; recorded as interrupted, its "
+                        "lease released", agent.name or "default")
         except StoreUnavailable:
             pass

@@ -11,8 +11,9 @@ A secret is found:
 * in any letter case;
 * in its common encodings: base64 (standard and URL-safe, at any alignment),
   hex, URL escaping, JSON ``\\u``/``\\x``/``\\/`` escapes, HTML entities, and
-  reversed; escapes are decoded in a view of the text, so a value spelled
-  with a mix of them is still found;
+  reversed; escapes, hex and base64 are decoded in views of the text, so a
+  value spelled with a mix of them, or whose letter case changed before it
+  was encoded, is still found;
 * as any run of :data:`MIN_RUN` or more consecutive characters of it (or of
   one of its encodings), so an echo that truncates or splits the value never
   yields a piece of it; a view with whitespace and punctuation squeezed out
@@ -20,7 +21,8 @@ A secret is found:
   not whitespace or punctuation).
 
 A value shorter than :data:`MIN_RUN` is found only whole and exact: its pieces
-would match ordinary text. What is found becomes the running code's own
+would match ordinary text. A run that lies inside a value's public prefix
+(``sk-or-v1-``: the same in every key of its kind) is not secret text. What is found becomes the running code's own
 placeholder when the code holds that secret and the whole value came back,
 and :data:`REMOVED` otherwise.
 
@@ -54,6 +56,8 @@ _ESCAPES = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{
 # so a value that changed letter case before it was encoded is found too.
 _BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{11,}={0,2}")
 _HEX_RUN = re.compile(r"[0-9a-fA-F]{16,}")
+# Short segments ending in a separator, as key formats begin (sk-or-v1-, sk-ant-api03-, ghp_, xoxb-).
+_PUBLIC_PREFIX = re.compile(r"(?:[A-Za-z0-9]{1,5}[-_:.]){1,4}")
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
@@ -62,19 +66,38 @@ def _fold(text: str) -> str:
     return text.translate(_ASCII_LOWER)
 
 
-def forms(value: str) -> set[str]:
-    """``value`` and the encodings of it a plain match would miss (the escapes a view decodes aside)."""
-    out = {value, value[::-1], json.dumps(value)[1:-1], urllib.parse.quote(value, safe=""),
-           urllib.parse.quote_plus(value)}
+def public_prefix(value: str) -> str:
+    """The leading part of a value that is the same in every key of its kind (``sk-or-v1-``, ``ghp_``,
+    ``xoxb-``, a bot id and ``:``): known to anyone, so text that holds only it holds nothing secret."""
+    m = _PUBLIC_PREFIX.match(value)
+    if m is None or m.end() > 14 or len(value) - m.end() < MIN_RUN:
+        return ""
+    return m.group(0)
+
+
+def forms(value: str) -> list[tuple[str, int, int]]:
+    """``value`` and the encodings of it a plain match would miss (the escapes and hex a view decodes
+    aside), each with the span of it that only spells the public prefix."""
+    prefix = public_prefix(value)
+    n, p = len(value), len(prefix)
+    out = [(value, 0, p), (value[::-1], n - p, n)]
+    for encode in (lambda t: json.dumps(t)[1:-1], lambda t: urllib.parse.quote(t, safe=""),
+                   urllib.parse.quote_plus):
+        out.append((encode(value), 0, len(encode(prefix))))
     data = value.encode("utf-8")
-    out |= {binascii.hexlify(data).decode(), binascii.hexlify(data[::-1]).decode()}
     for enc in (base64.b64encode, base64.urlsafe_b64encode):
         for lead in range(3):  # the value at each alignment inside a longer encoded blob
             text = enc(b"\0" * lead + data).decode()
             first, last = -(-lead // 3), (lead + len(data)) // 3
-            out.add(text[4 * first:4 * last])
-        out.update({enc(data).decode(), enc(data).decode().rstrip("=")})
-    return {f for f in out if f}
+            out.append((text[4 * first:4 * last], 0, 0))
+        out += [(enc(data).decode(), 0, 0), (enc(data).decode().rstrip("="), 0, 0)]
+    return [f for f in out if f[0]]
+
+
+def _grams(text: str, public: tuple[int, int]) -> set[str]:
+    """Every run of :data:`MIN_RUN` characters of ``text`` but those inside its public span."""
+    lo, hi = public
+    return {text[i:i + MIN_RUN] for i in range(len(text) - MIN_RUN + 1) if not (lo <= i and i + MIN_RUN <= hi)}
 
 
 def _decode_escape(m: re.Match) -> str:
@@ -168,18 +191,19 @@ class _Detector:
                 short[value] = label
                 continue
             entry = []
-            for form in forms(value):
+            for form, lo, hi in forms(value):
                 folded = _fold(form)
                 squeezed = _SEPARATORS.sub("", folded)
                 entry.append((folded, squeezed))
-                grams.update(folded[i:i + MIN_RUN] for i in range(len(folded) - MIN_RUN + 1))
-                squeezed_grams.update(squeezed[i:i + MIN_RUN] for i in range(len(squeezed) - MIN_RUN + 1))
+                grams |= _grams(folded, (lo, hi))
+                squeezed_span = (len(_SEPARATORS.sub("", folded[:lo])), len(_SEPARATORS.sub("", folded[:hi])))
+                squeezed_grams |= _grams(squeezed, squeezed_span)
             self.long[label] = entry
         byte_grams = set()
         for _label, value in secrets:
-            for form in (value, value[::-1]):
-                raw = _fold(form.encode("utf-8").decode("latin-1"))
-                byte_grams.update(raw[i:i + MIN_RUN] for i in range(len(raw) - MIN_RUN + 1))
+            raw = _fold(value.encode("utf-8").decode("latin-1"))
+            p = len(public_prefix(value).encode("utf-8"))
+            byte_grams |= _grams(raw, (0, p)) | _grams(raw[::-1], (len(raw) - p, len(raw)))
         self.bytes = re.compile(_trie_pattern(byte_grams)) if byte_grams else None
         self.grams = re.compile(_trie_pattern(grams)) if grams else None
         self.squeezed = re.compile(_trie_pattern(squeezed_grams)) if squeezed_grams else None

@@ -14,6 +14,7 @@ from typing import Any
 from .budget import Budget
 from .config import Defaults, Models
 from .karma import Karma
+from .kv import lineage
 from .kv.base import Store
 from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM
@@ -55,11 +56,12 @@ class Session:
                               result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
             self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
-        floors = self.settings.mode_floors()  # the operator's BRAINSTEM_TOOL_MODES: a tool's own entry, else *
+        # The operator's BRAINSTEM_TOOL_MODES, following the code through renames and copies.
+        floor = lineage.floor(self.store, name, self.settings.mode_floors()) if isinstance(name, str) else None
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
                         on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
-                        on_supervised=supervised, mode_floor=floors.get(name, floors.get("*")))
+                        on_supervised=supervised, mode_floor=floor)
 
     def policy(self) -> ToolPolicy:
         if self.tool_policy is None:

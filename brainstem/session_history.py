@@ -17,6 +17,7 @@ moves it into the log (resumably: a copy is kept until the move is done).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -97,18 +98,54 @@ def _parse_value(raw: str) -> tuple[list[dict], str | None]:
 
 
 def _parse_log(store: Store, raws: list[str], start: int) -> tuple[list[dict], str | None]:
-    """Log entries from position ``start`` on; those before the retention cursor are marked ``karma_expired``."""
+    """Log entries from position ``start`` on; those before the retention cursor are marked ``karma_expired``.
+    An entry that is not a JSON object (damaged in place) stays in the list as a ``damaged`` entry with
+    what can be read of it (its id, its number), so the session, and its karma, stay reachable."""
     cursor = _cursor(store)
     out, bad = [], 0
     for i, raw in enumerate(raws, start):
         entry = _entry(raw)
         if entry is None:
             bad += 1
-            continue
+            entry = damaged_entry(raw, i)
         if i < cursor:
             entry["karma_expired"] = True
         out.append(entry)
-    return out, (f"session_history had {bad} entries that were not JSON objects; skipped them" if bad else None)
+    return out, (f"session_history has {bad} damaged entries (not JSON objects); they are listed as damaged"
+                 if bad else None)
+
+
+_ID_IN_TEXT = re.compile(r'"id"\s*:\s*"([0-9]{1,12}-[0-9a-zA-Z]{1,32})"')
+
+
+def damaged_entry(raw: str, position: int) -> dict:
+    """What a damaged history entry still tells: the session's id and number when its text holds them."""
+    m = _ID_IN_TEXT.search(raw or "")
+    sid = m.group(1) if m else None
+    return {"id": sid, "number": int(sid.split("-", 1)[0]) if sid else None, "outcome": "unknown", "damaged": True,
+            "position": position, "raw": (raw or "")[:300]}
+
+
+def damaged(entries: list[dict]) -> list[dict]:
+    """The damaged entries among ``entries`` (see :func:`damaged_entry`)."""
+    return [e for e in entries if e.get("damaged") is True]
+
+
+DAMAGE_REPORTED = "stats:history_damage_reported"  # positions of damaged entries already in some karma
+
+
+def unreported_damage(store: Store, window: int = 64) -> list[dict]:
+    """Damaged entries among the last ``window`` that no session's karma has reported yet; marks them
+    reported, so each is recorded once, by the next session to find it."""
+    found = damaged(recent(store, window))
+    if not found:
+        return []
+    seen = store.get_json(DAMAGE_REPORTED, default=None)
+    seen = set(seen) if isinstance(seen, list) else set()
+    new = [d for d in found if d.get("position") not in seen]
+    if new:
+        store.put(DAMAGE_REPORTED, sorted(seen | {d["position"] for d in new})[-200:])
+    return new
 
 
 def _entry(raw: str) -> dict | None:

@@ -97,6 +97,8 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                                       "raw_kept_at": keys.REJECTED_SESSION_HISTORY}
                                      if isinstance(rejected, dict) else None),
         "failing_in_a_row": len(failing_streak(hist)),
+        "history_damaged": [{"position": e.get("position"), "id": e.get("id")}
+                            for e in session_history.damaged(hist)] or None,
         "cost_today": round(daily_spent(store), 6),
         "daily_ceiling": settings.max_daily_cost,
         "session_ceiling": settings.max_session_cost,

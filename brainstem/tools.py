@@ -34,6 +34,7 @@ MAX_TIMEOUT_MS = 300_000
 # bounded, so a session of large pages does not bloat the flight recorder.
 FETCH_RECORD_CHARS = 16_000
 FETCH_RECORD_HEADERS = 40
+FETCH_RECORD_MIN_BYTES = 200  # what a karma entry costs at the least, counted against the write quotas
 
 
 class ToolMeta(BaseModel):
@@ -171,16 +172,18 @@ class ToolPolicy:
 def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
                            on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolPolicy:
     """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
-    requests metered under one session's ceiling and today's, counted towards today's spend."""
-    from .budget import Budget, add_daily, daily_spent
-    from .config import load_models
+    requests metered under one session's ceiling and today's (each held against today's in the store
+    before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
+    from .budget import Budget, DailyLedger, daily_spent
+    from .config import effective_models
     from .llm.meter import WireMeter
 
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
-                    max_duration=settings.max_session_seconds, reserve_fraction=0.0)
-    meter = WireMeter(models=load_models(store, []), budget=budget, record=record,
-                      llm_base_url=settings.openrouter_base_url, on_cost=lambda c: add_daily(store, c))
+                    max_duration=settings.max_session_seconds, reserve_fraction=0.0,
+                    daily=DailyLedger(store, settings.max_daily_cost))
+    meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
+                      llm_base_url=settings.openrouter_base_url)
     return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
 
 
@@ -201,13 +204,12 @@ class ToolServices:
         self._policy = policy
         self._on_read = on_read
         self._written = 0
-        bindings = policy.bindings
-        if policy.withdrawn:
-            bindings = {}  # withdrawn for the rest of the session: every ask is a secret_not_granted
-            record(events.SECRET_NOT_GRANTED, tool=name, secret_name="*",
-                   reason=f"withdrawn for the rest of this session: {policy.withdrawn.get('tool')} sent a "
-                          f"secret's value")
-        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=bindings,
+        self._explained: set[str] = set()  # the secrets put into the fetch in progress: its echo is expected
+        if policy.withdrawn or refusals.held(store):
+            # Code met a secret's value: no code of this agent runs again until the operator has looked, so
+            # whether it was stopped confirms one guess, once (`brainstem refusals`).
+            raise ToolError(refusals.HELD_MESSAGE)
+        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
                             read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
                             public=policy.public)
         if policy.on_secrets is not None:
@@ -217,26 +219,35 @@ class ToolServices:
         self.scrubber = Scrubber(held, self.grants.placeholders(), opaque=map(placeholder_for, held))
 
     # --- the one way in and out of the sandbox (see brainstem.sandbox.runner.Services) ---
-    def scrub(self, value: Any) -> Any:
+    def scrub(self, value: Any, explained: set[str] | frozenset[str] = frozenset()) -> Any:
+        """``value`` as the code may see it. Secret text in it that the code's own request explains (a
+        bound host echoing what was put in) is replaced; any other means the code arranged to be handed
+        it (a guess echoed by a server it controls, say): stopped, as for sending it."""
+        held = self.scrubber.holds(value)
+        if not held:
+            return value
+        unexplained = [label for label in held if label not in explained]
+        if unexplained:
+            self.refuse_value(unexplained, direction="in")
         return self.scrubber.clean(value)
 
     def inspect(self, value: Any) -> None:
         held = self.scrubber.holds(value)
         if held:
-            self.refuse_value(held)
+            self.refuse_value(held, direction="out")
 
     def refuse_value(self, labels: list[str], **where: Any) -> None:
-        """Code sent (or tried to send) a secret's value: record it, withdraw every grant of the session,
-        and stop the code at once. It gets no answer to learn from."""
+        """Code sent (or was about to be handed) secret text it cannot account for: record it, hold all
+        of the agent's code until the operator has looked, and stop it at once, with no answer."""
         from .sandbox import StopExecution
 
         self._record(events.SECRET_REFUSED, tool=self.name, secrets=labels, **where,
-                     reason="the code sent a secret's value (or a piece of one), which it can only have "
-                            "through a leak or a guess; stopped, and the session's grants are withdrawn")
+                     reason="secret text the code can only have through a leak or a guess; stopped, and the "
+                            "agent's code is held until the operator clears it (brainstem refusals --clear)")
         self._policy.withdrawn.setdefault("tool", self.name)
         refusals.note(self._store, self.name)
-        raise StopExecution("stopped: it sent the value of a secret (secret_refused); no code of this session "
-                            "is granted secrets any more")
+        where_found = "in what it sent" if where.get("direction") == "out" else "in what it was to be handed"
+        raise StopExecution(f"stopped: secret text {where_found} (secret_refused); {refusals.HELD_MESSAGE}")
 
     # --- ctx.kv ---
     def _read_key(self, key: str) -> str:
@@ -273,6 +284,16 @@ class ToolServices:
         self._charge_quota(full, size)
         self._kv.put(full, value, source=f"tool:{self.name}")
 
+    def _charge_record(self, what: str, size: int) -> None:
+        """What the runtime records for the code (fetch answers, log lines) counts against the write
+        quotas too, so karma stops growing at them: past them the code ends, ``quota_exceeded``."""
+        from .sandbox import StopExecution
+
+        try:
+            self._charge_quota(f"karma ({what})", size)
+        except QuotaExceeded as exc:
+            raise StopExecution(f"stopped: quota_exceeded: {exc}") from None
+
     def _charge_quota(self, key: str, size: int) -> None:
         p = self._policy
         if self._written + size > p.tool_write_quota:
@@ -305,6 +326,8 @@ class ToolServices:
 
         trace: list = []
         t0 = time.monotonic()
+        self._explained = set()
+        self._charge_record("fetch", FETCH_RECORD_MIN_BYTES)  # no request goes out once the quota is spent
         if self._policy.fetch_replay is not None:
             return self._replayed_fetch(url, method, t0)
         try:
@@ -352,10 +375,20 @@ class ToolServices:
             fields["error"] = error
         if result is not None:
             fields["response"] = recorded_response(result)
+            size = len(json.dumps(fields["response"], ensure_ascii=False, default=str))
+            try:
+                self._charge_record("fetch", size)
+            except Exception:
+                fields["response"] = None  # the record that would pass the quota is kept short
+                fields["quota_exceeded"] = True
+                self._record(events.FETCH, **fields)
+                raise
         self._record(events.FETCH, **fields)
 
     def log(self, message: str) -> None:
-        self._record(events.TOOL_LOG, tool=self.name, message=str(message)[:2000])
+        message = str(message)[:2000]
+        self._charge_record("log", len(message.encode("utf-8")) + FETCH_RECORD_MIN_BYTES)
+        self._record(events.TOOL_LOG, tool=self.name, message=message)
 
 
 def recorded_response(result: dict) -> dict:
@@ -414,6 +447,7 @@ class _FetchGuard:
                            secrets=sorted(g.name for g in self.grants.present(*texts)), reason=str(exc))
             raise EgressDenied(str(exc)) from None
         hop.note["secrets"] = [g.name for g in found]
+        self.s._explained.update(g.label for g in found)
         body = hop.body
         if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found]):
             from .llm.meter import MeterRefused
@@ -450,8 +484,8 @@ class _FetchGuard:
             hop.note["error"] = error
         if "worst_case" in hop.note and self.meter is not None:
             self.meter.after(hop.note, status, text, error, self.s.name)
-        scrub = self.s.scrubber.text
-        return {scrub(k): scrub(v) for k, v in headers.items()}, (scrub(text) if text is not None else None)
+        cleaned = self.s.scrub({"headers": headers, "text": text}, self.s._explained)
+        return cleaned["headers"], cleaned["text"]
 
 
 def _basic_decode(value: str) -> str | None:
@@ -502,7 +536,8 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
-        outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)
+        outcome = _within_quota(name, ToolOutcome(ok=out.ok, value=out.value, error=out.error,
+                                                  duration_ms=out.duration_ms), policy, record)
     except ToolError as exc:
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
@@ -510,6 +545,21 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     if enforce_mode and mode == "supervised" and on_supervised is not None:
         on_supervised(outcome)
     return outcome
+
+
+def _within_quota(name: str, outcome: ToolOutcome, policy: ToolPolicy, record: Callable[..., Any]) -> ToolOutcome:
+    """A result is recorded in karma: it counts against the session's write quota like a write."""
+    if not outcome.ok or outcome.value is None:
+        return outcome
+    size = len(json.dumps(outcome.value, ensure_ascii=False, default=str).encode("utf-8"))
+    used, quota = policy.session_written[0], policy.session_write_quota
+    if used + size <= quota:
+        policy.session_written[0] += size
+        return outcome
+    record(events.QUOTA_EXCEEDED, tool=name, key="karma (result)", bytes=size, written=used, quota=quota)
+    return ToolOutcome(ok=False, error=f"quota_exceeded: its {size}-byte result would pass {quota} bytes "
+                                       f"(BRAINSTEM_SESSION_WRITE_QUOTA, per session; {used} written so far)",
+                       duration_ms=outcome.duration_ms, retryable=False)
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,

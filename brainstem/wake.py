@@ -31,11 +31,18 @@ from typing import Any
 
 from . import __version__, events, keys, outcomes, session_history, unrecorded
 from . import karma as karma_mod
-from .budget import Budget, BudgetExceeded, add_daily, clamp, daily_spent, note_anomaly
-from .config import Defaults, load_defaults, load_models
+from .budget import Budget, BudgetExceeded, DailyLedger, clamp, daily_spent, note_anomaly
+from .config import Defaults, effective_models, load_defaults
 from .context import load_session_context
 from .crash import close_dead
-from .errors import ConfigError, LeaseLost, MalformedValue, NotText, StoreFull, StoreReadOnly, StoreUnavailable
+from .errors import (
+    ConfigError,
+    LeaseLost,
+    LockHeld,
+    MalformedValue,
+    NotText,
+    StoreUnavailable,
+)
 from .executor import Executor
 from .ground_truth import effort_for, fired_tripwires, read_world
 from .interrupt import WakeInterrupted, interruptible, stop_reason
@@ -45,7 +52,7 @@ from .kv.guarded import AgentKV
 from .llm.chokepoint import LLM, LLMError
 from .llm.meter import WireMeter
 from .llm.providers import OpenRouterProvider
-from .lock import Lease, acquire_wake_lock, forget_token, owner_token, use_host_name
+from .lock import Lease, acquire_wake_lock, forget_token, owner_token, session_alive_here, use_host_name
 from .orient import orient, plan_budget
 from .reflect import deep_reflect_due, run_deep_reflect, run_reflect
 from .session import Session
@@ -103,11 +110,14 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
 
 def cascade(settings: Settings, session: Session) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
+    from .kv import lineage
     from .llm.adapters import dynamic_providers
     from .secrets import public_url
 
+    floor = lineage.floor(session.store, "provider:llm", settings.mode_floors())
     dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
-                                base_url=public_url(settings.openrouter_base_url))
+                                base_url=public_url(settings.openrouter_base_url), mode_floor=floor,
+                                dry_run=session.mode == "dry_run")
     return [*dynamic, hardcoded_provider(settings)]
 
 
@@ -126,6 +136,11 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
     use_host_name(settings.hostname)
+    running_here = karma_mod.unfinished_session(store)
+    if running_here is not None and session_alive_here(running_here):
+        # Its process is alive on this host: whatever the lock's clock says, it is not dead.
+        raise LockHeld(f"another wake is running for this agent (session {running_here.get('id')}, pid "
+                       f"{running_here.get('pid')} on this host); not waking twice")
     token = owner_token(uuid.uuid4().hex[:8])
     acquire_wake_lock(store, token, ttl_ms=int(settings.lease_seconds * 1000))
     lease = Lease(store, token, settings.lease_seconds).start()
@@ -244,15 +259,17 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
     # Restore before anything below reads the keys it may put back, so this session runs with them.
     restored = None if dry else auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
-    defaults, models = load_defaults(store, problems), load_models(store, problems)
+    defaults, models = load_defaults(store, problems), effective_models(store, problems)
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = make_budget(defaults, settings, left_today, cancel)
+    # Every metered request holds its worst case against today's ceiling in the store before it goes.
+    budget.daily = DailyLedger(store, settings.max_daily_cost)
     if lease is not None:
         budget.lost = lease.lost  # a lost lease stops the session at its next step or call
         lease.on_lost = lambda lost: _note_store_lost(store, sid, lost)
 
     karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
-    karma_mod.begin_session(store, sid)
+    karma_mod.begin_session(store, sid, lease=lease.token if lease is not None else None)
     run = _Run(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget, defaults=defaults,
                clean_snapshot=snapshot(store), mode=mode, lease=lease)
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
@@ -277,6 +294,10 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
             karma.record(events.AUTO_RESTORE, **restored)
         for p in problems:
             karma.record(events.CONFIG_REJECTED, reason=p)
+        if not dry:
+            for damaged in session_history.unreported_damage(store):
+                karma.record(events.HISTORY_DAMAGED, position=damaged.get("position"), session=damaged.get("id"),
+                             raw=damaged.get("raw"))
         if wake_config is not None and not isinstance(wake_config, dict):
             karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG,
                          reason="wake_config was not a JSON object; repaired")
@@ -291,10 +312,14 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
             note_anomaly(store, anomaly, sid)
 
         meter = WireMeter(models=models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
-                          on_cost=lambda c: add_daily(store, c), on_anomaly=on_anomaly)
+                          on_anomaly=on_anomaly)
+        # One policy for all code of the session, the balance checkers included: grants withdrawn after a
+        # secret_refused stay withdrawn, and the write quota counts once.
+        policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [
+            karma.redact.add(n, v) for n, v in granted.items()])
         # Ground truth is part of the session's time: at most a quarter of it.
-        facts = read_world(settings, store, karma, agent_kv, meter,
-                              timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
+        facts = read_world(settings, store, karma, agent_kv, policy, dry_run=mode == "dry_run",
+                           timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
         context["balances"] = facts["balances"]
         context["kvUsage"] = facts["kvUsage"]
         fired = fired_tripwires(defaults.tripwires, facts)
@@ -310,11 +335,11 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
                                   llm=None, soul=soul, effort=effort,
                                   tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
                                   context=context, mode=mode)
-        session.tool_policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=session.learn_secrets)
+        session.tool_policy = policy
         session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
                     providers=providers if providers is not None else cascade(settings, session),
                     fallback_model=defaults.execution.fallback_model or models.fallback_model,
-                    on_cost=lambda c: add_daily(store, c), call_timeout=settings.llm_timeout, meter=meter,
+                    call_timeout=settings.llm_timeout, meter=meter,
                     on_anomaly=on_anomaly)
         deep = deep_reflect_due(store, defaults, number)  # (due, why): asked once, for reflexes and below
         sleep_for = check_reflexes(session, facts, run.started, deep_due=deep[0])
@@ -539,9 +564,8 @@ def _finish(run: _Run) -> WakeResult:
             return _record_end(run)
         except LeaseLost:
             return _lease_lost(run)
-        except (StoreFull, StoreReadOnly):
-            raise  # waiting will not help: one line, and the operator's move
-        except StoreUnavailable as exc:
+        except StoreUnavailable as exc:  # unreachable, full or read-only (a failover's replica): the store's
+            # fault, never the agent's; a read-only or full store may pass as soon as an unreachable one
             if time.monotonic() + delay > deadline:
                 # Gone for longer than we wait: a note on local disk, so the next wake records this
                 # session as the store outage it was rather than as a crash of the agent's.

@@ -226,17 +226,20 @@ def test_named_agent_cannot_reach_the_default_agent_or_another_agent(world):
 
     rec = Recorder()
     kv = AgentKV(bob, rec)
-    kv.apply_operations([{"op": "put", "key": "alice:soul", "value": "EVIL"},
+    # A key shaped like another agent's is refused outright, even inside bob's own space (bob:alice:soul
+    # would be harmless today, but a name and an agent's key family is never an agent's own key).
+    with pytest.raises(KVWriteRefused, match="shaped like a key of an agent named 'alice'"):
+        kv.apply_operations([{"op": "put", "key": "alice:soul", "value": "EVIL"}], source="reflect")
+    kv.apply_operations([{"op": "put", "key": "notes:alice", "value": "about alice"},
                          {"op": "put", "key": "wisdom", "value": "bob's wisdom"}], source="reflect")
     with pytest.raises(KVWriteRefused):
         kv.apply_operations([{"op": "delete", "key": "soul"}])
-    assert alice.get("soul") == ALICE_SOUL  # bob wrote his own key named "alice:soul"
-    assert bob.get("alice:soul") == "EVIL"
+    assert alice.get("soul") == ALICE_SOUL and bob.get("alice:soul") is None
     assert d.get("wisdom") == "default wisdom" and d.get("soul") == DEFAULT_SOUL
     ctx = _read_all_services(bob, Recorder())
-    assert ctx.kv_get("notes:mine") is None and ctx.kv_get("alice:soul") == "EVIL"
+    assert ctx.kv_get("notes:mine") is None and ctx.kv_get("notes:alice") == "about alice"
     listed = ctx.kv_list("")
-    assert "wisdom" in listed and "notes:mine" not in listed and "alice:soul" in listed  # all bob's own
+    assert "wisdom" in listed and "notes:mine" not in listed and "notes:alice" in listed  # all bob's own
 
     # Locks and logs are per agent too.
     assert bob.acquire_lock("wake", "bob", 5000)

@@ -12,7 +12,10 @@ lease periods, and a crash loop that backs off instead of spending every tick.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -348,3 +351,29 @@ def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, 
         no_duplicates(entries)
         assert len(events_of(entries, events.SESSION_END)) == 1
     assert "Traceback" not in d.stderr
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_wake_whose_clock_runs_ahead_never_takes_a_live_session_on_the_same_host(st, llm, real_store_url):
+    """SQLite's lock expiry is wall-clock time: a cron wake on a clock a minute ahead sees the running
+    session's lock as expired. The session's process is alive on this host, which needs no clock to see."""
+    llm.responder = slow_plan(1.0, steps=3)
+    proc = start_wake(wake_env(real_store_url, llm))
+    try:
+        assert llm.wait_for_requests(2, timeout=20), "the session never reached its first step"
+        sid = karma.latest_session_id(st)
+        # A wake on this host whose wall clock is two minutes ahead: to it, the lock ran out long ago.
+        ahead = ("import sys, time; real = time.time; time.time = lambda: real() + 120; "
+                 "from brainstem.__main__ import main; sys.argv = ['brainstem', 'wake', '--force']; main()")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+        skewed = subprocess.run([sys.executable, "-c", ahead], env={**env, **wake_env(real_store_url, llm)},
+                                capture_output=True, text=True, timeout=60)
+        assert skewed.returncode == 75 and "not waking twice" in skewed.stderr, skewed  # as for any held lock
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    (entry,) = [h for h in session_history.read(st) if h["id"] == sid]
+    assert entry["outcome"] == outcomes.CLEAN  # ran to its end, never recorded as crashed
+    assert [h["outcome"] for h in session_history.read(st)] == [outcomes.CLEAN]

@@ -19,7 +19,7 @@ import urllib.parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brainstem.scrubber import MIN_RUN, REMOVED, Scrubber
+from brainstem.scrubber import MIN_RUN, REMOVED, Scrubber, public_prefix
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -115,8 +115,9 @@ def echoes(draw):
 
 
 def _grams(value: str) -> set[str]:
-    low = value.lower()
-    return {low[i:i + MIN_RUN] for i in range(len(low) - MIN_RUN + 1)}
+    """Every run of 8 characters of ``value`` but those inside its public prefix (``sk-or-v1-``)."""
+    low, public = value.lower(), len(public_prefix(value))
+    return {low[i:i + MIN_RUN] for i in range(len(low) - MIN_RUN + 1) if i + MIN_RUN > public}
 
 
 def _decodings(text: str) -> list[str]:
@@ -207,6 +208,13 @@ def test_placeholders_are_never_mistaken_for_a_piece_of_a_value():
     s = Scrubber({"API": "my-secret-password-1"}, {"API": ph}, opaque=[ph])
     assert s.text(f"auth {ph} ok") == f"auth {ph} ok" and s.held(ph) == []
     assert s.held("my-secret-pass") == ["API"]
+
+
+def test_a_public_prefix_alone_is_not_secret_text():
+    key = "sk-or-v1-" + "9f8e7d6c5b4a3210" * 4
+    s = Scrubber({"OPENROUTER_API_KEY": key})
+    assert s.held("keys look like sk-or-v1-... (see the docs)") == []
+    assert s.held("Bearer sk-or-v1-") == [] and s.held("or-v1-9f") == ["OPENROUTER_API_KEY"]
 
 
 def test_a_short_secret_is_matched_whole_only():

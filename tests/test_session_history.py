@@ -111,14 +111,33 @@ def test_a_move_into_the_log_cut_off_halfway_is_finished_by_the_next_append(stor
     assert store.get_text(session_history.MIGRATING) is None
 
 
-def test_an_unreadable_log_entry_is_skipped_and_reported(store):
+def test_an_unreadable_log_entry_is_listed_as_damaged_and_reported(store):
     session_history.append(store, {"id": "1-a", "outcome": "clean"})
     store.append(keys.SESSION_HISTORY, "{not json")
     store.append(keys.SESSION_HISTORY, "[1, 2]")
     session_history.append(store, {"id": "2-b", "outcome": "clean"})
     entries, problem = session_history.read_checked(store)
-    assert [e["id"] for e in entries] == ["1-a", "2-b"]
-    assert "2 entries" in problem
+    assert [e["id"] for e in entries] == ["1-a", None, None, "2-b"]
+    assert [e.get("damaged") for e in entries] == [None, True, True, None]
+    assert "2 damaged entries" in problem
+
+
+def test_a_truncated_entry_keeps_its_session_and_karma_reachable(store):
+    """An entry cut off in place: the session stays listed (damaged), counted, and `karma 3` finds it."""
+    from brainstem.settings import load_settings
+    from brainstem.status import status
+
+    for n, sid in ((1, "1-aaaaaa"), (2, "2-bbbbbb")):
+        session_history.append(store, {"id": sid, "number": n, "outcome": "clean"})
+    store.append(keys.karma("3-cccccc"), '{"event": "session_start"}')
+    whole = '{"id": "3-cccccc", "number": 3, "outcome": "clean", "cost": 0.01}'
+    store.append(keys.SESSION_HISTORY, whole[:40])
+    entries = session_history.read(store)
+    assert [e["id"] for e in entries] == ["1-aaaaaa", "2-bbbbbb", "3-cccccc"]
+    assert entries[-1]["damaged"] is True and entries[-1]["number"] == 3
+    assert session_history.resolve_session(store, "3") == "3-cccccc"
+    report = status(store, load_settings())
+    assert report["history_damaged"] == [{"position": 2, "id": "3-cccccc"}] and report["sessions"] is not None
 
 
 def test_a_dead_session_is_closed_in_history_and_its_own_karma(store):
@@ -150,3 +169,13 @@ def test_a_history_that_is_an_object_keeps_the_entries_inside_it(store):
     session_history.append(store, {"id": "3-cccccc", "outcome": "clean"}, on_reject=reasons.append)
     assert [e["id"] for e in session_history.read(store)] == ["1-aaaaaa", "2-bbbbbb", "3-cccccc"]
     assert reasons and store.get_json(keys.REJECTED_SESSION_HISTORY)["raw"].startswith('{"sessions"')
+
+
+def test_damage_is_reported_once_by_the_next_session_to_find_it(store):
+    session_history.append(store, {"id": "1-aaaaaa", "number": 1, "outcome": "clean"})
+    store.append(keys.SESSION_HISTORY, '{"id": "2-bbbbbb", "numb')
+    first = session_history.unreported_damage(store)
+    assert [(d["position"], d["id"]) for d in first] == [(1, "2-bbbbbb")]
+    assert session_history.unreported_damage(store) == []
+    store.append(keys.SESSION_HISTORY, "\x00garbage")
+    assert [d["position"] for d in session_history.unreported_damage(store)] == [2]

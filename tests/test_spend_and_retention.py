@@ -32,13 +32,16 @@ def test_concurrent_spenders_lose_no_update(real_store_url):
     assert stores[0].lock_owner(keys.DAILY_COST) is None  # every holder let go
 
 
-def test_a_dead_spenders_lock_does_not_stop_spend_being_counted(real_store_url, monkeypatch):
-    import brainstem.budget as budget
+def test_a_dead_spenders_lock_does_not_stop_spend_being_counted(real_store_url):
+    """Today's spend is one atomic store operation, not a read-modify-write under a lock: a lock left
+    under its name (by an older version that died holding it) neither delays nor loses a spend."""
+    import time
 
-    monkeypatch.setattr(budget, "DAILY_LOCK_WAIT", 0.2)
     store = open_store(real_store_url)
     assert store.acquire_lock(keys.DAILY_COST, "a-dead-process", 60_000)
-    add_daily(store, 0.5)  # waits, then counts it anyway: unrecorded spend is the worse failure
+    t0 = time.monotonic()
+    assert add_daily(store, 0.5) == pytest.approx(0.5)
+    assert time.monotonic() - t0 < 1.0
     assert daily_spent(store) == pytest.approx(0.5)
 
 

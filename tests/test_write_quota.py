@@ -37,3 +37,39 @@ def test_tools_of_one_session_share_the_session_quota(real_store_url, st, llm):
     (q,) = events_of(entries, "quota_exceeded")
     assert q["tool"] == "hog" and q["quota"] == 1_000_000
     assert [k.name for k in st.list_all("tooldata:hog:")] == ["tooldata:hog:a0", "tooldata:hog:a1", "tooldata:hog:a2"]
+
+
+FETCHER = ("def execute(args, ctx):\n"
+           "    n = 0\n"
+           "    for i in range(args['count']):\n"
+           "        try:\n"
+           "            ctx.fetch(args['url'])\n"
+           "        except Exception as e:\n"
+           "            ctx.kv.put('after', str(e))\n"
+           "        n += 1\n"
+           "    return {'fetched': n}\n")
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_fetch_records_and_log_lines_count_towards_the_session_quota(real_store_url, st, llm):
+    """Every fetch's answer is kept in karma for replay: past the quota, karma stops growing and the tool ends."""
+    from .sandbox.hostile import Host
+
+    page = Host("127.0.0.1", lambda h: h._send(200, b"y" * 20_000, {"Content-Type": "text/plain"}))
+    try:
+        st.put(keys.tool_code("fetcher"), FETCHER)
+        st.put(keys.tool_meta("fetcher"), json.dumps({"kv_access": "own", "timeout_ms": 60_000}))
+        llm.queue(plan(action("fetcher", {"url": page.base + "/p", "count": 400})))
+        llm.responder = answers()
+        env = wake_env(real_store_url, llm, BRAINSTEM_SESSION_WRITE_QUOTA=500_000, BRAINSTEM_FETCH_ALLOW="127.0.0.1")
+        sid, entries = finished(run_wake(env, "--force"), st)
+        fetches = events_of(entries, "fetch")
+        done = events_of(entries, "tool_complete")[0]
+        assert not done["ok"] and done["error"].startswith("stopped: quota_exceeded")
+        assert 20 <= len(fetches) <= 40 and len(page.seen) == len(fetches)  # ~16 KB kept per fetch
+        assert fetches[-1]["quota_exceeded"] is True and fetches[-1]["response"] is None
+        assert st.get("tooldata:fetcher:after") is None  # ended at once: it could not even write
+        karma_bytes = sum(len(line) for line in st.read_log(keys.karma(sid)))
+        assert karma_bytes < 700_000, karma_bytes
+    finally:
+        page.close()

@@ -42,4 +42,7 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     app = make_app(c.settings, stores, token=token, loopback_only=auth.is_loopback(host))
     click.echo(f"brainstem dashboard on http://{'[' + host + ']' if ':' in host else host}:{port} "
                f"(agent: {', '.join(n or 'default' for n in names)}); Ctrl-C stops it", err=True)
+    from ..sandbox import own_ports
+
+    own_ports.register(port)  # tools in this host's runtime never fetch it
     uvicorn.run(app, host=host, port=port, log_level="warning", proxy_headers=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,6 +46,8 @@ _READS = {"get_text": lambda: None, "get_with_metadata": lambda: (None, None), "
           "log_length": lambda: 0, "lock_owner": lambda: None}
 _WRITES = frozenset({"put", "delete", "incr", "append", "delete_log", "trim_log",
                      "acquire_lock", "release_lock", "refresh_lock"})
+# Today's spend: the keys are fixed (``keys.DAILY_COST`` and its holds), always the view's own.
+_SPEND = {"reserve_spend": True, "settle_spend": True, "daily_spend": False}  # name -> is a write
 
 
 class Store:
@@ -76,6 +79,8 @@ class Store:
                 setattr(cls, name, _confined_write(fn))
             elif name == "list":
                 setattr(cls, name, _confined_list(fn))
+            elif name in _SPEND:
+                setattr(cls, name, _readied(fn, _SPEND[name]))
 
     # --- registry (each backend) ---
     def _registry_has(self, name: str) -> bool: raise NotImplementedError
@@ -171,6 +176,26 @@ class Store:
     def lock_owner(self, name: str) -> str | None: raise NotImplementedError
     def incr(self, key: str, amount: int = 1) -> int: raise NotImplementedError
     def usage(self) -> dict: raise NotImplementedError
+
+    # --- today's spend, shared by every process of the agent (each backend, atomically) ---
+    # The day's actual spend is ``keys.DAILY_COST`` (``{"date": DAY, "usd": N}``, readable with ``get``);
+    # the holds live beside it, as the store's internals. A hold counts until it is settled or its
+    # deadline passes, so a process that dies between reserve and settle blocks nothing for long.
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str,
+                      ttl_s: float) -> bool:
+        """Hold ``amount`` USD under ``token`` for ``ttl_s`` seconds, if ``day``'s actual spend plus
+        every live hold plus ``amount`` stays within ``ceiling``; False (and nothing held) otherwise."""
+        raise NotImplementedError
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        """Drop the hold ``token`` (None: none) and add ``actual`` (may be negative: a correction) to
+        ``day``'s spend, never below 0; returns the day's spend after."""
+        raise NotImplementedError
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        """(``day``'s actual spend, USD held now by live holds)."""
+        raise NotImplementedError
+
     def close(self) -> None: pass
 
     def fence_for(self, key: str) -> tuple[str, str] | None:
@@ -264,6 +289,14 @@ def _confined_write(fn):
     return write
 
 
+def _readied(fn, write: bool):
+    @functools.wraps(fn)
+    def op(self, *args, **kwargs):
+        self._ready(write=write)
+        return fn(self, *args, **kwargs)
+    return op
+
+
 def _confined_list(fn):
     @functools.wraps(fn)
     def list_(self, *args, **kwargs):
@@ -279,6 +312,21 @@ def _confined_list(fn):
         res.keys = keys
         return res
     return list_
+
+
+def spent_on(day: str, text: str | None) -> float:
+    """The USD of ``keys.DAILY_COST``'s stored text, when it is ``day``'s (else 0: a new day)."""
+    try:
+        rec = json.loads(text) if text else None
+    except ValueError:
+        return 0.0
+    usd = rec.get("usd") if isinstance(rec, dict) and rec.get("date") == day else None
+    ok = isinstance(usd, (int, float)) and not isinstance(usd, bool) and math.isfinite(usd)
+    return float(usd) if ok else 0.0
+
+
+def spend_record(day: str, usd: float) -> str:
+    return encode({"date": day, "usd": round(max(0.0, usd), 10)})
 
 
 def encode(value: Any) -> str:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .. import events, keys
 from ..errors import KVWriteRefused, SoulImmutable
+from . import lineage, names
 from .base import Store, encode
 
 MAX_KEY_LENGTH = 512
@@ -61,12 +62,24 @@ def check_agent_writable(key: Any) -> str:
     if keys.is_runtime_owned(key):
         raise KVWriteRefused(f"{key!r} is owned by the runtime; "
                              "the agent changes it only through plan and reflection fields")
+    owner = names.candidate(key)
+    if owner is not None and key[len(owner) + 1:].split(":")[0] in keys.DEFAULT_AGENT_SEGMENTS:
+        # `bob:soul` is bob's soul the day an agent named bob is added (or adopts the keys it finds).
+        raise KVWriteRefused(f"{key!r} is shaped like a key of an agent named {owner!r}; an agent writes "
+                             f"only its own keys")
     return key
 
 
-def check_value(key: str, text: str) -> None:
-    """Values the runtime validates whatever writes them: ``config:reflexes`` is rules or nothing,
-    so a bad rule is refused when written rather than half-applied at the next wake."""
+def check_value(store: Store, key: str, text: str | None, *, agent: bool) -> None:
+    """What the runtime checks of a value whatever path writes it (put, rename, copy, a batch): a
+    config the runtime reads must be valid, and a limit that governs the agent may not be loosened.
+
+    ``config:reflexes`` is rules or nothing. For the agent (``agent``), ``config:defaults`` and
+    ``config:models`` must validate, and ``config:defaults`` may not lower
+    ``deep_reflect.replay_gate_sessions`` below what is stored, by a put or by going away (``text``
+    None: its defaults apply then)."""
+    if text is None and (not agent or key != keys.CONFIG_DEFAULTS):
+        return
     if key == keys.CONFIG_REFLEXES:
         from ..reflexes import ReflexError, parse_text
 
@@ -74,6 +87,27 @@ def check_value(key: str, text: str) -> None:
             parse_text(text)
         except ReflexError as exc:
             raise KVWriteRefused(str(exc)) from None
+    elif agent and key in (keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS):
+        from pydantic import ValidationError
+
+        from ..config import Defaults, Models
+
+        model = Defaults if key == keys.CONFIG_DEFAULTS else Models
+        try:
+            new = model() if text is None else model.model_validate_json(text)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(map(str, e["loc"])) or "the value"
+            raise KVWriteRefused(f"{key} is invalid: {where}: {e['msg']}") from None
+        if key == keys.CONFIG_DEFAULTS:
+            try:
+                current = Defaults.model_validate_json(store.get(key) or "{}")
+            except (ValidationError, ValueError):
+                current = Defaults()
+            gate, staged = current.deep_reflect.replay_gate_sessions, new.deep_reflect.replay_gate_sessions
+            if staged < gate:
+                raise KVWriteRefused(f"deep_reflect.replay_gate_sessions may not be lowered by the agent "
+                                     f"({gate} -> {staged}); the operator can: brainstem kv put config:defaults")
 
 
 # --- kv_operations: the canonical batch format ---
@@ -99,11 +133,17 @@ class RenameOp(_Op):
     value: str = Field(description="the new key name")
 
 
-KVOperation = Annotated[PutOp | DeleteOp | RenameOp, Field(discriminator="op")]
+class CopyOp(_Op):
+    op: Literal["copy"]
+    key: str
+    value: str = Field(description="the key to copy to")
+
+
+KVOperation = Annotated[PutOp | DeleteOp | RenameOp | CopyOp, Field(discriminator="op")]
 _BATCH = TypeAdapter(list[KVOperation])
 
 
-def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp]:
+def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp | CopyOp]:
     """Validate a kv_operations batch; raise :class:`KVWriteRefused` with every reason."""
     if not isinstance(raw, list):
         raise KVWriteRefused(f"kv_operations must be a list of operations, got {type(raw).__name__}")
@@ -115,7 +155,7 @@ def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp]:
         reasons = "; ".join(f"operation {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
         raise KVWriteRefused(f"invalid kv_operations ({reasons}); canonical forms are "
                              '{"op":"put","key":K,"value":V}, {"op":"delete","key":K}, '
-                             '{"op":"rename","key":OLD,"value":NEW}') from None
+                             '{"op":"rename","key":OLD,"value":NEW}, {"op":"copy","key":FROM,"value":TO}') from None
 
 
 class AgentKV:
@@ -139,96 +179,104 @@ class AgentKV:
     def _writable(self, key: Any) -> str:
         return self.store.check_writable(check_agent_writable(key))
 
-    def _movable(self, key: Any) -> str:
+    def _readable_source(self, key: Any) -> str:
         key = self._writable(key)
         if keys.is_secret(key):
-            # The agent may write secrets but never read them: a rename out of secret:* would put
-            # the operator's value where the agent can read it.
-            raise KVWriteRefused(f"cannot rename {key!r}: secret:* keys can be written or deleted, never moved")
+            # The agent may write secrets but never read them: moving or copying one out of secret:* would
+            # put the operator's value where the agent can read it.
+            raise KVWriteRefused(f"cannot move or copy {key!r}: secret:* keys can be written or deleted, "
+                                 f"never moved or read")
         return key
 
-    def put(self, key: str, value: Any, *, source: str = "agent") -> None:
+    def _check_write(self, key: Any, text: str | None) -> str:
+        """The one check of every key an operation writes (``text`` None: the key goes away)."""
+        key = self._writable(key)
+        if text is not None and len(text.encode()) > MAX_VALUE_BYTES:
+            raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
+        check_value(self.store, key, text, agent=True)
+        return key
+
+    def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None, str | None]]:
+        """What ``ops`` write, in order, each checked as a put (or delete) of that key would be:
+        ``(op, key, value or None, moved or copied from)``. :class:`KVWriteRefused` if any is refused."""
+        pending: dict[str, str | None] = {}  # what the batch has written so far
+
+        def current(k: str) -> str | None:
+            return pending[k] if k in pending else self.store.get(k)
+
+        writes: list[tuple[str, str, str | None, str | None]] = []
+        for op in ops:
+            done = len(writes)
+            if isinstance(op, PutOp):
+                text = encode(op.value)
+                writes.append(("put", self._check_write(op.key, text), text, None))
+            elif isinstance(op, DeleteOp):
+                writes.append(("delete", self._check_write(op.key, None), None, None))
+            else:
+                src = self._readable_source(op.key)
+                value = current(src)
+                if value is None:
+                    raise KVWriteRefused(f"cannot {op.op} {src!r}: it does not exist")
+                writes.append(("put", self._check_write(op.value, value), value, src))
+                if isinstance(op, RenameOp):
+                    writes.append(("delete", self._check_write(src, None), None, None))
+            for _, key, text, _ in writes[done:]:
+                pending[key] = text
+        return writes
+
+    def staged(self, raw: Any) -> dict[str, str | None]:
+        """The value each key a valid batch writes would end with (None: deleted); {} for an invalid one."""
         try:
-            key = self._writable(key)
-            text = encode(value)
-            if len(text.encode()) > MAX_VALUE_BYTES:
-                raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
-            check_value(key, text)
-        except KVWriteRefused as exc:
-            self._refused("put", key, exc, source)
-            raise
-        self._write(key, text, source)
+            return {key: text for _, key, text, _ in self.plan(parse_operations(raw))}
+        except KVWriteRefused:
+            return {}
+
+    def put(self, key: str, value: Any, *, source: str = "agent") -> None:
+        self._apply_one(PutOp(op="put", key=key, value=value) if isinstance(key, str) else None, "put", key,
+                        source)
 
     def delete(self, key: str, *, source: str = "agent") -> bool:
-        try:
-            key = self._writable(key)
-        except KVWriteRefused as exc:
-            self._refused("delete", key, exc, source)
-            raise
-        return self._delete(key, source)
+        return self._apply_one(DeleteOp(op="delete", key=key) if isinstance(key, str) else None, "delete", key,
+                               source)
 
     def rename(self, old: str, new: str, *, source: str = "agent") -> None:
+        ok = isinstance(old, str) and isinstance(new, str)
+        self._apply_one(RenameOp(op="rename", key=old, value=new) if ok else None, "rename", f"{old} -> {new}",
+                        source)
+
+    def _apply_one(self, op, name: str, shown: Any, source: str) -> bool:
         try:
-            old, new = self._movable(old), self._writable(new)
-            value = self.store.get(old)
-            if value is None:
-                raise KVWriteRefused(f"cannot rename {old!r}: it does not exist")
-            check_value(new, value)
+            if op is None:
+                raise KVWriteRefused(f"key must be a non-empty string, got {shown!r}")
+            writes = self.plan([op])
         except KVWriteRefused as exc:
-            self._refused("rename", f"{old} -> {new}", exc, source)
+            self._record(events.KV_WRITE_REFUSED, op=name, key=str(shown)[:200], source=source, reason=str(exc))
             raise
-        self._write(new, value, source)
-        self._delete(old, source)
+        return self._perform(writes, source)
 
     def apply_operations(self, raw: Any, *, source: str = "agent") -> list[dict]:
         """Validate the whole batch, then apply it. Nothing is written if anything is invalid."""
         try:
             ops = parse_operations(raw)
-            # Simulate the batch against what exists, so a rename that would fail
-            # half-way through is caught before the first write.
-            exists: dict[str, bool] = {}
-            pending: dict[str, str | None] = {}  # values this batch puts (or moves) before a later rename
-
-            def present(k: str) -> bool:
-                if k not in exists:
-                    exists[k] = self.store.get(k) is not None
-                return exists[k]
-
-            for op in ops:
-                self._writable(op.key)
-                if isinstance(op, PutOp):
-                    if len(encode(op.value).encode()) > MAX_VALUE_BYTES:
-                        raise KVWriteRefused(f"value for {op.key!r} exceeds {MAX_VALUE_BYTES} bytes")
-                    check_value(op.key, encode(op.value))
-                    exists[op.key], pending[op.key] = True, encode(op.value)
-                elif isinstance(op, DeleteOp):
-                    exists[op.key] = False
-                else:
-                    self._movable(op.key)
-                    self._writable(op.value)
-                    if not present(op.key):
-                        raise KVWriteRefused(f"cannot rename {op.key!r}: it does not exist")
-                    moved = pending[op.key] if op.key in pending else self.store.get(op.key)
-                    if op.value == keys.CONFIG_REFLEXES:
-                        check_value(op.value, moved or "")
-                    pending[op.value] = moved
-                    exists[op.key], exists[op.value] = False, True
+            writes = self.plan(ops)
         except KVWriteRefused as exc:
             self._record(events.KV_OPERATIONS_REJECTED, source=source, reason=str(exc),
                          operations=raw if isinstance(raw, list) else repr(raw)[:500])
             raise
-        done = []
-        for op in ops:
-            if isinstance(op, PutOp):
-                self._write(op.key, encode(op.value), source)
-            elif isinstance(op, DeleteOp):
-                self._delete(op.key, source)
-            else:
-                self.rename(op.key, op.value, source=source)
-            done.append(op.model_dump())
-        return done
+        self._perform(writes, source)
+        return [op.model_dump() for op in ops]
 
     # --- internals ---
+    def _perform(self, writes: list[tuple[str, str, str | None, str | None]], source: str) -> bool:
+        existed = True
+        for op, key, text, origin in writes:
+            if op == "put":
+                lineage.note_write(self.store, key, text, origin)
+                self._write(key, text, source)
+            else:
+                existed = self._delete(key, source)
+        return existed
+
     def _write(self, key: str, text: str, source: str) -> None:
         old = self.store.get(key) if keys.is_privileged(key) else None
         if keys.is_privileged(key) and self._on_privileged is not None:
@@ -249,7 +297,4 @@ class AgentKV:
             fields["old_value"] = old
         self._record(events.KV_WRITE, **fields)
         return existed
-
-    def _refused(self, op: str, key: Any, exc: Exception, source: str) -> None:
-        self._record(events.KV_WRITE_REFUSED, op=op, key=str(key)[:200], source=source, reason=str(exc))
 

@@ -12,11 +12,13 @@ absent and unwritable), because it asks the base who owns a key.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import keys
 from ..errors import MalformedValue
-from .base import KeyInfo, ListResult, Store, encode
+from .base import KeyInfo, ListResult, Store, encode, spend_record, spent_on
 
 
 class OverlayStore(Store):
@@ -28,6 +30,7 @@ class OverlayStore(Store):
         self._values: dict[str, tuple[str, dict | None] | None] = {}  # None: deleted here
         self._logs: dict[str, list[str] | None] = {}  # a log written here (a copy of the base's), None: deleted
         self._locks: dict[str, str] = {}
+        self._holds: dict[str, tuple[float, float]] = {}  # token -> (USD, monotonic deadline)
         self.written: list[tuple[str, str]] = []  # (op, key), in order: what the overlay kept from the base
 
     # --- confinement: the base's ---
@@ -167,6 +170,32 @@ class OverlayStore(Store):
 
     def lock_owner(self, name: str) -> str | None:
         return self._locks.get(name)
+
+    # --- today's spend: the store's when it passes through (real calls are real money), else kept here ---
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.reserve_spend(day, amount, ceiling, token, ttl_s)
+        now = time.monotonic()
+        self._holds = {t: h for t, h in self._holds.items() if h[1] > now}
+        if spent_on(day, self.get_text(keys.DAILY_COST)) + sum(h[0] for h in self._holds.values()) + amount \
+                > ceiling + 1e-12:
+            return False
+        self._holds[token] = (amount, now + ttl_s)
+        return True
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.settle_spend(day, token, actual)
+        self._holds.pop(token, None)
+        total = max(0.0, spent_on(day, self.get_text(keys.DAILY_COST)) + actual)
+        self.put(keys.DAILY_COST, spend_record(day, total))
+        return round(total, 10)
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.daily_spend(day)
+        now = time.monotonic()
+        return spent_on(day, self.get_text(keys.DAILY_COST)), sum(h[0] for h in self._holds.values() if h[1] > now)
 
     def usage(self) -> dict:
         return self.base.usage()

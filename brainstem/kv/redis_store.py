@@ -6,6 +6,7 @@ Layout under the agent's key prefix (several agents can share one Redis):
     {prefix}{key}              or, for a log such as karma, a Redis list (RPUSH: O(1))
     {prefix}__meta__:{key}     the metadata of a value, JSON, with the value's TTL
     {prefix}__lock__:{name}    a lock: SET NX PX with an owner token
+    {prefix}__holds__:stats:daily_cost  today's spend held by calls in flight: a hash, token -> "USD DEADLINE_MS"
     __agents__                 the registry of agent names: a set, outside every prefix
 
 The default agent's prefix is empty; its view refuses keys under a registered
@@ -32,12 +33,14 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import redis
 
 from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
+from ..keys import DAILY_COST
 from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode, lease_lost
 from .names import adopt_hint
 
 META = "__meta__:"
 LOCK = "__lock__:"
-_INTERNAL = (META, LOCK)
+HOLDS = "__holds__:"
+_INTERNAL = (META, LOCK, HOLDS)
 REGISTRY = "__agents__"  # outside every prefix
 DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
@@ -76,6 +79,73 @@ elseif op == 'del' then
 end
 if op == 'append_again' and redis.call('LINDEX', KEYS[2], -1) == ARGV[3] then return redis.call('LLEN', KEYS[2]) end
 return redis.call('RPUSH', KEYS[2], ARGV[3])
+"""
+
+# Today's spend (see ``Store.reserve_spend``). KEYS: the spend value (JSON {"date", "usd"}), its holds
+# (a hash, token -> "USD DEADLINE_MS"). Deadlines are the server's clock, so hosts whose clocks differ
+# agree on when a hold has expired; expired holds are dropped by whoever looks next.
+_SPEND_LIB = """
+if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME before writes (Redis < 5)
+local function spent(day)
+  local raw = redis.call('GET', KEYS[1])
+  if not raw then return 0 end
+  local ok, rec = pcall(cjson.decode, raw)
+  if ok and type(rec) == 'table' and rec.date == day and type(rec.usd) == 'number' and rec.usd == rec.usd
+     and rec.usd ~= math.huge and rec.usd ~= -math.huge then
+    return rec.usd
+  end
+  return 0
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function held(now, drop)
+  local total = 0
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local usd, deadline = string.match(all[i + 1], '^(%S+) (%S+)$')
+    deadline = tonumber(deadline)
+    if deadline == nil or deadline <= now then
+      if drop then redis.call('HDEL', KEYS[2], all[i]) end
+    elseif usd ~= 'S' then
+      total = total + (tonumber(usd) or 0)
+    end
+  end
+  return total
+end
+"""
+# ARGV: day, amount, ceiling, token, ttl_ms. 1: held; 0: it would pass the ceiling.
+_RESERVE = _SPEND_LIB + """
+local now = now_ms()
+local amount = tonumber(ARGV[2])
+local was = redis.call('HGET', KEYS[2], ARGV[4])
+if was and string.sub(was, 1, 2) ~= 'S ' then return 1 end  -- a retry of a reserve that was done
+if spent(ARGV[1]) + held(now, true) + amount > tonumber(ARGV[3]) + 1e-12 then return 0 end
+local ttl = tonumber(ARGV[5])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. ' ' .. string.format('%d', now + ttl))
+if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
+return 1
+"""
+# ARGV: day, token ('': none), actual. The day's spend after, as text. A settled hold stays a minute as
+# "S DEADLINE", counting nothing, so a settle retried after a lost reply is not added twice.
+_SETTLE = _SPEND_LIB + """
+if ARGV[2] ~= '' then
+  local was = redis.call('HGET', KEYS[2], ARGV[2])
+  if was and string.sub(was, 1, 2) == 'S ' then return tostring(spent(ARGV[1])) end
+  redis.call('HSET', KEYS[2], ARGV[2], 'S ' .. string.format('%d', now_ms() + 60000))
+  if redis.call('PTTL', KEYS[2]) < 60000 then redis.call('PEXPIRE', KEYS[2], 60000) end
+end
+local total = spent(ARGV[1]) + tonumber(ARGV[3])
+if total < 0 then total = 0 end
+local text = string.format('%.10f', total):gsub('0+$', ''):gsub('%.$', '')
+redis.call('SET', KEYS[1], '{"date":"' .. ARGV[1] .. '","usd":' .. text .. '}')
+redis.call('DEL', KEYS[3])
+return text
+"""
+# ARGV: day. {spent, held}, as text.
+_DAILY = _SPEND_LIB + """
+return {tostring(spent(ARGV[1])), tostring(held(now_ms(), false))}
 """
 
 
@@ -230,6 +300,9 @@ class RedisStore(Store):
         self._refresh = self._r.register_script(_REFRESH)
         self._append_again = self._r.register_script(_APPEND_AGAIN)
         self._fenced_script = self._r.register_script(_FENCED)
+        self._reserve_script = self._r.register_script(_RESERVE)
+        self._settle_script = self._r.register_script(_SETTLE)
+        self._daily_script = self._r.register_script(_DAILY)
 
     def _space(self, prefix: str | None = None) -> str:
         """The physical prefix of the agent with the logical ``prefix`` (default: this view's)."""
@@ -481,6 +554,25 @@ class RedisStore(Store):
     @_guard
     def lock_owner(self, name: str) -> str | None:
         return self._r.get(self._k(LOCK + name))
+
+    # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
+    def _spend_keys(self) -> list[str]:
+        return [self._k(DAILY_COST), self._k(HOLDS + DAILY_COST), self._k(META + DAILY_COST)]
+
+    @_guard
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+        return bool(self._reserve_script(keys=self._spend_keys()[:2],
+                                         args=[day, repr(float(amount)), repr(float(ceiling)), token,
+                                               max(1, int(ttl_s * 1000))]))
+
+    @_guard
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        return float(self._settle_script(keys=self._spend_keys(), args=[day, token or "", repr(float(actual))]))
+
+    @_guard
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        spent, held = self._daily_script(keys=self._spend_keys()[:2], args=[day])
+        return float(spent), float(held)
 
     # --- housekeeping ---
     @_guard

@@ -8,7 +8,8 @@ The file holds every agent's secrets, so the file, its WAL and shared-memory
 files and any directory created for it are owner-only (0600 / 0700): a process
 running as another user (an escaped sandbox worker) cannot read it. Agents
 sharing the file are confined as described in :mod:`brainstem.kv.names`; the
-registry of their names is the ``agents`` table.
+registry of their names is the ``agents`` table. Today's spend held by calls
+in flight is the ``spend_holds`` table, keyed like the spend itself.
 """
 
 from __future__ import annotations
@@ -22,7 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
-from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode, lease_lost
+from ..keys import DAILY_COST
+from .base import (
+    KeyInfo,
+    ListResult,
+    Store,
+    decode_log_entry,
+    decode_metadata,
+    decode_text,
+    encode,
+    lease_lost,
+    spend_record,
+    spent_on,
+)
 from .names import adopt_hint
 
 SCHEMA = """
@@ -36,6 +49,8 @@ CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NU
     bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spend_holds (key TEXT NOT NULL, token TEXT NOT NULL, usd REAL NOT NULL,
+    expires_at REAL NOT NULL, PRIMARY KEY (key, token)) WITHOUT ROWID;
 """
 
 
@@ -346,6 +361,57 @@ class SQLiteStore(Store):
         row = self._run(lambda db: db.execute("SELECT owner, expires_at FROM locks WHERE name = ?",
                                               (self._k(name),)).fetchone())
         return row[0] if row and row[1] > time.time() else None
+
+    # --- today's spend: one BEGIN IMMEDIATE transaction each, so every process of every host sharing
+    # the file sees the others' holds ---
+    def _spent(self, db, day: str) -> float:
+        row = db.execute("SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?",
+                         (self._k(DAILY_COST),)).fetchone()
+        if row is None or (row[1] is not None and row[1] <= time.time()):
+            return 0.0
+        return spent_on(day, bytes(row[0]).decode("utf-8", errors="replace"))
+
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+        key = self._k(DAILY_COST)
+
+        def body(db):
+            now = time.time()
+            db.execute("DELETE FROM spend_holds WHERE key = ? AND expires_at <= ?", (key, now))
+            held = db.execute("SELECT coalesce(sum(usd), 0) FROM spend_holds WHERE key = ?", (key,)).fetchone()[0]
+            if self._spent(db, day) + held + amount > ceiling + 1e-12:
+                return False
+            db.execute("INSERT INTO spend_holds (key, token, usd, expires_at) VALUES (?, ?, ?, ?) ON CONFLICT"
+                       "(key, token) DO UPDATE SET usd = excluded.usd, expires_at = excluded.expires_at",
+                       (key, token, float(amount), now + ttl_s))
+            return True
+        return self._tx(body)
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        key = self._k(DAILY_COST)
+
+        def body(db):
+            if token is not None:
+                db.execute("DELETE FROM spend_holds WHERE key = ? AND token = ?", (key, token))
+            total = max(0.0, self._spent(db, day) + actual)
+            db.execute("INSERT INTO kv (key, value, metadata, expires_at) VALUES (?, ?, NULL, NULL) ON CONFLICT(key) "
+                       "DO UPDATE SET value = excluded.value, metadata = NULL, expires_at = NULL",
+                       (key, spend_record(day, total)))
+            return round(total, 10)
+        return self._tx(body)
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        key = self._k(DAILY_COST)
+
+        def body(db):
+            try:
+                held = db.execute("SELECT coalesce(sum(usd), 0) FROM spend_holds WHERE key = ? AND expires_at > ?",
+                                  (key, time.time())).fetchone()[0]
+            except sqlite3.OperationalError as exc:  # a read-only file from before holds: none held
+                if "no such table" not in str(exc):
+                    raise
+                held = 0.0
+            return self._spent(db, day), float(held)
+        return self._run(body)
 
     # --- housekeeping ---
     def usage(self) -> dict:

@@ -88,11 +88,15 @@ class SandboxedAdapter:
 
 
 def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any], policy: ToolPolicy,
-                      base_url: str | None = None) -> list:
-    """Tier 1 and tier 2, whichever exist and are valid (a broken one is recorded and left out)."""
+                      base_url: str | None = None, mode_floor: str | None = None, dry_run: bool = False) -> list:
+    """Tier 1 and tier 2, whichever exist and are valid (a broken one is recorded and left out). Adapter
+    code is tool code: held back (both tiers) when ``manual`` or in a dry run, as a balance checker is."""
     out = []
     code = store.get(keys.PROVIDER_LLM_CODE)
     snap_code = store.get(keys.PROVIDER_LLM_LAST_WORKING_CODE)
+    if (code is not None or snap_code is not None) and _held_back(store, "provider:llm", mode_floor, dry_run,
+                                                                  record, events.PROVIDER_FALLBACK):
+        return out  # the hard-coded client answers
     snapshotted = {"done": False}
 
     def services(name: str, meta: ToolMeta) -> ToolServices:
@@ -128,6 +132,24 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
     return out
 
 
+def _held_back(store: Store, name: str, mode_floor: str | None, dry_run: bool, record: Callable[..., Any],
+               event: str = events.TOOL_WOULD_DO) -> bool:
+    """Whether provider code ``name`` must not run now (an ``event`` entry says why)."""
+    from ..kv.lineage import MODES
+
+    try:
+        mode = _meta(store, f"{name}:meta").mode
+    except ToolError:
+        mode = "automated"  # a broken meta fails the code when it runs, as before
+    floored = mode_floor in MODES and MODES.index(mode_floor) > MODES.index(mode)
+    mode = mode_floor if floored else mode
+    reason = "dry_run" if dry_run else ("manual" if mode == "manual" else None)
+    if reason is not None:
+        fields = {"tool": name} if event == events.TOOL_WOULD_DO else {"tier": "dynamic", "error": f"{name} held back"}
+        record(event, **fields, reason=reason, mode_floor=mode_floor if floored else None)
+    return reason is not None
+
+
 MAX_SANE_BALANCE = 1e12  # USD; above it a checker's answer is nonsense, not a balance
 
 
@@ -147,13 +169,18 @@ def sane_balance(value: Any) -> tuple[float | None, str | None]:
 
 
 def checked_number(store: Store, name: str, fallback: Callable[[], float | None], agent_kv: AgentKV,
-                   record: Callable[..., Any], policy: ToolPolicy, timeout: float) -> float | None:
+                   record: Callable[..., Any], policy: ToolPolicy, timeout: float, *, mode_floor: str | None = None,
+                   dry_run: bool = False) -> float | None:
     """A balance from ``provider:{name}:code`` (``check(ctx)``), else from the hard-coded ``fallback``.
 
-    What the checker is granted is redacted from what is recorded here (its ``ctx.log`` lines and its
-    error), whether or not the caller's recorder knows those values.
+    The checker is tool code: ``manual`` (its meta's mode or the operator's ``mode_floor``) never runs it,
+    and neither does a dry run (a ``tool_would_do`` entry each, and the fallback answers). What the
+    checker is granted is redacted from what is recorded here (its ``ctx.log`` lines and its error),
+    whether or not the caller's recorder knows those values.
     """
     code = store.get(f"provider:{name}:code")
+    if code is not None and _held_back(store, f"provider:{name}", mode_floor, dry_run, record):
+        code = None
     if code is not None:
         from dataclasses import replace
 

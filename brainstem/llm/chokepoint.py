@@ -4,9 +4,11 @@ Before a call: resolve the alias, price it at its worst case (every prompt
 character a third of a token, every allowed output token spent; a model with
 no known price costs as much as the dearest known one), and refuse, or shrink
 ``max_tokens`` to what the budget still affords, if the session would pass its
-cost or time budget. After it: add the cost (the provider's ``usage.cost``
-when it reports one, else the price list), record an ``llm_call`` karma entry,
-and count it against today's spend.
+cost or time budget or today's ceiling; then hold that worst case against the
+session and against today's spend in the store, so concurrent spenders cannot
+book past the ceiling together. After it: settle the hold at the cost (the
+provider's ``usage.cost`` when it reports one, else the price list) and record
+an ``llm_call`` karma entry.
 
 The soul is the system message of every call; no template can leave it out.
 Providers are tried in order (the dynamic adapter, the last working one, the
@@ -21,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import events
-from ..budget import Budget, BudgetExceeded
+from ..budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from ..config import Models
 from .openrouter import LLMResponse, ProviderError
 from .pricing import ANOMALY_FACTOR, CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
@@ -184,16 +186,18 @@ class LLM:
                 raise BudgetExceeded("time", f"no time left for the {purpose} call")
             timeout = min(self.call_timeout, max(1.0, time_left))
             metered = self.meter is not None and provider.tier not in TRUSTED_TIERS
-            wire = None
+            wire = hold = None
             try:
                 if metered:
-                    # The adapter's own requests to the LLM host are priced, clamped and charged on the wire.
+                    # The adapter's own requests to the LLM host are priced, held, clamped and charged on the wire.
                     with self.meter.adapter_call(model=model_id, fallback=fallback, max_tokens=max_tokens,
                                                  use_reserve=use_reserve) as wire:
                         resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
                 else:
+                    hold = self._hold(purpose, step_id, model_id, request, use_reserve, max(1.0, time_left))
                     resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
             except ProviderError as exc:
+                self.budget.release(hold)
                 self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, str(exc))
                 errors.append(f"{provider.tier}: {exc}")
                 fault = provider_fault(provider.tier, exc)
@@ -203,9 +207,17 @@ class LLM:
                             duration_ms=int((time.monotonic() - t0) * 1000))
                 continue
             except BudgetExceeded as exc:
+                self.budget.release(hold)
                 self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, str(exc))
                 raise
-            return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire)
+            except BaseException:
+                self.budget.release(hold)
+                raise
+            try:
+                return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire,
+                                     hold)
+            finally:
+                self.budget.release(hold)  # settled already, unless accounting failed
         raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
 
     def _record_failed_spend(self, purpose, step_id, model_id, tier, wire, t0, error) -> None:
@@ -217,26 +229,41 @@ class LLM:
                         failed=True, error=error, duration_ms=int((time.monotonic() - t0) * 1000))
 
     def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
-        ceiling = self.budget.cost_ceiling(use_reserve)
-        left = ceiling - self.budget.spent
-        # Nothing left is a stop whatever the price list says: the agent edits config:models, and a
-        # model it priced at zero must not make the ceiling stop working.
-        if left > 0 and self.budget.spent + self.worst_case(model_id, prompt_chars, max_tokens) <= ceiling:
+        left, limit = self.budget.headroom(use_reserve)
+        # Nothing left is a stop whatever the price list says: a model priced at zero must not make
+        # the ceiling stop working.
+        if left > 0 and self.worst_case(model_id, prompt_chars, max_tokens) <= left:
             return max_tokens, False
         p_in, p_out = self.models.prices(model_id)
         input_cost = (math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16) * p_in / 1e6
         affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else max_tokens
         if left > 0 and affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
             return min(affordable, max_tokens), True
-        self.record(events.BUDGET_EXCEEDED, limit=self.budget.binding_limit(use_reserve), purpose=purpose,
-                    step_id=step_id, model=model_id,
-                    spent=round(self.budget.spent, 6), budget=round(ceiling, 6),
-                    worst_case=round(self.worst_case(model_id, prompt_chars, max_tokens), 6))
-        raise BudgetExceeded(self.budget.binding_limit(use_reserve),
-                             f"the {purpose} call could cost more than the ${left:.4f} left")
+        self._refused(limit, purpose, step_id, model_id, self.worst_case(model_id, prompt_chars, max_tokens),
+                      use_reserve, left)
+        raise BudgetExceeded(limit, f"the {purpose} call could cost more than the ${max(0.0, left):.4f} left"
+                                    + (" of today's ceiling" if limit == "daily" else ""))
+
+    def _refused(self, limit, purpose, step_id, model_id, worst, use_reserve, left=None) -> None:
+        if limit == "daily" and self.budget.daily is not None:
+            ceiling = self.budget.daily.ceiling
+            spent = ceiling - (self.budget.daily.left() if left is None else left)  # today's, with holds
+        else:
+            ceiling, spent = self.budget.cost_ceiling(use_reserve), self.budget.spent
+        self.record(events.BUDGET_EXCEEDED, limit=limit, purpose=purpose, step_id=step_id, model=model_id,
+                    spent=round(spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
+
+    def _hold(self, purpose, step_id, model_id, request, use_reserve, time_left):
+        """The call's worst case, held until it is answered (the provider has until ``time_left`` runs out)."""
+        worst = self.worst_case(model_id, sum(len(m["content"]) for m in request["messages"]), request["max_tokens"])
+        try:
+            return self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=time_left + HOLD_MARGIN_S)
+        except BudgetExceeded as exc:
+            self._refused(exc.limit, purpose, step_id, model_id, worst, use_reserve)
+            raise BudgetExceeded(exc.limit, f"the {purpose} call was not sent: {exc}") from None
 
     def _account(self, purpose, step_id, model_id, tier, request, resp: LLMResponse, t0, reduced,
-                 wire: dict | None = None) -> LLMResult:
+                 wire: dict | None = None, hold=None) -> LLMResult:
         # Rounded once, here, to 1e-10 USD: what is added to the budget is exactly what karma records,
         # so a session's cost is the sum of its llm_call entries.
         if wire and wire["requests"]:
@@ -257,7 +284,7 @@ class LLM:
                 if self.on_anomaly is not None:
                     self.on_anomaly(anomaly)
         if charge:
-            self.budget.spent += cost
+            self.budget.settle(hold, cost)  # the session's spend and today's, in place of the worst case held
         recorded_request = dict(request)
         # The soul is in every request; karma notes it rather than repeating it each time.
         recorded_request["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},

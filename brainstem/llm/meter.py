@@ -10,13 +10,18 @@ this meter sees it before it is sent and after it is answered:
 * the model must be the one the chokepoint asked for (or its fallback) during
   an adapter call, and a model in ``config:models`` for any other code;
 * ``max_tokens`` is set, and clamped to the model's limit, to the adapter
-  call's own ``max_tokens``, and to what the session's budget still affords at
-  the worst-case price; a request the budget cannot afford is refused;
-* after the answer, the session is charged what the host reports
+  call's own ``max_tokens``, and to what the session's budget and today's
+  ceiling still afford at the worst-case price; a request they cannot afford
+  is refused;
+* that worst case is held against the session and today's spend in the store
+  before the request goes, so concurrent processes of one agent cannot book
+  past the daily ceiling together;
+* after the answer, the hold is settled at what the host reports
   (``usage.cost``), else the price list's cost of the reported tokens, else the
   worst case (also when the exchange failed after the request was sent).
 
-So the host never bills a session more than its ceiling plus one request.
+So the host never bills more than the ceilings, save a cost it reports above
+the request's worst case (an anomaly, charged as reported and shown to the operator).
 """
 
 from __future__ import annotations
@@ -26,15 +31,17 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import events
-from ..budget import Budget
+from ..budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from ..config import Models
 from ..json_numbers import count, finite
 from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 
 DEFAULT_MAX_TOKENS = 4096
+# No request sandboxed code sends outlives the code, whose timeout is at most 300 s (tools.MAX_TIMEOUT_MS).
+WIRE_HOLD_S = 300.0 + HOLD_MARGIN_S
 REFUSED_FIELDS = {"stream": "streamed answers cannot be metered", "models": "a server-side model list cannot be priced",
                   "best_of": "best_of multiplies the cost", "plugins": "plugins are billed outside the token price"}
 
@@ -121,27 +128,44 @@ class WireMeter:
             raise MeterRefused("refused: the session has no time left for another LLM request")
         # Everything the host reads is priced as prompt (tools, response_format, a raw prompt...).
         chars = len(body or b"")
-        ceiling = self.budget.cost_ceiling(use_reserve)
-        left = ceiling - self.budget.spent
+        left, binding = self.budget.headroom(use_reserve)
         worst = worst_case_cost(self.models, model_id, chars, limit)
         if worst > left or left <= 0:
             p_in, p_out = self.models.prices(model_id)
             input_cost = worst_case_cost(self.models, model_id, chars, 0)
             affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
-            # Nothing left is a stop even for a model priced at zero (the agent writes the price list).
+            # Nothing left is a stop even for a model priced at zero.
             if left <= 0 or affordable < min(MIN_USEFUL_TOKENS, limit):
-                self.record(events.BUDGET_EXCEEDED, limit="cost", purpose="wire", model=model_id,
-                            spent=round(self.budget.spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
-                raise MeterRefused(f"refused: this LLM request could cost ${worst:.4f}; the session has "
-                                   f"${max(0.0, left):.4f} left")
+                self._refuse(binding, model_id, worst, use_reserve, left)
             limit = affordable
             worst = worst_case_cost(self.models, model_id, chars, limit)
+        try:
+            hold = self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=WIRE_HOLD_S)
+        except BudgetExceeded as exc:  # another process of the agent spent the rest of today's meantime
+            self._refuse("daily" if exc.limit == "daily" else "cost", model_id, worst, use_reserve, None)
         req.pop("max_completion_tokens", None)
         req["max_tokens"] = limit
         req["model"] = model_id
         note.update(model=model_id, max_tokens=limit, worst_case=round(worst, 10), t0=time.monotonic(),
-                    request=req)
+                    request=req, hold=hold)
         return json.dumps(req, ensure_ascii=False).encode("utf-8")
+
+    def _refuse(self, limit: str, model_id: str, worst: float, use_reserve: bool,
+                left: float | None) -> NoReturn:
+        daily = self.budget.daily
+        if limit == "daily" and daily is not None:
+            left = daily.left() if left is None else left
+            self.record(events.BUDGET_EXCEEDED, limit="daily", purpose="wire", model=model_id,
+                        spent=round(daily.ceiling - left, 6), budget=round(daily.ceiling, 6),
+                        worst_case=round(worst, 6))
+            raise MeterRefused(f"refused: this LLM request could cost ${worst:.4f}; today's ceiling has "
+                               f"${max(0.0, left):.4f} left")
+        ceiling = self.budget.cost_ceiling(use_reserve)
+        left = ceiling - self.budget.spent - self.budget.held if left is None else left
+        self.record(events.BUDGET_EXCEEDED, limit="cost", purpose="wire", model=model_id,
+                    spent=round(self.budget.spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
+        raise MeterRefused(f"refused: this LLM request could cost ${worst:.4f}; the session has "
+                           f"${max(0.0, left):.4f} left")
 
     def after(self, note: dict, status: int | None, text: str | None, error: str | None, tool: str) -> float:
         """Charge one answered (or failed) request; returns the cost."""
@@ -179,7 +203,7 @@ class WireMeter:
                         note="the host reported more than this request could cost; charged as reported")
             if self.on_anomaly is not None:
                 self.on_anomaly(anomaly)
-        self.budget.spent += cost
+        self.budget.settle(note.pop("hold", None), cost)  # in place of the worst case held before it went
         if self.on_cost is not None:
             self.on_cost(cost)
         note.update(cost=cost, cost_source=source)

@@ -54,6 +54,7 @@ from typing import Any
 import httpx
 
 from ..wire import deadline_transport, tls_context
+from . import own_ports
 
 MAX_REDIRECTS = 5
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
@@ -249,6 +250,8 @@ def _check(url: Any, allow: Iterable[str] | None, resolver: Resolver | None, tim
             problem = address_problem(ip)
             if problem:
                 raise EgressDenied(f"host {host!r} resolves to {ip}, {problem}")
+        if own_ports.is_own(ip, port):  # allowed or not: the dashboard and metrics are the operator's
+            raise EgressDenied(f"port {port} of {host!r} is one the runtime itself listens on")
         if chosen is None:
             chosen = ip
     assert chosen is not None

