@@ -139,7 +139,7 @@ def takeovers(client, names: list[str], hist: list[list[dict]]) -> dict[str, tup
     the ``crash_detected`` entries in the karma of every session that followed a crash."""
     found: dict[str, tuple[str, str, float]] = {}
     for n, h in zip(names, hist, strict=True):
-        crashed = {s["id"] for s in h if s.get("outcome") == "crashed"}
+        crashed = {s["id"] for s in h if s.get("outcome") in ("crashed", "host_lost")}
         if not crashed:
             continue
         for s in h:
@@ -301,10 +301,10 @@ def main() -> int:
           f"missed {fires['missed']}, error {fires['error']}")
     print(f"sessions lost (karma with no history entry) {lost}, recorded twice {doubled}, left unfinished "
           f"{unfinished}, overlapping {overlaps}")
-    crashed = outcomes.get("crashed", 0)
+    crashed = outcomes.get("crashed", 0) + outcomes.get("host_lost", 0)  # a killed host: host_lost from the others
     good = (min(per_agent) == max(per_agent) == args.ticks and overlaps == 0 and lost == 0 and doubled == 0
             and unfinished == 0 and fires["error"] == 0 and fires["missed"] == 0
-            and set(outcomes) <= {"clean", "crashed"})
+            and set(outcomes) <= {"clean", "crashed", "host_lost"})
     resumed_ok = True
     if args.kill:
         waits = sorted(t - killed_at for _, sid, t in taken.values() if sid != "TWICE")

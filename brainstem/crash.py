@@ -80,8 +80,9 @@ def close_dead(store: Store, crumb: dict, detected_by: str,
     else:  # on this host, its process is gone: it crashed
         closed = session_history.close_dead_session(store, crumb, outcomes.CRASHED, detected_by=detected_by,
                                                     on_reject=on_reject)
-    # Closed now as a crash, or a breadcrumb too damaged to name its session: orient hears of it.
-    if ((closed is not None and closed.get("outcome") == outcomes.CRASHED)
+    # Closed now as a crash (or cut off with its host), or a breadcrumb too damaged to name its session:
+    # orient hears of it, to pick the work up.
+    if ((closed is not None and closed.get("outcome") in (outcomes.CRASHED, outcomes.HOST_LOST))
             or (closed is None and crumb.get("id") is None)):
         return data
     return None

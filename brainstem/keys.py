@@ -53,11 +53,11 @@ BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in th
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values): the session's lease
 
-# Written only while the writer holds the wake lease, when it writes as a session (``Store.lease``): a
-# session whose lease ran out, or was taken over by another host, must not overwrite the schedule, the
-# history or the breadcrumb of the session that replaced it. The store checks this in the same
-# atomic operation as the write (its fencing).
-FENCED = frozenset({WAKE_CONFIG, SESSION_HISTORY, SESSION_CURRENT, SESSION_LAST_COMPLETED})
+# While a session holds its wake lease, every write it makes through its store view is fenced: it goes
+# through only if the lease is still the session's, checked by the store in the same atomic operation
+# (``Store.lease``). A session whose lease ran out, or was taken over by another host, so writes nothing
+# at all. These keys are not the session's to fence: the daemon's log of its fires.
+UNFENCED = frozenset({WAKE_LOG})
 
 
 def karma(session_id: str) -> str:

@@ -122,8 +122,8 @@ def damaged_entry(raw: str, position: int) -> dict:
     """What a damaged history entry still tells: the session's id and number when its text holds them."""
     m = _ID_IN_TEXT.search(raw or "")
     sid = m.group(1) if m else None
-    return {"id": sid, "number": int(sid.split("-", 1)[0]) if sid else None, "outcome": "unknown", "damaged": True,
-            "position": position, "raw": (raw or "")[:300]}
+    return {"id": sid, "number": int(sid.split("-", 1)[0]) if sid else None, "outcome": "unknown", "cost": None,
+            "steps": None, "started_at": None, "damaged": True, "position": position, "raw": (raw or "")[:300]}
 
 
 def damaged(entries: list[dict]) -> list[dict]:

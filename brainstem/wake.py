@@ -600,8 +600,9 @@ def _lease_lost(run: _Run) -> WakeResult:
     delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
     while True:
         try:
-            run.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=run.outcome,
-                             cost=round(run.budget.spent, 10), steps=run.budget.steps)
+            with run.store.unfenced():  # the one thing a session without its lease still writes
+                run.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=run.outcome,
+                                 cost=round(run.budget.spent, 10), steps=run.budget.steps)
             break
         except StoreUnavailable as exc:
             if time.monotonic() + delay > deadline:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import secrets
 import socket
 import warnings
 from urllib.parse import unquote, urlsplit
@@ -310,7 +311,7 @@ def test_an_action_without_its_csrf_token_is_403_and_writes_nothing(settings, st
     app = app_for(settings, st, token=TOKEN if kind == "token" else None, loopback_only=kind == "open")
     c = client(app)
     page_csrf = csrf_of(c)  # the browser holds a valid cookie...
-    field = {"no field": None, "field without cookie": page_csrf, "mismatched": auth.new_csrf(),
+    field = {"no field": None, "field without cookie": page_csrf, "mismatched": secrets.token_urlsafe(24),
              "empty pair": ""}[case]
     if case in ("field without cookie", "empty pair"):
         c.cookies.clear()

@@ -48,7 +48,7 @@ OWNER, OTHER = "host-a:1:aaaa", "host-b:2:bbbb"
 
 # --- fencing in the store's write path ---------------------------------------------
 
-def test_fenced_keys_are_written_only_while_the_lease_is_the_writers(st):
+def test_every_write_is_made_only_while_the_lease_is_the_writers(st):
     st.lease = (keys.WAKE_LOCK, OWNER)
     with pytest.raises(LeaseLost, match="wake_config"):  # no lock at all
         st.put(keys.WAKE_CONFIG, {"next_wake_after": "x"})
@@ -65,18 +65,29 @@ def test_fenced_keys_are_written_only_while_the_lease_is_the_writers(st):
     st.lease = None
     st.put(keys.SESSION_CURRENT, {"id": "2-b"})  # the new holder's breadcrumb (written unfenced here)
     st.lease = (keys.WAKE_LOCK, OWNER)
+    before = {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")}
+    # Every kind of write: the schedule, the breadcrumb, history, karma, memory, a tool's data, a counter,
+    # trimming and deleting logs, and new spend. None goes through, and nothing changes.
     for write in (lambda: st.put(keys.WAKE_CONFIG, {"by": "a again"}),
                   lambda: st.put(keys.SESSION_LAST_COMPLETED, "1-a"),
                   lambda: st.delete(keys.SESSION_CURRENT),
-                  lambda: st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a", "again": True}))):
+                  lambda: st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a", "again": True})),
+                  lambda: st.append(keys.karma("1-a"), json.dumps({"event": "llm_call"})),
+                  lambda: st.put(keys.LAST_REFLECT, {"summary": "stale"}),
+                  lambda: st.put("tooldata:t:x", "1"), lambda: st.put("notes", "still mine"),
+                  lambda: st.incr(keys.SESSION_COUNTER), lambda: st.trim_log(keys.SESSION_HISTORY, 0),
+                  lambda: st.delete_log(keys.SESSION_HISTORY),
+                  lambda: st.reserve_spend("2026-01-01", 0.01, 5.0, "t1", 60)):
         with pytest.raises(LeaseLost):
             write()
-    assert st.get(keys.WAKE_CONFIG, "json") == {"by": "a"}
-    assert st.get(keys.SESSION_CURRENT, "json") == {"id": "2-b"}
-    assert st.get(keys.SESSION_LAST_COMPLETED) is None
-    assert st.read_log(keys.SESSION_HISTORY) == [json.dumps({"id": "1-a"})]
-    # Keys that say nothing of who ran last are not fenced; nor is a write with no lease (the operator's).
-    st.put("notes", "still mine")
+    assert {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")} == before
+    assert st.daily_spend("2026-01-01") == (0.0, 0.0)
+    # The one write a session without its lease makes: unfenced, from its own thread, on purpose.
+    with st.unfenced():
+        st.append(keys.karma("1-a"), json.dumps({"event": "lease_lost"}))
+    assert st.read_log(keys.karma("1-a")) == [json.dumps({"event": "lease_lost"})]
+    st.append(keys.WAKE_LOG, json.dumps({"fire": "lease_lost"}))  # the daemon's own log is not the session's
+    # A write with no lease (the operator's) is not fenced.
     st.lease = None
     st.put(keys.WAKE_CONFIG, {"by": "operator"})
     assert st.get(keys.WAKE_CONFIG, "json") == {"by": "operator"}
@@ -221,7 +232,8 @@ def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_
         closed = [h for h in session_history.read(st) if h.get("id") == dead_sid]
         return closed[0] if closed else None
     closed = wait_for(picked_up, 6 * period, "host B to take the agent over", host_b)
-    assert closed["outcome"] == outcomes.CRASHED
+    # From host B a dead host and a cut-off one look alike: neither is the agent's doing.
+    assert closed["outcome"] == outcomes.HOST_LOST and "host-a" in closed["reason"]
     sid = karma.latest_session_id(st)
     entries = karma.read(st, sid)
     detected = events_of(entries, events.CRASH_DETECTED)
@@ -377,3 +389,73 @@ def test_a_wake_whose_clock_runs_ahead_never_takes_a_live_session_on_the_same_ho
     (entry,) = [h for h in session_history.read(st) if h["id"] == sid]
     assert entry["outcome"] == outcomes.CLEAN  # ran to its end, never recorded as crashed
     assert [h["outcome"] for h in session_history.read(st)] == [outcomes.CLEAN]
+
+
+# --- split brain: a stale session that comes back -----------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("real_store_url", ["redis"], indirect=True)
+def test_a_session_frozen_past_its_lease_writes_nothing_and_spends_nothing_when_it_resumes(
+        st, llm, real_store_url):
+    """Host A's session is SIGSTOPped mid-call for three lease periods. Host B takes the agent over and
+    runs a clean session. Host A gets SIGCONT: it finds its lease gone, writes its lease_lost and
+    nothing else, and makes no further LLM call; host B's state is untouched."""
+    period = 1.5
+
+    def host_a(req):
+        if is_orient(req):
+            return plan(think("A one", id="a1", model="haiku", max_tokens=20),
+                        think("A two", id="a2", model="haiku", max_tokens=20), next_wake={"sleep_seconds": 3600})
+        if is_reflect(req):
+            return reflection("A's reflection")
+        return {"content": "A's answer", "delay": 2.0}
+
+    llm.responder = host_a
+    env_a = wake_env(real_store_url, llm, BRAINSTEM_HOSTNAME="host-a", BRAINSTEM_LEASE_SECONDS=period)
+    proc = start_wake(env_a, "--force")
+    try:
+        assert llm.wait_for_requests(2, timeout=20), "host A's session never reached its first step"
+        sid_a = karma.latest_session_id(st)
+        time.sleep(0.3)  # its think call is on the wire, its answer two seconds off
+        proc.send_signal(signal.SIGSTOP)
+        before_stop = karma.read(st, sid_a)
+        time.sleep(3 * period)
+
+        def host_b(req):
+            if is_orient(req):
+                return plan(think("B", id="b1", model="haiku", max_tokens=20), next_wake={"sleep_seconds": 7200})
+            if is_reflect(req):
+                return reflection("B's reflection")
+            return "B's answer"
+        llm.responder = host_b
+        env_b = wake_env(real_store_url, llm, BRAINSTEM_HOSTNAME="host-b", BRAINSTEM_LEASE_SECONDS=period)
+        done_b = run_wake(env_b, "--force")
+        assert done_b.returncode == 0, done_b.stderr
+        sid_b = karma.latest_session_id(st)
+        state_b = {k: st.get(k) for k in (keys.WAKE_CONFIG, keys.LAST_REFLECT, keys.SESSION_CURRENT,
+                                          keys.SESSION_LAST_COMPLETED, keys.SESSION_COUNTER)}
+        history_b = session_history.read(st)
+        karma_b = karma.read(st, sid_b)
+        spent_b = st.daily_spend(time.strftime("%Y-%m-%d", time.gmtime()))[0]
+        requests_b = len(llm.requests)
+        assert [(h["id"], h["outcome"]) for h in history_b][-2:] == [(sid_a, outcomes.HOST_LOST),
+                                                                     (sid_b, outcomes.CLEAN)]
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    assert proc.returncode == 75, (proc.returncode, out, err)
+    # Host A wrote one lease_lost entry and nothing else, anywhere.
+    after = karma.read(st, sid_a)
+    closing = after[len(before_stop):]
+    # (host B closed A's session in A's karma: its session_end says host_lost; then A's own lease_lost)
+    assert [e["event"] for e in closing] == [events.SESSION_END, events.LEASE_LOST], closing
+    assert closing[0]["outcome"] == outcomes.HOST_LOST
+    assert {k: st.get(k) for k in state_b} == state_b
+    assert session_history.read(st) == history_b and karma.read(st, sid_b) == karma_b
+    assert len(llm.requests) == requests_b  # no LLM call after it resumed
+    # The call it had made before it froze was paid for: its cost is booked, and nothing more.
+    spent_after = st.daily_spend(time.strftime("%Y-%m-%d", time.gmtime()))[0]
+    assert spent_after - spent_b <= 0.01

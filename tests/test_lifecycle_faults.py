@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -51,6 +52,14 @@ def _status(env: dict) -> dict:
 
 def _dead_pid() -> int:
     p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     return p.pid
 
@@ -224,8 +233,9 @@ def test_a_signal_to_wake_records_interrupted_and_releases_the_lock(st, env, llm
 def test_a_session_killed_after_its_history_entry_is_not_also_crashed(st, env, llm):
     llm.queue(plan(think("hi")), "ok", reflection())
     sid, _ = finished(run_wake(env, "--force"), st, "clean")
-    # As if killed between writing the history and clearing the breadcrumb.
-    karma.begin_session(st, sid)
+    # As if killed between writing the history and clearing the breadcrumb (its process gone).
+    crumb = karma.begin_session(st, sid)
+    st.put(keys.SESSION_CURRENT, {**crumb, "pid": dead_pid(), "proc": None})
     llm.queue(plan(think("next")), "ok", reflection())
     sid2, entries2 = finished(run_wake(env, "--force"), st, "clean")
     assert [(h["id"], h["outcome"]) for h in history(st)] == [(sid, "clean"), (sid2, "clean")]
@@ -379,6 +389,41 @@ def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(own_re
     assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
     assert _seconds_from_now(store.get_json(keys.WAKE_CONFIG)["next_wake_after"]) <= 61
     assert karma.read(store, sid)[-1]["outcome"] == "store_unavailable"
+    store.close()
+
+
+def test_a_redis_demoted_to_a_replica_for_a_moment_is_a_store_fault_never_a_crash(own_redis, llm):
+    """READONLY for three seconds (a failover's demoted primary): the session waits it out and records
+    store_unavailable; nothing is lost and nothing says crashed."""
+    import redis
+
+    from .wake_helpers import seeded
+
+    url = f"redis://127.0.0.1:{own_redis}/0"
+    store = seeded(url)
+    env = wake_env(url, llm)
+    llm.queue(plan(think("slow", id="s"), think("two")), {"content": "answer", "delay": 1.5}, "ok", reflection())
+    p = start_wake(env, "--force")
+    admin = redis.Redis(port=own_redis)
+    try:
+        assert llm.wait_for_requests(2, timeout=30)
+        admin.execute_command("REPLICAOF", "127.0.0.1", "9")  # a primary that is not there: read-only
+        time.sleep(3.0)
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        out, err = p.communicate(timeout=40)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+    assert p.returncode == 0 and "Traceback" not in err, (out, err)
+    sid = karma.latest_session_id(store)
+    (entry,) = [h for h in history(store) if h["id"] == sid]
+    assert entry["outcome"] == "store_unavailable"
+    assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
+    llm.reset()
+    llm.queue(plan(), reflection())
+    sid2, entries2 = finished(run_wake(env, "--force"), store, "clean")
+    assert not events_of(entries2, "crash_detected")
     store.close()
 
 

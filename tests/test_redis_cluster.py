@@ -5,6 +5,7 @@ a whole session runs on it."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -187,13 +188,31 @@ def test_a_primary_failing_over_mid_write_loses_nothing(tmp_path):
             time.sleep(0.05)
         primary_client.close()
         replica_client.close()
+        # A session and its heartbeat share one store (one client) across the failover: whatever the client
+        # raises mid-failover is retried, and neither thread is left with a broken client afterwards.
+        errors: list[BaseException] = []
+
+        def heartbeat():
+            try:
+                for i in range(40):
+                    store.put("hb", str(i))
+                    time.sleep(0.05)
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+        beat = threading.Thread(target=heartbeat)
         owner.kill()
+        beat.start()
         owner.wait(5)
         for i in range(5, 10):  # across the failover: retried until the replica is promoted
             store.append(keys.karma("1-a"), {"n": i})
         store.put("k", "after")
+        beat.join(60)
+        assert not errors, errors
         assert [json.loads(e)["n"] for e in store.read_log(keys.karma("1-a"))] == list(range(10))
-        assert store.get("k") == "after"
+        assert store.get("k") == "after" and store.get("hb") == "39"
+        t0 = time.monotonic()
+        store.put("healed", "yes")  # a healed cluster answers at once, not after the client recovers itself
+        assert store.get("healed") == "yes" and time.monotonic() - t0 < 2
         store.close()
     finally:
         for proc in procs:

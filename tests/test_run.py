@@ -331,6 +331,11 @@ def test_session_that_outlives_the_grace_period_is_recorded_interrupted(redis_ur
     assert end["event"] == "session_end" and end["outcome"] == "interrupted", end
     assert [x["outcome"] for x in history(store) if x["id"] == sid] == ["interrupted"]
     assert store.get(keys.SESSION_CURRENT) is None
+    # What it held is let go as a timely stop would: the lease at once, and the agent due a minute on
+    # (not at the pessimistic advance the session set when it began).
+    assert store.lock_owner(keys.WAKE_LOCK) is None
+    due = datetime.fromisoformat(store.get_json(keys.WAKE_CONFIG)["next_wake_after"].replace("Z", "+00:00"))
+    assert (due - datetime.now(due.tzinfo)).total_seconds() <= 61
 
     llm.responder = responder()
     r = run_cli("wake", "--force", "--quiet", env={**env, "BRAINSTEM_KV_PREFIX": f"{name}:"})

@@ -291,17 +291,26 @@ def test_a_full_sqlite_store_is_store_full_naming_the_disk(tmp_path):
     store.close()
 
 
-@pytest.fixture
-def full_disk():
-    """A directory on a tiny tmpfs (root only: mount)."""
+def _small_tmpfs(size: str):
+    """A directory on a tmpfs of ``size`` (root only: mount)."""
     d = Path(tempfile.mkdtemp(prefix="brainstem-full-"))
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(d)], capture_output=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True)
     if r.returncode != 0:
         d.rmdir()
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     yield d
     subprocess.run(["umount", str(d)], capture_output=True)
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def full_disk():
+    yield from _small_tmpfs("400k")
+
+
+@pytest.fixture
+def small_disk():
+    yield from _small_tmpfs("16m")
 
 
 def test_a_full_disk_is_one_clear_line(full_disk):
@@ -317,6 +326,48 @@ def test_a_full_disk_is_one_clear_line(full_disk):
     one_line(run_cli("kv", "put", "notes:big", "x" * 100_000, env=env), 3, "the store's disk is full")
     one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "the store's disk is full")
     assert "Soul" in ok(run_cli("kv", "get", "soul", env=env))  # still readable
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_mid_session_is_a_store_fault_never_a_crash(small_disk, llm, tmp_path):
+    """The session cannot record its end (exit 3); a note on local disk says why, and the next wake,
+    once there is room again, records it as store_unavailable, which never counts towards auto-restore."""
+    from brainstem import karma, keys, outcomes, session_history
+
+    from .wake_helpers import plan, reflection, start_wake, think, wake_env
+
+    url = f"sqlite:///{small_disk / 'brainstem.db'}"
+    seeded(url).close()
+    env = wake_env(url, llm, XDG_STATE_HOME=str(tmp_path / "state"))
+    llm.queue(plan(think("slow", id="s")), {"content": "answer " + "z" * 2000, "delay": 1.5}, reflection())
+    proc = start_wake(env, "--force")
+    filler = small_disk / "filler"
+    try:
+        assert llm.wait_for_requests(2, timeout=30), proc.communicate(timeout=5)
+        with open(filler, "wb", buffering=0) as f:  # the disk fills while the step's answer is on its way
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3 and "disk is full" in err, (out, err)
+    assert "Traceback" not in err
+    assert list((tmp_path / "state" / "brainstem" / "unrecorded").iterdir())  # word of it, on local disk
+    filler.unlink()
+    llm.queue(plan(), reflection())
+    assert run_cli("wake", "--force", env=env).returncode == 0
+    from brainstem.kv import open_store
+
+    store = open_store(url)
+    entries = session_history.read(store)
+    assert [h["outcome"] for h in entries] == [outcomes.STORE_UNAVAILABLE, outcomes.CLEAN], entries
+    assert not any(e["event"] == "crash_detected" for e in karma.read(store, entries[-1]["id"]))
+    assert store.get(keys.SESSION_CURRENT) is None
+    store.close()
 
 
 # --- 3. a refused or missing Redis password ------------------------------------------------

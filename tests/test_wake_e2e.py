@@ -161,7 +161,8 @@ def test_crash_detected_and_shown_to_orient(st, env, llm):
     for i in range(100):  # a long dead session: what orient sees of it stays bounded
         k.record("tool_log", tool="web_fetch", message=f"filler {i} " + "x" * 5000)
     k.record("tool_start", tool="web_fetch", note="LAST-WORDS-before-the-oom-killer")
-    st.put(keys.SESSION_CURRENT, {"id": dead, "started_at": iso_in(-600), "pid": 999999, "host": "x"})
+    st.put(keys.SESSION_CURRENT, {"id": dead, "started_at": iso_in(-600), "pid": dead_pid(),
+                                  "host": socket.gethostname()})  # on this host, its process gone: a crash
     llm.queue(plan(think("hello")), "hi", reflection())
     sid, entries = finished(run_wake(env, "--force"), st, "clean")
     orient = user_text(llm.requests[0])

@@ -1,10 +1,16 @@
 """The dashboard: a small Starlette app over the store, its pages rendered on the server.
 
 Every page reads the store through :mod:`.views`; the only writes are the
-operator's actions (a rollback, a review verdict), each a CSRF-checked POST
-that needs the token when one is set (:mod:`.auth`). Every value shown passes
-the redactor of the secrets this process knows, and ``secret:*`` values are
-never read for display at all.
+operator's actions (a rollback, a review verdict), each a POST carrying a CSRF
+token this server signed, and needing the token when one is set (:mod:`.auth`).
+
+Everything in the store is the agent's to write (key names, values, karma, tool
+names, review items, even the names of ``secret:*`` keys), so every string a
+page prints is treated as hostile text: redacted of the secrets this process
+knows, then escaped, in that order, always (a redaction label is text too). The
+only markup printed as is is a chart :mod:`.charts` drew from escaped pieces.
+``secret:*`` values are never read for display at all. No page carries inline
+script or style: the CSP allows neither.
 """
 
 from __future__ import annotations
@@ -12,10 +18,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -26,10 +32,15 @@ from starlette.routing import Route
 from .. import keys
 from ..errors import BadArgument, BrainstemError
 from ..karma import Redactor
+from ..secrets import PCHAR_SAFE
 from . import auth, charts, views
 
 TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+STATIC_TYPES = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 REDACTOR_TTL = 30.0
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
 class Dashboard:
@@ -40,10 +51,12 @@ class Dashboard:
         self.stores = stores
         self.token = token
         self.loopback_only = loopback_only
+        self.csrf = auth.CsrfSigner(auth.signing_key(token))
+        self.static = {name: (STATIC / name).read_bytes() for name in STATIC_TYPES}
         self._redactor: Redactor | None = None
         self._redactor_at = 0.0
         env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, finalize=self._finalize)
-        env.filters["usd"] = lambda v, d=4: "-" if v is None else f"${float(v):.{d}f}"
+        env.filters["usd"] = _usd
         env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
         self.env = env
 
@@ -67,13 +80,15 @@ class Dashboard:
             self._redactor, self._redactor_at = r, time.monotonic()
         return self._redactor
 
-    def _finalize(self, value: Any) -> Any:
-        """Every value a template prints is redacted first (before escaping, where the secret is whole)."""
-        if isinstance(value, Markup):
-            return Markup(self.redact.text(str(value)))
-        if isinstance(value, str):
-            return self.redact.text(value)
-        return value
+    def _finalize(self, value: Any) -> Markup:
+        """Every value a template prints: as text, redacted (where a secret is whole, and the label it
+        leaves is text like the rest), then escaped. Markup other than a chart drawn here (a filter's
+        output, a template constant) is taken back to its text first, so nothing reaches a page as HTML
+        that this package did not build from escaped pieces."""
+        if type(value) is charts.Drawn:
+            return value
+        text = value.unescape() if isinstance(value, Markup) else str(value)
+        return escape(self.redact.text(text))
 
     # --- helpers for handlers ---
     def agent(self, request: Request) -> tuple[str, Any]:
@@ -88,30 +103,54 @@ class Dashboard:
 
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         name = request.query_params.get("agent", next(iter(self.stores)))
-        csrf = request.cookies.get(auth.CSRF_COOKIE) or auth.new_csrf()
+        # The browser's token while it has more than half its life left; else a fresh one (and cookie).
+        csrf = request.cookies.get(auth.CSRF_COOKIE)
+        if self.csrf.remaining(csrf) <= self.csrf.ttl / 2:
+            csrf = self.csrf.issue()
 
         def url(path: str, **params: Any) -> str:
             params = {k: v for k, v in params.items() if v not in (None, "")}
             if len(self.stores) > 1 or name:
                 params.setdefault("agent", name)
-            return path + ("?" + urlencode(params) if params else "")
+            return local_path(path) + ("?" + urlencode(params) if params else "")
 
         html = self.env.get_template(template).render(
-            request=request, url=url, agent=name, agents=list(self.stores), csrf=csrf, csrf_field=auth.CSRF_FIELD,
-            can_act=self.can_act(request), token_set=self.token is not None, **context)
-        response = HTMLResponse(self.redact.text(html), status_code=status)
+            request=request, url=url, path=local_path, agent=name, agents=list(self.stores), csrf=csrf,
+            csrf_field=auth.CSRF_FIELD, can_act=self.can_act(request), token_set=self.token is not None, **context)
+        # Not redacted again as a whole: every value was redacted as text before it was escaped, and a
+        # label put into finished HTML would land unescaped (or cut through the page's own markup).
+        response = HTMLResponse(html, status_code=status)
         if request.cookies.get(auth.CSRF_COOKIE) != csrf:
-            response.set_cookie(auth.CSRF_COOKIE, csrf, httponly=True, samesite="strict",
+            response.set_cookie(auth.CSRF_COOKIE, csrf, max_age=self.csrf.ttl, httponly=True, samesite="strict",
                                 secure=request.url.scheme == "https")
         return response
 
     def json(self, data: Any) -> Response:
-        text = json.dumps(data, ensure_ascii=False, default=str)
-        return Response(self.redact.text(text), media_type="application/json")
+        """Redacted as data, then encoded: a label is a JSON string like any other, never spliced into JSON."""
+        text = json.dumps(self.redact(data), ensure_ascii=False, default=str)
+        return Response(text, media_type="application/json")
 
 
 class _NotFound(Exception):
     pass
+
+
+def local_path(path: str) -> str:
+    """One of our paths, ``/ROUTE`` or ``/ROUTE/NAME`` with NAME from the store (a key, a session id),
+    percent-encoded: whatever NAME holds (``/``, ``..``, ``?``, ``#``, quotes, spaces) stays one path
+    segment of this route, and the result always starts with ``/`` and never ``//``."""
+    route, sep, name = path.lstrip("/").partition("/")
+    # The encoding the redactor knows (a secret copied into a name is caught in the link too).
+    return "/" + quote(route, safe="") + sep + quote(name, safe=PCHAR_SAFE)
+
+
+def _usd(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    try:
+        return f"${float(value):.{int(digits)}f}"
+    except (TypeError, ValueError, OverflowError):
+        return str(value)  # not a number: shown as the text it is (escaped like any other)
 
 
 def _viewing(request: Request) -> tuple[Dashboard, str, Any]:
@@ -126,7 +165,9 @@ def _plain(status: int, text: str) -> Response:
 
 
 def _csrf_ok(request: Request, form) -> bool:
-    return auth.same(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE))
+    """The form's token is the browser's cookie, and one this server signed that has not expired."""
+    d: Dashboard = request.app.state.dashboard
+    return d.csrf.check(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE))
 
 
 async def _action(request: Request, act) -> Response:
@@ -167,12 +208,13 @@ async def sessions(request: Request) -> Response:
     page = views.sessions_page(store, outcome=request.query_params.get("outcome") or None,
                                page=_int(request.query_params.get("page"), 1))
     page["rows"] = [d.redact(h) for h in page["rows"]]  # before the template cuts a summary to its width
-    per_session = charts.bars([(str(h.get("id")), float(h.get("cost") or 0)) for h in page["rows"][::-1]],
+    # The charts are printed as drawn, so their labels are redacted here (they escape them themselves).
+    per_session = charts.bars([(str(h.get("id")), charts.number(h.get("cost"))) for h in page["rows"][::-1]],
                               ceiling=d.settings.max_session_cost, title="cost per session (this page)")
-    per_day = charts.bars([(day["day"], float(day["cost"])) for day in page["days"]],
+    per_day = charts.bars([(d.redact.text(str(day["day"])), charts.number(day["cost"])) for day in page["days"]],
                           ceiling=d.settings.max_daily_cost, title="cost per UTC day")
-    return d.page(request, "sessions.html", title="Sessions", p=page, chart_sessions=Markup(per_session),
-                  chart_days=Markup(per_day))
+    return d.page(request, "sessions.html", title="Sessions", p=page, chart_sessions=per_session,
+                  chart_days=per_day)
 
 
 async def session(request: Request) -> Response:
@@ -227,7 +269,8 @@ async def rollback(request: Request) -> Response:
         if not keys.is_privileged(key):
             raise BadArgument(f"{key!r} is not a versioned key")
         done = do_rollback(store, key, _int(form.get("version"), None), source="operator:dashboard")
-        return f"/changes/{key}", f"restored version {done['restored_version']} as version {done['new_version']}"
+        return (local_path(f"/changes/{key}"),
+                f"restored version {done['restored_version']} as version {done['new_version']}")
     return await _action(request, act)
 
 
@@ -285,6 +328,15 @@ async def login(request: Request) -> Response:
     return response
 
 
+async def static(request: Request) -> Response:
+    """The dashboard's one script and one stylesheet (the CSP allows no inline ones)."""
+    d: Dashboard = request.app.state.dashboard
+    name = request.path_params["name"]
+    if name not in d.static:
+        return _plain(404, "no such file")
+    return Response(d.static[name], media_type=STATIC_TYPES[name], headers={"Cache-Control": "no-cache"})
+
+
 def _int(value: Any, default: Any) -> Any:
     try:
         return int(str(value))
@@ -302,6 +354,7 @@ def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_on
         Route("/changes/{key:path}", key_history), Route("/rollback", rollback, methods=["POST"]),
         Route("/store", store_keys), Route("/review", review_page),
         Route("/review/{item}", review_act, methods=["POST"]), Route("/login", login, methods=["GET", "POST"]),
+        Route("/static/{name}", static),
     ]
     async def guard(request: Request, call_next):
         if not auth.host_allowed(request.headers.get("host"), loopback_only):
@@ -313,9 +366,7 @@ def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_on
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("Referrer-Policy", "no-referrer")
-        response.headers.setdefault("Content-Security-Policy",
-                                    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                                    "script-src 'self' 'unsafe-inline'; frame-ancestors 'none'")
+        response.headers.setdefault("Content-Security-Policy", CSP)
         return response
 
     app = Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=guard)])

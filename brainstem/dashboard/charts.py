@@ -1,15 +1,43 @@
-"""Charts drawn on the server as SVG: nothing to download, nothing from the internet."""
+"""Charts drawn on the server as SVG: nothing to download, nothing from the internet.
+
+Labels come from the store (session ids, days), so every text and attribute put in
+the SVG is escaped here; numbers are formatted from floats. The result is a
+:class:`Drawn`, the one kind of markup the dashboard's templates print as is.
+"""
 
 from __future__ import annotations
 
+import math
 from html import escape
+
+from markupsafe import Markup
+
+
+class Drawn(Markup):
+    """Markup this module built from escaped pieces. Templates print it unescaped; any other markup
+    (whatever its source) is printed as text."""
+
+
+def number(value: object) -> float:
+    """A finite float, or 0.0: a value that is not a number (or is NaN, infinite) draws nothing."""
+    try:
+        f = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return f if math.isfinite(f) else 0.0
 
 
 def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width: int = 720, height: int = 160,
-         title: str = "", unit: str = "$") -> str:
-    """A bar per (label, value), oldest left; ``ceiling`` drawn as a dashed line."""
+         title: str = "", unit: str = "$") -> Drawn:
+    """A bar per (label, value), oldest left; ``ceiling`` drawn as a dashed line. Labels are text (any
+    redaction comes before): they are escaped here."""
+    width, height = int(width), int(height)
+    values = [(str(label), max(0.0, number(value))) for label, value in values]
+    ceiling = number(ceiling) if ceiling is not None else None
+    unit, title = escape(str(unit)), str(title)
     if not values:
-        return f'<svg class="chart" width="{width}" height="40" role="img"><text x="8" y="24">no data</text></svg>'
+        return Drawn(f'<svg class="chart" width="{width}" height="40" role="img"><text x="8" y="24">no data</text>'
+                     f'</svg>')
     top = max([v for _, v in values] + [ceiling or 0.0]) or 1.0
     pad_l, pad_b, pad_t = 56, 18, 14
     w, h = width - pad_l - 8, height - pad_b - pad_t
@@ -36,4 +64,4 @@ def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width
         out.append(f'<line x1="{pad_l}" y1="{y:.1f}" x2="{pad_l + w}" y2="{y:.1f}" class="ceiling"/>'
                    f'<text x="{pad_l + w - 140}" y="{y - 3:.1f}" class="axis">ceiling {unit}{ceiling:g}</text>')
     out.append("</svg>")
-    return "".join(out)
+    return Drawn("".join(out))

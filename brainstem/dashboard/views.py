@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from typing import Any
 
 from .. import events, keys, session_history
@@ -58,19 +59,28 @@ def timeline(store, session_id: str, redact: Any = None) -> dict | None:
         return None
     rows, end_ms = [], 1
     for i, e in enumerate(entries):
-        at = e.get("elapsed_ms") if isinstance(e.get("elapsed_ms"), (int, float)) else 0
-        dur = e.get("duration_ms") if e.get("event") in TIMED and isinstance(e.get("duration_ms"),
-                                                                              (int, float)) else 0
+        event = e.get("event")
+        timed = TIMED.get(event) if isinstance(event, str) else None
+        at = _ms(e.get("elapsed_ms"))
+        dur = _ms(e.get("duration_ms")) if timed else 0
         start = int(max(0, at - dur))
         end_ms = max(end_ms, at)
         label = e.get("purpose") or e.get("tool") or e.get("step_id") or ""
-        if e.get("event") == events.FETCH:
+        if event == events.FETCH:
             label = f"{e.get('tool')} {e.get('method')} {e.get('host')}{e.get('path') or ''}"
-        rows.append({"i": i, "event": e.get("event"), "kind": TIMED.get(e.get("event"), "mark"), "label": label,
+        rows.append({"i": i, "event": event, "kind": timed or "mark", "label": label,
                      "start": start, "dur": dur, "cost": e.get("cost"), "t": e.get("t"),
                      "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact)})
     end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
     return {"id": session_id, "rows": rows, "end_ms": end_ms, "end": end, "start": entries[0]}
+
+
+def _ms(value: Any) -> int | float:
+    """An offset or duration in ms as drawn: a finite number of at least 0, else 0 (karma holds what it was
+    given, and a NaN or infinity must not break the page)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, value)
 
 
 def latest_session(store) -> str | None:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError, ForeignAgentKey, LeaseLost, MalformedValue, NotText, StoreReadOnly
-from ..keys import FENCED
+from ..keys import UNFENCED
 from . import names
 
 
@@ -65,10 +67,12 @@ class Store:
     prefix: str = ""  # "" for the default agent, else "NAME:"
     _registered = False  # a named view has registered its name (or found it registered)
     _known_agents: frozenset[str] = frozenset()  # names seen registered; never unregistered, so cached
-    # (lock name, owner) while a session holds its wake lease through this view: writes to
-    # ``keys.FENCED`` then go through only if the lock is still that owner's, checked atomically with
-    # the write, else :class:`~brainstem.errors.LeaseLost`. None: unfenced (the operator's commands).
+    # (lock name, owner) while a session holds its wake lease through this view: every write then goes
+    # through only if the lock is still that owner's, checked atomically with the write, else
+    # :class:`~brainstem.errors.LeaseLost` (a session that lost its lease writes nothing: no karma, no
+    # key, no spend). None: unfenced (the operator's commands). See :meth:`fence_for`, :meth:`unfenced`.
     lease: tuple[str, str] | None = None
+    _unfenced_here: threading.local | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -199,8 +203,26 @@ class Store:
     def close(self) -> None: pass
 
     def fence_for(self, key: str) -> tuple[str, str] | None:
-        """The lease a write to ``key`` must hold (see ``lease``), or None when the write is unfenced."""
-        return self.lease if self.lease is not None and key in FENCED else None
+        """The lease a write to ``key`` must hold (see ``lease``), or None when the write is unfenced: no
+        lease, a key that is not the session's (the daemon's ``wake_log``), or inside :meth:`unfenced`."""
+        lease = self.lease
+        if lease is None or key in UNFENCED:
+            return None
+        here = self._unfenced_here
+        return None if here is not None and getattr(here, "on", False) else lease
+
+    @contextmanager
+    def unfenced(self):
+        """Writes from this thread, inside the block, are not fenced: the one entry a session that lost
+        its lease still writes (``lease_lost``), and the settling of money already spent."""
+        if self._unfenced_here is None:
+            self._unfenced_here = threading.local()
+        here = self._unfenced_here
+        before, here.on = getattr(here, "on", False), True
+        try:
+            yield self
+        finally:
+            here.on = before
 
     # --- shared on top of the primitives ---
     def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:

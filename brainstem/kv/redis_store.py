@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import redis
 
-from ..errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
+from ..errors import BrainstemError, ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
 from ..keys import DAILY_COST
 from .base import KeyInfo, ListResult, Store, decode_log_entry, decode_metadata, decode_text, encode, lease_lost
 from .names import adopt_hint
@@ -55,8 +56,9 @@ _APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return re
 
 # A write to a fenced key (see ``Store.lease``): done only if the lease's lock still names its owner,
 # in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.
-# KEYS: the lock, the key, its metadata; ARGV: owner, op (put | del | append | append_again), value,
-# PX (0: none), metadata ('' : none). -1: the lease is not the owner's.
+# KEYS: the lock, the key, its metadata; ARGV: owner, op (put | del | append | append_again | incr | dellog
+# | trim), value (the amount, the entries to keep), PX (0: none), metadata ('' : none). -1: the lease is not
+# the owner's.
 _FENCED = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local op = ARGV[2]
@@ -76,6 +78,15 @@ elseif op == 'del' then
   local n = redis.call('DEL', KEYS[2])
   redis.call('DEL', KEYS[3])
   return n
+end
+if op == 'incr' then return redis.call('INCRBY', KEYS[2], ARGV[3]) end
+if op == 'dellog' then
+  if redis.call('TYPE', KEYS[2]).ok ~= 'list' then return 0 end
+  return redis.call('DEL', KEYS[2])
+end
+if op == 'trim' then
+  if tonumber(ARGV[3]) > 0 then redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1) else redis.call('DEL', KEYS[2]) end
+  return 1
 end
 if op == 'append_again' and redis.call('LINDEX', KEYS[2], -1) == ARGV[3] then return redis.call('LLEN', KEYS[2]) end
 return redis.call('RPUSH', KEYS[2], ARGV[3])
@@ -115,8 +126,10 @@ local function held(now, drop)
   return total
 end
 """
-# ARGV: day, amount, ceiling, token, ttl_ms. 1: held; 0: it would pass the ceiling.
+# KEYS: the spend, its holds, the session's lease lock; ARGV: day, amount, ceiling, token, ttl_ms, the lease's
+# owner ('': unfenced). 1: held; 0: it would pass the ceiling; -1: the lease is not the owner's.
 _RESERVE = _SPEND_LIB + """
+if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return -1 end  -- fenced: the lease is gone
 local now = now_ms()
 local amount = tonumber(ARGV[2])
 local was = redis.call('HGET', KEYS[2], ARGV[4])
@@ -223,10 +236,27 @@ def _guard(fn=None, *, retry: bool = True):
                     raise ConfigError(f"Redis at {self.display_url} refused {what} for the ACL user: "
                                       f"{first} (an agent's user needs ~NAME:* and read access to "
                                       f"{REGISTRY}, where the operator registers NAME)") from None
+                if "unauthenticated" in text:  # a large command sent after the server began asking for a password
+                    raise StoreUnavailable(_auth_message(self.display_url, "NOAUTH")) from None
                 raise
             except UnicodeDecodeError:
                 raise MalformedValue(f"Redis at {self.display_url} answered {fn.__name__.lstrip('_')} with bytes "
                                      "that are not UTF-8 text (a key or value written around Brainstem)") from None
+            except BrainstemError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - see below
+                # Mid-failover the client breaks in ways no list of types covers ('NoneType' object has no
+                # attribute 'readline', I/O on a closed file, a cluster error without a node...), and a
+                # client shared by threads can stay broken after the cluster has healed: rebuild it, and
+                # retry as for a lost connection.
+                self._rebuild()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._down = True
+                    raise StoreUnavailable(f"cannot reach Redis at {self.display_url}: the client failed "
+                                           f"({type(exc).__name__})") from None
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 1.0)
     return wrapper
 
 
@@ -277,6 +307,12 @@ class RedisStore(Store):
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._set_prefix(prefix, "agent prefix")
         self.cluster = url.partition("://")[0] in CLUSTER_SCHEMES
+        self._url, self._socket_timeout, self._handed = url, socket_timeout, client is not None
+        self._rebuilding = threading.Lock()
+        self._connect(client)
+
+    def _connect(self, client: redis.Redis | None = None) -> None:
+        url, socket_timeout = self._url, self._socket_timeout
         try:
             if client is not None:  # fast unit tests hand in a fakeredis instance
                 self._r = client
@@ -303,6 +339,23 @@ class RedisStore(Store):
         self._reserve_script = self._r.register_script(_RESERVE)
         self._settle_script = self._r.register_script(_SETTLE)
         self._daily_script = self._r.register_script(_DAILY)
+
+    def _rebuild(self) -> None:
+        """A new client in place of one that may be broken (a handed-in one is kept)."""
+        if self._handed or not self._rebuilding.acquire(blocking=False):
+            return  # another thread is rebuilding it: its new client serves this one's retry too
+        try:
+            old = self._r
+            try:
+                self._connect()
+            except StoreUnavailable:
+                return  # not reachable yet: the retry that follows says so
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - a broken client may fail to close too
+                pass
+        finally:
+            self._rebuilding.release()
 
     def _space(self, prefix: str | None = None) -> str:
         """The physical prefix of the agent with the logical ``prefix`` (default: this view's)."""
@@ -447,6 +500,9 @@ class RedisStore(Store):
     @_guard
     def incr(self, key: str, amount: int = 1) -> int:
         try:
+            fence = self.fence_for(key)
+            if fence is not None:
+                return self._fenced(fence, "incr", key, str(int(amount)))
             return self._r.incrby(self._k(key), amount)
         except redis.ResponseError as exc:
             if "not an integer" in str(exc):
@@ -530,12 +586,19 @@ class RedisStore(Store):
 
     @_guard
     def delete_log(self, log_key: str) -> bool:
+        fence = self.fence_for(log_key)
+        if fence is not None:
+            return self._fenced(fence, "dellog", log_key) > 0
         if self._r.type(self._k(log_key)) != "list":
             return False
         return self._r.delete(self._k(log_key)) > 0
 
     @_guard
     def trim_log(self, log_key: str, keep: int) -> None:
+        fence = self.fence_for(log_key)
+        if fence is not None:
+            self._fenced(fence, "trim", log_key, str(max(0, int(keep))))
+            return
         self._r.ltrim(self._k(log_key), -keep, -1) if keep > 0 else self._r.delete(self._k(log_key))
 
     # --- locks ---
@@ -561,9 +624,14 @@ class RedisStore(Store):
 
     @_guard
     def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
-        return bool(self._reserve_script(keys=self._spend_keys()[:2],
-                                         args=[day, repr(float(amount)), repr(float(ceiling)), token,
-                                               max(1, int(ttl_s * 1000))]))
+        fence = self.fence_for(DAILY_COST)
+        lock = self._k(LOCK + (fence[0] if fence else "wake"))
+        out = int(self._reserve_script(keys=[*self._spend_keys()[:2], lock],
+                                       args=[day, repr(float(amount)), repr(float(ceiling)), token,
+                                             max(1, int(ttl_s * 1000)), fence[1] if fence else ""]))
+        if out == -1:
+            raise lease_lost(DAILY_COST)
+        return bool(out)
 
     @_guard
     def settle_spend(self, day: str, token: str | None, actual: float) -> float:

@@ -241,7 +241,10 @@ class SQLiteStore(Store):
             raise lease_lost(key)
 
     def incr(self, key: str, amount: int = 1) -> int:
+        fence = self.fence_for(key)
+
         def body(db):
+            self._check_fence(db, fence, key)
             row = db.execute("SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?",
                              (self._k(key),)).fetchone()
             current = 0
@@ -315,8 +318,10 @@ class SQLiteStore(Store):
 
     def delete_log(self, log_key: str) -> bool:
         key = self._k(log_key)
+        fence = self.fence_for(log_key)
 
         def body(db):
+            self._check_fence(db, fence, log_key)
             db.execute("DELETE FROM logs WHERE key = ?", (key,))
             return db.execute("DELETE FROM log_keys WHERE key = ?", (key,)).rowcount > 0
         return self._tx(body)
@@ -324,8 +329,10 @@ class SQLiteStore(Store):
     def trim_log(self, log_key: str, keep: int) -> None:
         # Sequence numbers keep counting from the log's length, so trimming never reuses one.
         key = self._k(log_key)
+        fence = self.fence_for(log_key)
 
         def body(db):
+            self._check_fence(db, fence, log_key)
             db.execute("UPDATE log_keys SET base = max(base, length - ?) WHERE key = ?", (max(0, keep), key))
             db.execute("UPDATE log_keys SET bytes = max(0, bytes - (SELECT coalesce(sum(length(entry)), 0) FROM logs "
                        "WHERE key = ? AND seq < log_keys.base)) WHERE key = ?", (key, key))
@@ -373,8 +380,10 @@ class SQLiteStore(Store):
 
     def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
         key = self._k(DAILY_COST)
+        fence = self.fence_for(DAILY_COST)
 
         def body(db):
+            self._check_fence(db, fence, DAILY_COST)  # a session that lost its lease spends nothing more
             now = time.time()
             db.execute("DELETE FROM spend_holds WHERE key = ? AND expires_at <= ?", (key, now))
             held = db.execute("SELECT coalesce(sum(usd), 0) FROM spend_holds WHERE key = ?", (key,)).fetchone()[0]

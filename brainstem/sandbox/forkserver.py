@@ -3,14 +3,16 @@
 Started by :mod:`brainstem.sandbox.runner` as ``python -I -S -c BOOT`` with an
 empty environment and a SOCK_SEQPACKET control socket.  It imports
 RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
-``ready``, then loops:
+``ready`` (or ``error: ...`` and exits, if it could not set itself up), then
+loops:
 
 * a control packet ``{"timeout_ms", "memory_mb"}`` carrying two fds (the
   worker's channel, whose other end the runtime keeps, and a status socket)
   makes it fork a worker, which runs :func:`worker.child_main` and never
   returns; the server closes its copy of the channel at once and writes
   ``{"pid": N}`` then, after reaping, ``{"exit": {...}}`` lines on the status
-  socket;
+  socket; a worker whose lock-down fails writes ``{"error": "..."}`` there
+  first, naming the step and the reason;
 * at ``timeout_ms`` after the spawn it SIGKILLs the worker's process group
   (the worker called ``setsid``) and marks it ``timed_out``;
 * a control packet ``{"op": "report"}`` carrying one fd gets the isolation
@@ -26,10 +28,11 @@ runtime to the worker over the channel.
 
 Before its first fork it isolates itself and prepares what each worker adds
 (``isolation.setup_server``): its own network namespace (and user namespace
-when not root), a reduced capability set, Landlock or an empty root, a
-seccomp filter; then it checks all that on a probe worker.  ``BOOT`` is
-built when the runtime starts the server, so it carries the runtime's
-``BRAINSTEM_SANDBOX_ISOLATION`` (the server itself gets an empty environment).
+when workers cannot be made nobody), a reduced capability set, Landlock or an
+empty root, a seccomp filter; then it checks all that on a probe worker.
+``BOOT`` is built when the runtime starts the server, so it carries the
+runtime's ``BRAINSTEM_SANDBOX_ISOLATION`` (the server itself gets an empty
+environment).
 """
 
 from __future__ import annotations
@@ -106,7 +109,11 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
     from . import worker  # also imports policy (RestrictedPython, namespaces)
 
     parent = os.getppid()
-    setup = _set_up(disabled, parent)
+    try:
+        setup = _set_up(disabled, parent)
+    except Exception as e:  # noqa: BLE001 - the runtime says why no tool can run
+        _write_all(control_fd, f"error: {type(e).__name__}: {e}".encode()[:2000])
+        os._exit(1)
     control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -238,7 +245,7 @@ def _spawn(packet: bytes, fds: list[int], children: dict[int, _Child], setup, se
         return
     if pid == 0:  # the worker
         try:
-            child_main(chan_fd, server_pid, timeout_ms, memory_mb)
+            child_main(chan_fd, server_pid, timeout_ms, memory_mb, stat_fd)
         finally:
             os._exit(1)
     _close(chan_fd)

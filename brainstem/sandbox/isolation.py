@@ -12,15 +12,18 @@ kernel:
   namespace).  ``ctx.fetch`` is done by the runtime, outside.  Once per fork
   server rather than once per worker: a per-worker namespace costs 0.3-2 ms
   per call here and buys nothing more, since workers cannot make sockets.
-* **user namespace** (runtime not root) -- the fork server unshares
-  ``CLONE_NEWUSER | CLONE_NEWNET`` and maps uid/gid 65534 inside to the
-  runtime's uid/gid outside; that is what lets an unprivileged runtime have a
-  network namespace.  To the kernel the workers still own the runtime's files
-  and processes: Landlock and seccomp keep them away from those.
+* **user namespace** (runtime not root, or root that cannot make a child
+  uid 65534: ``unshare -r`` and rootless containers map uid 0 only) -- the
+  fork server unshares ``CLONE_NEWUSER | CLONE_NEWNET`` and maps uid/gid
+  65534 inside to the runtime's uid/gid outside; that is what lets an
+  unprivileged runtime have a network namespace.  To the kernel the workers
+  still own the runtime's files and processes: Landlock and seccomp keep them
+  away from those.  Whether a root runtime can switch is tried once, in a
+  throwaway child; if not, the uid drop is off and :func:`report` says why.
 * **capabilities** -- as root the fork server keeps only CAP_SETUID,
   CAP_SETGID (to turn workers into nobody) and CAP_KILL (to kill them on
-  timeout), in its effective, permitted and bounding sets; in a user
-  namespace it keeps none.  Workers hold none.
+  timeout), in its effective, permitted and bounding sets; otherwise it
+  keeps none.  Workers hold none.
 * **filesystem** -- Landlock (when the kernel has it): a ruleset handling
   every filesystem access right the kernel knows, with no rule, so nothing is
   readable, writable or executable; TCP bind/connect (ABI >= 4), signals and
@@ -31,18 +34,20 @@ kernel:
   Without Landlock, and when root or in a user namespace, the fork server
   chroots into an empty, deleted directory instead.  Either way every module
   a tool may need, codecs included, is imported first.
-* **seccomp** -- BPF built here from an explicit syscall table for x86_64
-  and aarch64 (see ``WORKER_DENY``): in a worker, sockets, exec, ptrace,
-  namespaces, mounts, keys, bpf, io_uring, module loading, SysV IPC, file
-  creation/removal/metadata changes, signals, credentials ... fail with EPERM
-  and opening for writing with EACCES (so Python raises PermissionError and
-  the tool fails cleanly); a foreign architecture or the x32 ABI kills the
-  process; syscalls newer than the table get ENOSYS.  Installed in two parts
-  because attaching a filter costs in proportion to its length: the fork
-  server installs the bulk once for itself (every worker inherits it), and
-  each worker, after ``PR_SET_NO_NEW_PRIVS`` and just before tool code runs,
-  adds a short filter for what the server itself needed to start it
-  (credentials, kill).
+* **seccomp** -- an allowlist, as BPF built here from an explicit syscall
+  table for x86_64 and aarch64 (see ``WORKER_ALLOW``): a worker may touch
+  its own memory, clocks, signal handlers, ids and limits, and do I/O on the
+  fds it holds; every other syscall (sockets, exec, fork, signals, ptrace,
+  other processes' limits, priority and CPUs, namespaces, mounts, keys, bpf,
+  io_uring, IPC, file changes, credentials, a syscall newer than the table)
+  fails with EPERM, and opening for writing with EACCES, so Python raises
+  PermissionError and the tool fails cleanly; a foreign architecture or the
+  x32 ABI kills the process.  Installed in two parts because attaching a
+  filter costs in proportion to its length: the fork server installs the
+  bulk once for itself (the workers' list plus what it needs to fork, reap,
+  kill and make nobody of them: ``SERVER_ONLY``), and each worker, after
+  ``PR_SET_NO_NEW_PRIVS`` and just before tool code runs, adds a short
+  filter taking ``SERVER_ONLY`` away again.
 
 Nothing here may make the sandbox unusable: a layer that cannot be enabled is
 left off and :func:`report` says why; a layer that can be enabled is.  The
@@ -99,6 +104,8 @@ try:
 except (OSError, AttributeError):  # pragma: no cover - non-Linux
     _libc = None
 
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 _PR_CAPBSET_READ = 23
 _PR_CAPBSET_DROP = 24
 _PR_GET_SECCOMP = 21
@@ -143,7 +150,13 @@ def _prctl(option: int, a: int = 0, b: int = 0, c: int = 0, d: int = 0) -> int:
     return r
 
 
-def _why(e: BaseException) -> str:
+class LockDownFailed(Exception):
+    """A worker's lock-down failed; the message says at which step and why, in one line."""
+
+
+def reason(e: BaseException) -> str:
+    if isinstance(e, LockDownFailed):
+        return str(e)
     if isinstance(e, OSError) and e.errno is not None:
         return f"{errno.errorcode.get(e.errno, e.errno)} ({e.strerror or os.strerror(e.errno)})"
     return f"{type(e).__name__}: {e}"
@@ -155,9 +168,32 @@ def _why(e: BaseException) -> str:
 # such call.  From the kernel's arch/x86/entry/syscalls/syscall_64.tbl and
 # include/uapi/asm-generic/unistd.h (aarch64); numbers from 424 up are the
 # same on every architecture.  tests/sandbox/test_isolation.py checks this
-# table against the installed kernel headers and libseccomp when present.
+# table against the installed kernel headers and libseccomp.
 
 SYSCALLS: dict[str, tuple[int | None, int | None]] = {
+    # I/O on open fds
+    "read": (0, 63), "write": (1, 64), "readv": (19, 65), "writev": (20, 66), "pread64": (17, 67),
+    "recvfrom": (45, 207), "sendto": (44, 206), "recvmsg": (47, 212), "sendmsg": (46, 211),
+    "close": (3, 57), "lseek": (8, 62), "fstat": (5, 80), "newfstatat": (262, 79), "statx": (332, 291),
+    "getdents64": (217, 61), "fcntl": (72, 25), "ioctl": (16, 29),
+    # memory
+    "brk": (12, 214), "mmap": (9, 222), "munmap": (11, 215), "mprotect": (10, 226),
+    "mremap": (25, 216), "madvise": (28, 233), "futex": (202, 98),
+    # time
+    "clock_gettime": (228, 113), "clock_getres": (229, 114), "gettimeofday": (96, 169),
+    "time": (201, None), "nanosleep": (35, 101), "clock_nanosleep": (230, 115),
+    # the process's own signal state, ids and limits
+    "rt_sigaction": (13, 134), "rt_sigprocmask": (14, 135), "rt_sigreturn": (15, 139),
+    "sigaltstack": (131, 132), "restart_syscall": (219, 128), "getpid": (39, 172),
+    "gettid": (186, 178), "getppid": (110, 173), "getuid": (102, 174), "geteuid": (107, 175),
+    "getgid": (104, 176), "getegid": (108, 177), "getgroups": (115, 158), "getresuid": (118, 148),
+    "getresgid": (120, 150), "capget": (125, 90), "prlimit64": (302, 261), "prctl": (157, 167),
+    "getrandom": (318, 278), "sched_yield": (24, 124), "set_robust_list": (273, 99),
+    "rseq": (334, 293), "exit": (60, 93), "exit_group": (231, 94),
+    # what the fork server needs besides
+    "wait4": (61, 260), "setsid": (112, 157), "dup2": (33, None), "dup3": (292, 24),
+    "close_range": (436, 436), "pipe2": (293, 59), "getsockname": (51, 204),
+    "getsockopt": (55, 209), "select": (23, None), "pselect6": (270, 72),
     # sockets: the channel already exists
     "socket": (41, 198), "socketpair": (53, 199), "connect": (42, 203), "bind": (49, 200),
     "listen": (50, 201), "accept": (43, 202), "accept4": (288, 242),
@@ -167,7 +203,9 @@ SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
     "kcmp": (312, 272), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438),
     "process_madvise": (440, 440), "process_mrelease": (448, 448),
-    "migrate_pages": (256, 238), "move_pages": (279, 239),
+    "migrate_pages": (256, 238), "move_pages": (279, 239), "setpriority": (141, 140),
+    "sched_setaffinity": (203, 122), "sched_setscheduler": (144, 119), "sched_setparam": (142, 118),
+    "sched_setattr": (314, 274), "ioprio_set": (251, 30),
     # signals
     "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138),
     "rt_tgsigqueueinfo": (297, 240), "pidfd_send_signal": (424, 424),
@@ -202,7 +240,7 @@ SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188), "msgctl": (71, 187),
     "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182),
     "mq_timedreceive": (243, 183), "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
-    # changing the filesystem (Landlock covers most; these also hold without it)
+    # changing the filesystem
     "creat": (85, None), "mknod": (133, None), "mknodat": (259, 33), "mkdir": (83, None),
     "mkdirat": (258, 34), "rmdir": (84, None), "unlink": (87, None), "unlinkat": (263, 35),
     "rename": (82, None), "renameat": (264, 38), "renameat2": (316, 276), "link": (86, None),
@@ -215,23 +253,90 @@ SYSCALLS: dict[str, tuple[int | None, int | None]] = {
     "utime": (132, None), "utimes": (235, None), "futimesat": (261, None),
     "utimensat": (280, 88), "inotify_init": (253, None), "inotify_init1": (294, 26),
     "inotify_add_watch": (254, 27), "openat2": (437, 437),
-    # checked by argument
+    # allowed with a check of their arguments (clone3: ENOSYS, for libc to fall back to clone)
     "clone": (56, 220), "clone3": (435, 435), "open": (2, None), "openat": (257, 56),
-    # never denied (used to build Landlock rulesets)
+    # used to build Landlock rulesets (before any filter)
     "landlock_create_ruleset": (444, 444), "landlock_restrict_self": (446, 446),
 }
-# Every syscall number above this is newer than the table: ENOSYS.
-MAX_KNOWN_SYSCALL = 469
+
+# No syscall has it (the table ends near 470): without a filter it gets ENOSYS.
+UNKNOWN_SYSCALL = 1023
 
 ARCHES = {"x86_64": (0, 0xC000003E), "aarch64": (1, 0xC00000B7)}  # table column, AUDIT_ARCH_*
 _X32_SYSCALL_BIT = 0x40000000
 
-_GROUPS = (
+# --------------------------------------------------------------------------- the policy
+#
+# An allowlist: a worker may make the syscalls below and no other; anything
+# else (a syscall added to the kernel next year included) fails with EPERM,
+# so Python raises PermissionError and the call fails cleanly.  The list is
+# what CPython needs to run tool code and talk over the channel, found by
+# tracing workers through the test suites.
+
+# Calls that act only on the worker itself or on fds it already holds.
+WORKER_ALLOW: tuple[str, ...] = (
+    # I/O on the channel (no new fd but a read-only open, which Landlock refuses)
+    "read", "write", "readv", "writev", "pread64", "recvfrom", "sendto", "recvmsg", "sendmsg",
+    "close", "lseek", "fstat", "newfstatat", "statx", "getdents64",
+    "brk", "mmap", "munmap", "mprotect", "mremap", "madvise", "futex",
+    # the vDSO answers most clock reads; these are its fallbacks, and sleep (select on some builds)
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
+    "select", "pselect6",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
+    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getgroups",
+    "getresuid", "getresgid", "capget",
+    "getrandom", "sched_yield", "set_robust_list", "rseq", "exit", "exit_group",
+)
+
+
+class ArgIn:
+    """Allowed when argument ``arg`` (its low 32 bits: an int in the kernel) is one of ``values``."""
+
+    def __init__(self, arg: int, values: tuple[int, ...], errno_: int = errno.EPERM):
+        self.arg, self.values, self.errno = arg, values, errno_
+
+
+class ArgNoBits:
+    """Allowed unless argument ``arg`` has a bit of ``mask`` in its low 32 bits."""
+
+    def __init__(self, arg: int, mask: int, errno_: int):
+        self.arg, self.mask, self.errno = arg, mask, errno_
+
+
+_F_GETFD, _F_SETFD, _F_GETFL, _F_SETFL, _F_DUPFD_CLOEXEC = 1, 2, 3, 4, 1030
+_FIONBIO, _FIONCLEX, _FIOCLEX = 0x5421, 0x5450, 0x5451
+# Options that act on the caller only (no PR_SCHED_CORE, PR_SET_PTRACER, PR_SET_MM, ...).
+PRCTL_OPTIONS = (_PR_SET_PDEATHSIG, _PR_SET_NAME, _PR_GET_SECCOMP, _PR_SET_SECCOMP, _PR_SET_NO_NEW_PRIVS,
+                 _PR_GET_NO_NEW_PRIVS, _PR_CAP_AMBIENT)
+ARG_RULES: dict[str, ArgIn | ArgNoBits] = {
+    "open": ArgNoBits(1, OPEN_WRITE_FLAGS, errno.EACCES),  # as a refused open says it
+    "openat": ArgNoBits(2, OPEN_WRITE_FLAGS, errno.EACCES),
+    "prlimit64": ArgIn(0, (0,)),  # pid 0: its own limits, never another process's
+    "prctl": ArgIn(0, PRCTL_OPTIONS),
+    # fork server only (each worker's addition denies them)
+    "clone": ArgNoBits(0, NAMESPACE_FLAGS, errno.EPERM),
+    "fcntl": ArgIn(1, (_F_GETFD, _F_SETFD, _F_GETFL, _F_SETFL, _F_DUPFD_CLOEXEC)),  # not F_SETOWN: SIGIO
+    "ioctl": ArgIn(1, (_FIONBIO, _FIONCLEX, _FIOCLEX)),  # not TIOCSTI & co.
+}
+# ENOSYS: libc then falls back to clone(), whose flags a filter can see.
+ERRNO_RULES = {"clone3": errno.ENOSYS}
+# What the fork server needs besides, to start workers (fork, make them nobody, drop their
+# capabilities, hand them their fds), reap and kill them, and serve its control socket.  Each
+# worker, just before tool code runs, adds a filter that takes these away again.
+SERVER_ONLY: tuple[str, ...] = (
+    "clone", "wait4", "kill", "setuid", "setgid", "setgroups", "capset", "setsid", "dup2", "dup3",
+    "close_range", "pipe2", "getsockname", "getsockopt", "fcntl", "ioctl",
+)
+SERVER_ALLOW: tuple[str, ...] = WORKER_ALLOW + tuple(n for n in SERVER_ONLY if n not in ARG_RULES)
+
+# Never on either list, whatever is added: what reaches other processes, the system or privilege.
+NEVER: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sockets", ("socket", "socketpair", "connect", "bind", "listen", "accept", "accept4")),
     ("exec", ("execve", "execveat")),
     ("other processes", ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
                          "pidfd_getfd", "process_madvise", "process_mrelease", "migrate_pages",
-                         "move_pages")),
+                         "move_pages", "setpriority", "sched_setaffinity", "sched_setscheduler",
+                         "sched_setparam", "sched_setattr", "ioprio_set")),
     ("signals", ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
                  "pidfd_send_signal")),
     ("namespaces and mounts", ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot",
@@ -248,7 +353,7 @@ _GROUPS = (
                                "quotactl_fd", "vhangup", "name_to_handle_at",
                                "open_by_handle_at", "fanotify_init", "fanotify_mark",
                                "lookup_dcookie", "nfsservctl", "memfd_create", "memfd_secret",
-                               "seccomp", "lsm_set_self_attr", "fork", "vfork")),
+                               "seccomp", "lsm_set_self_attr", "fork", "vfork", "clone3")),
     ("credentials", ("setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
                      "setgroups", "setfsuid", "setfsgid", "capset")),
     ("IPC", ("shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semctl", "semtimedop",
@@ -263,31 +368,32 @@ _GROUPS = (
                             "utime", "utimes", "futimesat", "utimensat", "inotify_init",
                             "inotify_init1", "inotify_add_watch", "openat2")),
 )
-# What a worker may not do at all (EPERM).
-WORKER_DENY: tuple[str, ...] = tuple(name for _, names in _GROUPS for name in names)
-# The filter is installed in two parts, because attaching a filter costs time
-# in proportion to its length (the kernel runs it for every syscall number to
-# cache what is always allowed): the fork server installs once, for itself and
-# every worker it forks, all of WORKER_DENY but what it needs itself (to switch
-# workers to nobody and to kill them); each worker then adds a short filter
-# for just that rest.
-SERVER_ALLOW = frozenset(dict(_GROUPS)["credentials"]) | {"kill", "tkill", "tgkill"}
-SERVER_DENY: tuple[str, ...] = tuple(n for n in WORKER_DENY if n not in SERVER_ALLOW)
-WORKER_EXTRA: tuple[str, ...] = tuple(n for n in WORKER_DENY if n in SERVER_ALLOW)
-# (syscall, argument index, mask, errno): that errno when the argument has any bit of the mask.
-ARG_RULES = (
-    ("clone", 0, NAMESPACE_FLAGS, errno.EPERM),
-    ("open", 1, OPEN_WRITE_FLAGS, errno.EACCES),  # as a refused open says it (and Landlock would)
-    ("openat", 2, OPEN_WRITE_FLAGS, errno.EACCES),
-)
-# ENOSYS: libc then falls back to clone(), whose flags the filter can see.
-ENOSYS_CALLS = ("clone3",)
+
+
+def worker_rules() -> dict:
+    """A worker's whole policy, as one filter: the allowlist and the argument checks."""
+    rules: dict = {name: RET_ALLOW for name in WORKER_ALLOW}
+    rules.update((n, r) for n, r in ARG_RULES.items() if n not in SERVER_ONLY)
+    rules.update((n, RET_ERRNO | e) for n, e in ERRNO_RULES.items())
+    return rules
+
+
+def server_rules() -> dict:
+    """The fork server's filter, which its workers inherit: theirs plus what only it needs."""
+    rules = worker_rules()
+    rules.update((name, RET_ALLOW) for name in SERVER_ALLOW)
+    rules.update(ARG_RULES)
+    return rules
+
+
+def worker_extra_rules() -> dict:
+    """What each worker adds on top of the inherited server filter: no SERVER_ONLY call at all."""
+    return {name: RET_ERRNO | errno.EPERM for name in SERVER_ONLY}
 
 # --------------------------------------------------------------------------- BPF
 
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
-_BPF_JGT_K = 0x25
 _BPF_JGE_K = 0x35
 _BPF_JSET_K = 0x45
 _BPF_RET_K = 0x06
@@ -299,14 +405,13 @@ _OFF_ARCH = 4
 _OFF_ARGS = 16
 
 
-def build_filter(arch: str, deny: tuple[str, ...], *, arg_rules=ARG_RULES,
-                 enosys: tuple[str, ...] = ENOSYS_CALLS, deny_errno: int = errno.EPERM) -> bytes:
+def build_filter(arch: str, rules: dict, default: int = RET_ERRNO | errno.EPERM) -> bytes:
     """A seccomp BPF program (packed ``struct sock_filter`` array) for ``arch``.
 
-    Foreign architecture and the x32 ABI: kill the process.  Syscalls in
-    ``deny``: ``deny_errno``.  ``arg_rules``: their errno when the low 32
-    bits of an argument share a bit with the mask.  ``enosys`` and anything
-    above MAX_KNOWN_SYSCALL: ENOSYS.  Everything else: allowed.
+    A foreign architecture or the x32 ABI kills the process.  ``rules`` maps
+    a syscall name to an action (``RET_ALLOW``, ``RET_ERRNO | e``) or to an
+    :class:`ArgIn` / :class:`ArgNoBits` check; every other syscall gets
+    ``default``.
     """
     column, audit_arch = ARCHES[arch]
     prog: list[tuple[int, int, int, int]] = [
@@ -317,28 +422,24 @@ def build_filter(arch: str, deny: tuple[str, ...], *, arg_rules=ARG_RULES,
     ]
     if arch == "x86_64":
         prog += [(_BPF_JGE_K, 0, 1, _X32_SYSCALL_BIT), (_BPF_RET_K, 0, 0, RET_KILL_PROCESS)]
-    prog += [(_BPF_JGT_K, 0, 1, MAX_KNOWN_SYSCALL), (_BPF_RET_K, 0, 0, RET_ERRNO | errno.ENOSYS)]
-
-    def number(name: str) -> int | None:
-        return SYSCALLS[name][column]
-
-    for names, err in ((enosys, errno.ENOSYS), (deny, deny_errno)):
-        for name in names:
-            nr = number(name)
-            if nr is not None:
-                prog += [(_BPF_JEQ_K, 0, 1, nr), (_BPF_RET_K, 0, 0, RET_ERRNO | err)]
-    for name, arg, mask, err in arg_rules:
-        nr = number(name)
-        if nr is None or name in deny:
+    # Argument checks first: the kernel caches what is always allowed, so these run most.
+    for name, rule in sorted(rules.items(), key=lambda item: isinstance(item[1], int)):
+        nr = SYSCALLS[name][column]
+        if nr is None:
             continue
-        prog += [
-            (_BPF_JEQ_K, 0, 4, nr),
-            (_BPF_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * arg),  # low half (little-endian)
-            (_BPF_JSET_K, 0, 1, mask),
-            (_BPF_RET_K, 0, 0, RET_ERRNO | err),
-            (_BPF_RET_K, 0, 0, RET_ALLOW),
-        ]
-    prog.append((_BPF_RET_K, 0, 0, RET_ALLOW))
+        if not isinstance(rule, int):
+            load = (_BPF_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * rule.arg)  # low half (little-endian)
+        if isinstance(rule, ArgIn):
+            n = len(rule.values)
+            prog += [(_BPF_JEQ_K, 0, n + 3, nr), load]
+            prog += [(_BPF_JEQ_K, n - i, 0, v) for i, v in enumerate(rule.values)]
+            prog += [(_BPF_RET_K, 0, 0, RET_ERRNO | rule.errno), (_BPF_RET_K, 0, 0, RET_ALLOW)]
+        elif isinstance(rule, ArgNoBits):
+            prog += [(_BPF_JEQ_K, 0, 4, nr), load, (_BPF_JSET_K, 0, 1, rule.mask),
+                     (_BPF_RET_K, 0, 0, RET_ERRNO | rule.errno), (_BPF_RET_K, 0, 0, RET_ALLOW)]
+        elif rule != default:
+            prog += [(_BPF_JEQ_K, 0, 1, nr), (_BPF_RET_K, 0, 0, rule)]
+    prog.append((_BPF_RET_K, 0, 0, default))
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
@@ -349,9 +450,8 @@ class _SockFprog(ctypes.Structure):
 class Filter:
     """A BPF program kept in memory that survives fork, ready to install."""
 
-    def __init__(self, program: bytes, deny: tuple[str, ...]):
+    def __init__(self, program: bytes):
         self.program = program
-        self.deny = deny
         self._buf = ctypes.create_string_buffer(program, len(program))
         self._fprog = _SockFprog(len(program) // 8, ctypes.addressof(self._buf))
         self._fprog_ptr = ctypes.addressof(self._fprog)
@@ -575,14 +675,16 @@ def preload_codecs() -> int:
 
 
 class Plan:
-    """What each worker applies at the end of its lock-down (built in the fork server).
+    """What each worker applies during its lock-down (built in the fork server).
 
+    ``nobody``: switch to uid/gid 65534 (a root runtime that can).
     ``drop_caps`` is needed only when the fork server could not drop its own
     capabilities: a root worker loses them all at setuid(65534), and
     otherwise a worker inherits the fork server's (none).
     """
 
-    def __init__(self, drop_caps: bool, landlock: Landlock | None, seccomp: Filter | None):
+    def __init__(self, nobody: bool, drop_caps: bool, landlock: Landlock | None, seccomp: Filter | None):
+        self.nobody = nobody
         self.drop_caps = drop_caps
         self.landlock = landlock
         self.seccomp = seccomp
@@ -595,14 +697,74 @@ def _default_plan() -> Plan:
     """For a lock-down outside a fork server (tests): every worker-level layer the kernel has."""
     abi, _ = landlock_abi()
     arch, _ = seccomp_arch()
-    return Plan(True, Landlock(abi) if abi else None,
-                Filter(build_filter(arch, WORKER_DENY), WORKER_DENY) if arch else None)
+    nobody = os.geteuid() == 0 and not uid_switch_error()
+    return Plan(nobody, True, Landlock(abi) if abi else None,
+                Filter(build_filter(arch, worker_rules())) if arch else None)
+
+
+def _current_plan() -> Plan:
+    global _plan
+    if _plan is None:
+        _plan = _default_plan()
+    return _plan
 
 
 def worker_filters(arch: str) -> tuple[Filter, Filter]:
-    """(the fork server's filter, each worker's addition): WORKER_DENY in two parts."""
-    return (Filter(build_filter(arch, SERVER_DENY), SERVER_DENY),
-            Filter(build_filter(arch, WORKER_EXTRA, arg_rules=(), enosys=()), WORKER_EXTRA))
+    """(the fork server's filter, each worker's addition): :func:`worker_rules` in two parts.
+
+    Attaching a filter costs in proportion to its length, so the long part
+    is attached once, by the fork server, and each worker adds a short one.
+    """
+    return (Filter(build_filter(arch, server_rules())),
+            Filter(build_filter(arch, worker_extra_rules(), default=RET_ALLOW)))
+
+
+def uid_switch_error() -> str:
+    """Why this root process cannot turn a child into uid/gid 65534; "" when it can.
+
+    Tried in a throwaway child: a root runtime in a user namespace that maps
+    only uid 0 (``unshare -r``, rootless containers) cannot.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the throwaway child
+        try:
+            os.close(r)
+            why = ""
+            for fn, arg in ((os.setgroups, []), (os.setgid, NOBODY), (os.setuid, NOBODY)):
+                try:
+                    fn(arg)
+                except OSError as e:
+                    why = f"{fn.__name__}({arg}) refused: {reason(e)}"
+                    break
+            os.write(w, why.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        data = b""
+        while chunk := os.read(r, 4096):
+            data += chunk
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    why = data.decode(errors="replace")
+    if why:
+        try:
+            with open("/proc/self/uid_map") as f:
+                uid_map = "; ".join(" ".join(line.split()) for line in f)
+        except OSError:
+            uid_map = "?"
+        why += f"; uid_map: {uid_map}"
+    return why
+
+
+def become_nobody() -> None:
+    """In a worker, first of the layers: uid/gid 65534 and no groups, when the plan says so."""
+    if _current_plan().nobody:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
 
 
 def lock_worker() -> None:
@@ -611,10 +773,7 @@ def lock_worker() -> None:
     Needs NO_NEW_PRIVS already set.  Raises if a layer the fork server
     verified cannot be applied: the worker then dies and the call fails.
     """
-    global _plan
-    plan = _plan
-    if plan is None:
-        plan = _plan = _default_plan()
+    plan = _current_plan()
     if plan.drop_caps:
         capset(frozenset())
     if plan.landlock is not None:
@@ -649,6 +808,8 @@ def probe() -> dict[str, Any]:
         out["execve"] = _errno_name(ctypes.get_errno()) if r < 0 else "allowed"
     else:
         out["execve"] = "not checked"
+    r = _syscall(ctypes.c_long(UNKNOWN_SYSCALL), None)  # under the allowlist: EPERM, not ENOSYS
+    out["unknown_syscall"] = _errno_name(ctypes.get_errno()) if r < 0 else "allowed"
     try:
         out["root_dir"] = f"{len(os.listdir('/'))} entries"
     except OSError as e:
@@ -673,14 +834,19 @@ def self_test(lock_down: Callable[[int, int, int, int], None], pre: Callable[[],
     if pid == 0:  # pragma: no cover - the probe worker
         code = 1
         try:
-            if pre is not None:
-                pre()
-            lock_down(w, parent, 2000, 256)
-            data = json.dumps(probe()).encode()
+            os.dup2(w, 3)  # where the lock-down keeps the channel: a failure can be told through it
+            try:
+                if pre is not None:
+                    pre()
+                lock_down(3, parent, 2000, 256)
+                found = probe()
+                code = 0
+            except BaseException as e:  # noqa: BLE001 - told to the fork server
+                found = {"error": reason(e)}
+            data = json.dumps(found).encode()
             view = memoryview(data)
             while view:
                 view = view[os.write(3, view):]
-            code = 0
         finally:
             os._exit(code)
     os.close(w)
@@ -701,12 +867,17 @@ def self_test(lock_down: Callable[[int, int, int, int], None], pre: Callable[[],
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         return None, f"probe worker killed by signal {os.WTERMSIG(status)}"
-    if os.WEXITSTATUS(status) != 0:
-        return None, f"probe worker exited with status {os.WEXITSTATUS(status)}"
     try:
-        return json.loads(b"".join(chunks)), ""
+        found = json.loads(b"".join(chunks))
     except ValueError:
+        found = None
+    if os.WEXITSTATUS(status) != 0:
+        if type(found) is dict and type(found.get("error")) is str:
+            return None, f"probe worker could not start: {found['error']}"
+        return None, f"probe worker exited with status {os.WEXITSTATUS(status)}"
+    if type(found) is not dict:
         return None, "probe worker sent no findings"
+    return found, ""
 
 
 # --------------------------------------------------------------------------- fork server setup
@@ -742,6 +913,8 @@ class ServerSetup:
         self.uid = os.getuid()
         self.gid = os.getgid()
         self.root = os.geteuid() == 0
+        # Whether workers can become nobody: why not, for a root runtime that cannot.
+        self.switch_error = ""
         self.layers: dict[str, dict] = {}
         self.notes: dict[str, str] = {}
         self.probe: dict | None = None
@@ -749,6 +922,11 @@ class ServerSetup:
 
     def switched_off(self, layer: str) -> bool:
         return layer in self.disabled
+
+    @property
+    def nobody(self) -> bool:
+        """A root runtime whose workers switch to uid 65534."""
+        return self.root and not self.switch_error
 
     def off_reason(self) -> str:
         return f"switched off ({ENV_SWITCH}); this weakens the sandbox"
@@ -762,11 +940,13 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
     global _plan
     s = ServerSetup(disabled)
     outside_net = _netns_id()
+    if s.root:
+        s.switch_error = uid_switch_error()
 
-    # -- namespaces
+    # -- namespaces (a root runtime that cannot make workers nobody takes the non-root path)
     userns = False
     netns_error = ""
-    if s.root:
+    if s.nobody:
         s.layers["user_namespace"] = _not_needed("the runtime is root: workers switch to uid 65534")
     elif s.switched_off("userns"):
         s.layers["user_namespace"] = _off(s.off_reason())
@@ -784,10 +964,10 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
             )
         except OSError as e:
             if userns:
-                s.layers["user_namespace"] = _off(f"entered but the id map was refused: {_why(e)}")
+                s.layers["user_namespace"] = _off(f"entered but the id map was refused: {reason(e)}")
             else:
-                s.layers["user_namespace"] = _off(f"unshare(CLONE_NEWUSER) refused: {_why(e)}")
-                netns_error = f"no user namespace to own one ({_why(e)})"
+                s.layers["user_namespace"] = _off(f"unshare(CLONE_NEWUSER) refused: {reason(e)}")
+                netns_error = f"no user namespace to own one ({reason(e)})"
     if s.switched_off("netns"):
         s.layers["network_namespace"] = _off(s.off_reason())
     else:
@@ -795,7 +975,7 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
             try:
                 _unshare(CLONE_NEWNET)
             except OSError as e:
-                netns_error = netns_error or f"unshare(CLONE_NEWNET) refused: {_why(e)}"
+                netns_error = netns_error or f"unshare(CLONE_NEWNET) refused: {reason(e)}"
         inside_net = _netns_id()
         if inside_net != outside_net and inside_net != "?":
             s.layers["network_namespace"] = _on(
@@ -825,14 +1005,14 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
                 _enter_empty_root()
                 chroot_done = True
             except OSError as e:
-                fs_off_why += f"; chroot to an empty directory failed: {_why(e)}"
+                fs_off_why += f"; chroot to an empty directory failed: {reason(e)}"
         else:
             fs_off_why += "; no chroot either (needs root or a user namespace)"
     elif landlock is None:
         fs_off_why += "; chroot " + s.off_reason()
 
     # -- capabilities
-    keep = ROOT_SERVER_CAPS if s.root else frozenset()
+    keep = ROOT_SERVER_CAPS if s.nobody else frozenset()
     if s.switched_off("caps"):
         s.layers["capabilities"] = _off(s.off_reason())
     else:
@@ -842,7 +1022,7 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
             drop_bounding(keep)
             capset(keep)
         except OSError as e:
-            s.notes["caps_error"] = _why(e)
+            s.notes["caps_error"] = reason(e)
     drop_in_workers = not s.switched_off("caps") and "caps_error" in s.notes
     status = _status_fields()
     s.notes["server_capeff"] = status.get("CapEff", "?")
@@ -872,7 +1052,7 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
     failures: list[str] = []
     found = None
     for ll, sf, wf in attempts:
-        _plan = Plan(drop_in_workers, None, wf)  # Landlock: the fork server's domain, inherited
+        _plan = Plan(s.nobody, drop_in_workers, None, wf)  # Landlock: the fork server's domain, inherited
         found, why = self_test(lock_down, _server_lock(ll, sf), timeout=5.0)
         if found is not None:
             break
@@ -891,13 +1071,14 @@ def setup_server(disabled: tuple[str, ...], lock_down: Callable[[int, int, int, 
         try:
             landlock.restrict()
         except OSError as e:
-            s.notes["server_landlock_error"] = _why(e)
+            s.notes["server_landlock_error"] = reason(e)
     if server_filter is not None:
         try:
             server_filter.install()
         except OSError as e:
-            s.notes["server_seccomp_error"] = _why(e)
+            s.notes["server_seccomp_error"] = reason(e)
             server_filter = None
+            worker_filter = _plan.seccomp = Filter(build_filter(_MACHINE, worker_rules()))
 
     _describe(s, landlock, chroot_done, fs_off_why, worker_filter, server_filter, seccomp_why, keep)
     s.report_bytes = json.dumps(build_report(s)).encode()
@@ -917,13 +1098,18 @@ def _server_lock(landlock: Landlock | None, server_filter: Filter | None) -> Cal
 def setup_failed(disabled: tuple[str, ...], error: BaseException) -> ServerSetup:
     """When setup_server itself failed: workers get no new layer, and the report says why."""
     global _plan
-    _plan = Plan(False, None, None)
     s = ServerSetup(disabled)
-    why = f"fork server isolation setup failed: {_why(error)}"
+    if s.root:
+        try:
+            s.switch_error = uid_switch_error()
+        except Exception as e:  # noqa: BLE001 - then workers keep the uid rather than fail
+            s.switch_error = f"could not try: {reason(e)}"
+    _plan = Plan(s.nobody, False, None, None)
+    why = f"fork server isolation setup failed: {reason(error)}"
     for name in ("user_namespace", "network_namespace", "seccomp", "filesystem", "capabilities"):
         s.layers[name] = _off(why)
-    s.layers["uid_drop"] = (_on(f"workers run as uid/gid {NOBODY} (nobody)") if s.root
-                            else _off(f"the runtime is not root: workers share its uid {s.uid}"))
+    s.layers["uid_drop"] = (_on(f"workers run as uid/gid {NOBODY} (nobody)") if s.nobody
+                            else _off(_uid_kept(s)))
     s.layers["no_new_privs"] = _on("set in every worker")
     s.layers["rlimits"] = _on("address space, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0")
     s.report_bytes = json.dumps(build_report(s)).encode()
@@ -948,36 +1134,41 @@ def _describe(s: ServerSetup, landlock, chroot_done, fs_off_why, worker_filter, 
         extra = "; workers still cannot open files for writing (seccomp)" if worker_filter else ""
         s.layers["filesystem"] = _off(fs_off_why.lstrip("; ") + extra)
 
-    if worker_filter is not None and server_filter is None:
-        s.layers["seccomp"] = _off(f"the fork server's filter failed ({s.notes.get('server_seccomp_error')}): "
-                                   f"workers filter only credentials and signals")
-    elif worker_filter is not None and p.get("seccomp_mode") == 2 and p.get("socket") == "EPERM" \
-            and p.get("execve") == "EPERM":
+    if worker_filter is not None and p.get("seccomp_mode") == 2 and p.get("socket") == "EPERM" \
+            and p.get("execve") == "EPERM" and p.get("unknown_syscall") == "EPERM":
         column = ARCHES[_MACHINE][0]
-        n_worker = sum(1 for op in WORKER_DENY if SYSCALLS[op][column] is not None)
-        groups = ", ".join(g for g, _ in _GROUPS)
+        n_allowed = sum(1 for name in worker_rules() if SYSCALLS[name][column] is not None)
+        how = ("the fork server's filter, inherited, plus each worker's, which takes away fork, kill, "
+               "setuid and the rest only the server needs")
+        if server_filter is None:
+            how = (f"each worker installs it whole: the fork server's own filter failed "
+                   f"({s.notes.get('server_seccomp_error')})")
         s.layers["seccomp"] = _on(
-            f"each worker: {n_worker} syscalls fail with EPERM ({groups}), clone with namespace flags "
-            f"too; opening a file for writing fails with EACCES; clone3 and syscalls newer than the "
-            f"table get ENOSYS; a foreign architecture or x32 kills the process (installed by the fork "
-            f"server for itself and inherited, each worker adding credentials and signals)"
+            f"each worker: an allowlist of {n_allowed} syscalls (its own memory, clocks, signal handlers "
+            f"and ids, I/O on the fds it holds, a read-only open; prctl and prlimit64 on itself only); "
+            f"anything else fails with EPERM ({', '.join(g for g, _ in NEVER)}, new syscalls ...), "
+            f"opening for writing with EACCES, clone3 with ENOSYS; a foreign architecture or x32 kills "
+            f"the process ({how})"
         )
     elif worker_filter is not None:
         s.layers["seccomp"] = _off(f"installed but the probe worker saw mode {p.get('seccomp_mode')}, "
-                                   f"socket {p.get('socket')}, execve {p.get('execve')}")
+                                   f"socket {p.get('socket')}, execve {p.get('execve')}, "
+                                   f"an unknown syscall {p.get('unknown_syscall')}")
     else:
         s.layers["seccomp"] = _off(seccomp_why or "unavailable")
 
     if "capabilities" not in s.layers:
         eff, bnd = _hex(s.notes["server_capeff"]), _hex(s.notes["server_capbnd"])
         if eff is not None and eff & ~_mask(keep) == 0 and p.get("caps") == 0:
-            if s.root:
+            if s.nobody:
                 detail = f"fork server keeps {_cap_names(eff)} (CapEff {eff:016x}"
                 detail += f", bounding set {bnd:016x})" if bnd is not None else ")"
                 if bnd is not None and bnd & ~_mask(keep):
                     detail += "; its bounding set could not be reduced (no CAP_SETPCAP)"
             elif s.layers["user_namespace"]["state"] == "on":
                 detail = "fork server dropped every capability of its user namespace"
+            elif s.root:
+                detail = "fork server dropped every capability (workers cannot be made nobody here)"
             else:
                 detail = "the runtime is not root: the fork server holds none"
             s.layers["capabilities"] = _on(detail + "; workers hold none")
@@ -987,17 +1178,13 @@ def _describe(s: ServerSetup, landlock, chroot_done, fs_off_why, worker_filter, 
                 + (f": {s.notes['caps_error']}" if "caps_error" in s.notes else ""))
 
     uid = p.get("uid")
-    if s.root:
+    if s.nobody:
         if uid == NOBODY:
             s.layers["uid_drop"] = _on(f"workers run as uid/gid {NOBODY} (nobody), no supplementary groups")
         else:
             s.layers["uid_drop"] = _off(f"the probe worker ran as uid {uid}")
-    elif s.layers["user_namespace"]["state"] == "on":
-        s.layers["uid_drop"] = _off(
-            f"the runtime is not root: workers keep its uid {s.uid} (seen as {NOBODY} inside their "
-            f"user namespace); Landlock and seccomp, not the uid, keep them from its files and processes")
     else:
-        s.layers["uid_drop"] = _off(f"the runtime is not root: workers share its uid {s.uid}")
+        s.layers["uid_drop"] = _off(_uid_kept(s))
 
     if p.get("no_new_privs") == 1:
         s.layers["no_new_privs"] = _on("set in the fork server and every worker")
@@ -1010,6 +1197,16 @@ def _describe(s: ServerSetup, landlock, chroot_done, fs_off_why, worker_filter, 
             f"NOFILE {lim.get('NOFILE')}, CORE 0")
     else:
         s.layers["rlimits"] = _off(f"probe worker saw {lim}")
+
+
+def _uid_kept(s: ServerSetup) -> str:
+    """Why workers keep the runtime's uid, and what keeps them from its files and processes."""
+    who = (f"the runtime is uid 0 but cannot make workers uid {NOBODY} ({s.switch_error})" if s.root
+           else "the runtime is not root")
+    if s.layers.get("user_namespace", {}).get("state") == "on":
+        return (f"{who}: workers keep its uid {s.uid} (seen as {NOBODY} inside their user namespace); "
+                f"Landlock and seccomp, not the uid, keep them from its files and processes")
+    return f"{who}: workers share its uid {s.uid}"
 
 
 def _hex(text: str) -> int | None:
@@ -1033,7 +1230,8 @@ _ORDER = ("uid_drop", "user_namespace", "network_namespace", "seccomp", "filesys
 def build_report(s: ServerSetup) -> dict:
     protections = {name: s.layers[name] for name in _ORDER if name in s.layers}
     return {
-        "runtime": "root" if s.root else f"non-root (uid {s.uid})",
+        "runtime": ("root" if s.nobody else f"uid 0 that cannot switch to uid {NOBODY}" if s.root
+                    else f"non-root (uid {s.uid})"),
         "switch": ("on" if not s.disabled else f"{ENV_SWITCH} turns off: {', '.join(sorted(s.disabled))}"),
         "protections": protections,
         "off": [name for name, v in protections.items() if v["state"] == "off"],

@@ -7,13 +7,15 @@ the entry point with a ``ctx`` whose methods relay over the channel, converts
 the result to plain JSON and sends it, then ``os._exit``\\ s.
 
 Lock-down, in order: own session and process group; every fd but the channel
-closed (stdin/stdout/stderr included); empty environment; when running as
-root, drop to nobody (65534) so RLIMIT_NPROC is enforced and no root-owned
-file is writable; ``PR_SET_PDEATHSIG=SIGKILL`` (set after the uid change,
-which would clear it) and a check that the fork server is still our parent;
-``PR_SET_NO_NEW_PRIVS``; rlimits (AS, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0);
-last :func:`isolation.lock_worker`, which adds the worker's part of the
-seccomp filter.  Before all that the worker inherited what the fork server
+closed (stdin/stdout/stderr included; the fork server's status socket only at
+the end, so that a failed lock-down can say why there); empty environment;
+when running as root and the fork server found it possible, drop to nobody
+(65534) so RLIMIT_NPROC is enforced and no root-owned file is writable;
+``PR_SET_PDEATHSIG=SIGKILL`` (set after the uid change, which would clear it)
+and a check that the fork server is still our parent; ``PR_SET_NO_NEW_PRIVS``;
+rlimits (AS, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0); last
+:func:`isolation.lock_worker`, which adds the worker's part of the seccomp
+filter.  Before all that the worker inherited what the fork server
 did to itself: network (and user) namespace, reduced capabilities, Landlock
 or an empty root, the bulk of the seccomp filter.
 """
@@ -41,6 +43,7 @@ from .protocol import (
 )
 
 CHANNEL_FD = 3
+STATUS_FD = 4  # during the lock-down only
 NOBODY = 65534
 NOFILE_LIMIT = 8
 
@@ -70,39 +73,74 @@ def prctl(option: int, arg: int | bytes = 0) -> None:
 # --------------------------------------------------------------------------- lock-down
 
 
-def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int) -> None:
-    signal.set_wakeup_fd(-1)
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU):
-        signal.signal(sig, signal.SIG_DFL)
-    os.setsid()
-    if chan_fd != CHANNEL_FD:
-        os.dup2(chan_fd, CHANNEL_FD)
-    os.closerange(0, CHANNEL_FD)
-    os.closerange(CHANNEL_FD + 1, 1 << 20)
-    os.environ.clear()
-    if os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != server_pid:
-        os._exit(70)
-    prctl(_PR_SET_NO_NEW_PRIVS, 1)
-    prctl(_PR_SET_NAME, b"brainstem-tool")
-    policy.reseed()
-    cpu = max(1, math.ceil(timeout_ms / 1000)) + 1
-    memory = memory_mb * 1024 * 1024
-    for res, value in (
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_FSIZE, 0),
-        (resource.RLIMIT_NPROC, 0),
-        (resource.RLIMIT_NOFILE, NOFILE_LIMIT),
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, memory),
-    ):
-        soft, hard = value if isinstance(value, tuple) else (value, value)
-        resource.setrlimit(res, (soft, hard))
-    isolation.lock_worker()
+def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, status_fd: int = -1) -> None:
+    """Raises :class:`isolation.LockDownFailed` naming the step that failed.
+
+    ``status_fd`` (the fork server's status socket for this worker) is kept
+    at STATUS_FD until the end, so that a failure can be told there.
+    """
+    global _status_fd
+    _status_fd = status_fd
+    step = "signals"
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU):
+            signal.signal(sig, signal.SIG_DFL)
+        step = "fds"
+        os.setsid()
+        if _status_fd == CHANNEL_FD:
+            _status_fd = os.dup(_status_fd)
+        if chan_fd != CHANNEL_FD:
+            os.dup2(chan_fd, CHANNEL_FD)
+        if _status_fd >= 0:
+            os.dup2(_status_fd, STATUS_FD)
+            _status_fd = STATUS_FD
+        os.closerange(0, CHANNEL_FD)
+        os.closerange(CHANNEL_FD + 1 if _status_fd < 0 else STATUS_FD + 1, 1 << 20)
+        os.environ.clear()
+        step = f"switching to uid {NOBODY}"
+        isolation.become_nobody()
+        step = "parent-death signal"
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != server_pid:
+            os._exit(70)
+        prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        prctl(_PR_SET_NAME, b"brainstem-tool")
+        policy.reseed()
+        step = "rlimits"
+        cpu = max(1, math.ceil(timeout_ms / 1000)) + 1
+        memory = memory_mb * 1024 * 1024
+        for res, value in (
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_FSIZE, 0),
+            (resource.RLIMIT_NPROC, 0),
+            (resource.RLIMIT_NOFILE, NOFILE_LIMIT),
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, memory),
+        ):
+            soft, hard = value if isinstance(value, tuple) else (value, value)
+            resource.setrlimit(res, (soft, hard))
+        step = "capabilities, Landlock, seccomp"
+        isolation.lock_worker()
+    except Exception as e:
+        raise isolation.LockDownFailed(f"{step}: {isolation.reason(e)}") from None
+    if _status_fd >= 0:
+        os.close(_status_fd)
+        _status_fd = -1
+
+
+_status_fd = -1  # where a failed lock-down can say why
+
+
+def _tell_failure(e: BaseException) -> None:
+    """One line on the fork server's status socket, which the runtime reports as the call's error."""
+    if _status_fd < 0:
+        return
+    line = one_line(f"worker could not start: {isolation.reason(e)}", MAX_ERROR_CHARS)
+    try:
+        os.write(_status_fd, dumps({"error": line}) + b"\n")
+    except BaseException:  # noqa: BLE001 - the exit status still tells
+        pass
 
 
 # --------------------------------------------------------------------------- messages
@@ -283,11 +321,15 @@ def _send_and_exit(fd: int, message: dict, code: int) -> NoReturn:
     os._exit(code)
 
 
-def child_main(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int) -> NoReturn:
+def child_main(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, status_fd: int = -1) -> NoReturn:
     """Entry point in the forked child; never returns."""
     memory_frame = b""
     try:
-        _lock_down(chan_fd, server_pid, timeout_ms, memory_mb)
+        try:
+            _lock_down(chan_fd, server_pid, timeout_ms, memory_mb, status_fd)
+        except isolation.LockDownFailed as e:
+            _tell_failure(e)
+            os._exit(72)
         memory_frame = encode_frame(
             {"op": "result", "ok": False, "error": f"memory limit ({memory_mb} MB) exceeded"}
         )

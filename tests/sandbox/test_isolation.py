@@ -2,13 +2,17 @@
 
 * a running worker, seen from /proc: seccomp filter mode, its own network namespace;
 * a process given the workers' lock-down and then raw Python (as if tool code
-  had escaped RestrictedPython) cannot exec, make sockets, read files, ...;
+  had escaped RestrictedPython) cannot exec, make sockets, read files, touch
+  another process's limits, priority, CPUs or I/O priority, signal it, or
+  make any syscall off the allowlist;
 * the fork server's capabilities are reduced;
 * the report says what is on, and why anything is off;
-* the runtime as a non-root user (user namespace), and with user namespaces
-  or Landlock refused (as in a container), still runs tools;
+* the runtime as a non-root user (user namespace), as uid 0 of a user
+  namespace without uid 65534 (``unshare -rn``), and with user namespaces or
+  Landlock refused (as in a container), still runs tools;
+* a worker or fork server that cannot start says why;
 * the BPF program, evaluated here for x86_64 and aarch64, and the syscall
-  table, checked against the kernel headers and libseccomp when installed.
+  table, checked against the kernel headers and libseccomp (required in CI).
 """
 
 from __future__ import annotations
@@ -207,16 +211,26 @@ def test_fork_server_capabilities_reduced():
 # --------------------------------------------------------------------------- an escaped tool
 
 
-def _locked_child(body, tmp_path) -> tuple[dict, int]:
+def _locked_child(body, tmp_path, as_fork_server_does: bool = False) -> tuple[dict, int]:
     """Fork; in the child run the workers' lock-down, then ``body(report)`` with raw Python.
 
+    ``as_fork_server_does``: first what the fork server does to itself (Landlock, its seccomp
+    filter), then the lock-down adding each worker's part, instead of one whole filter.
     ``body`` fills a dict that comes back as JSON; returns (dict, wait status).
     """
     r, w = os.pipe()
     parent = os.getpid()
+    nobody = ROOT and not isolation.uid_switch_error()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the forked child
         try:
+            if as_fork_server_does:
+                isolation._prctl(isolation._PR_SET_NO_NEW_PRIVS, 1)
+                if LANDLOCK_ABI:
+                    isolation.Landlock(LANDLOCK_ABI).restrict()
+                server, extra = isolation.worker_filters(ARCH)
+                server.install()
+                isolation._plan = isolation.Plan(nobody, False, None, extra)
             worker._lock_down(w, parent, 5000, 256)
             out: dict = {}
             try:
@@ -304,7 +318,7 @@ def test_escaped_tool_code_cannot_reach_the_system(tmp_path, canaries):
         out["shmget"] = _raw("shmget", 0, 4096, 0o1600)
         out["init_module"] = _raw("init_module", 0, 0, 0)
         out["open_by_handle_at"] = _raw("open_by_handle_at", 0, 0, 0)
-        out["newer_than_table"] = _raw_nr(isolation.MAX_KNOWN_SYSCALL + 1)
+        out["unknown_syscall"] = _raw_nr(isolation.UNKNOWN_SYSCALL)
         # What a worker does need still works.
         out["getpid"] = os.getpid()
         out["json"] = json.loads(json.dumps({"a": [1, 2]}))
@@ -315,20 +329,83 @@ def test_escaped_tool_code_cannot_reach_the_system(tmp_path, canaries):
     assert os.WIFEXITED(status), status
     assert "crash" not in out, out.get("crash")
     eperm = {"execv", "socket_inet", "socket_unix", "socketpair", "chmod", "unlink", "mkdir", "symlink",
-             "kill_parent", "setuid", "ptrace", "process_vm_readv", "unshare_user", "unshare_net", "setns",
-             "mount", "chroot", "clone_newuser", "bpf", "perf_event_open", "io_uring_setup", "userfaultfd",
-             "keyctl", "add_key", "personality", "memfd_create", "shmget", "init_module", "open_by_handle_at"}
+             "kill_parent", "setuid", "fork", "unknown_syscall", "ptrace", "process_vm_readv", "unshare_user",
+             "unshare_net", "setns", "mount", "chroot", "clone_newuser", "bpf", "perf_event_open",
+             "io_uring_setup", "userfaultfd", "keyctl", "add_key", "personality", "memfd_create", "shmget",
+             "init_module", "open_by_handle_at"}
     for name in sorted(eperm):
         assert out[name] == "EPERM", (name, out[name])
-    assert out["clone3"] == "ENOSYS" and out["newer_than_table"] == "ENOSYS"
+    assert out["clone3"] == "ENOSYS"
     assert out["create"] == "EACCES"
-    assert out["fork"] == "EAGAIN"  # RLIMIT_NPROC (plain clone is allowed by the filter)
     assert not target.exists() and own_file.exists()
     unreadable = {"EACCES"} if LANDLOCK_ABI else {"EACCES", "ENOENT", "ok"}
     for name in ("etc_passwd", "canary", "world_readable", "listdir_root", "proc_parent"):
         assert out[name] in unreadable, (name, out[name])
     assert out["getpid"] > 0 and out["json"] == {"a": [1, 2]} and out["time"] is True
     assert out["encode"] == "e900ac20" + "82" + "78"
+
+
+def _other_process_calls(parent: int):
+    """A body trying, on ``parent``, what reaches another process: each with values that change
+    nothing (its own nice value, CPU mask and I/O priority, signal 0) should it get through."""
+    nice = os.getpriority(os.PRIO_PROCESS, parent)
+    cpus = os.sched_getaffinity(parent)
+    mask = ctypes.create_string_buffer(sum(1 << c for c in cpus).to_bytes(128, "little"), 128)
+    ioprio_get = {"x86_64": 252, "aarch64": 31}[ARCH]
+    ioprio = _libc.syscall(ctypes.c_long(ioprio_get), ctypes.c_long(1), ctypes.c_long(parent))  # IOPRIO_WHO_PROCESS
+
+    def body(out):
+        limit = ctypes.create_string_buffer(16)
+        param = ctypes.c_int(0)
+        out["prlimit64_self"] = _raw("prlimit64", 0, 7, None, limit)  # RLIMIT_NOFILE, read only
+        out["prlimit64"] = _raw("prlimit64", parent, 7, None, limit)
+        out["setpriority"] = _raw("setpriority", 0, parent, nice)  # PRIO_PROCESS
+        out["sched_setaffinity"] = _raw("sched_setaffinity", parent, 128, mask)
+        out["sched_setparam"] = _raw("sched_setparam", parent, ctypes.byref(param))
+        out["ioprio_set"] = _raw("ioprio_set", 1, parent, ioprio)
+        out["kill"] = _raw("kill", parent, 0)
+        out["tgkill"] = _raw("tgkill", parent, parent, 0)
+        out["pidfd_open"] = _raw("pidfd_open", parent, 0)
+        out["unknown_syscall"] = _raw_nr(isolation.UNKNOWN_SYSCALL)
+        out["just_past_the_table"] = _raw_nr(max(n for nrs in isolation.SYSCALLS.values() for n in nrs if n) + 1)
+    return body
+
+
+OTHER_PROCESS_CALLS = ("prlimit64", "setpriority", "sched_setaffinity", "sched_setparam", "ioprio_set", "kill",
+                       "tgkill", "pidfd_open")
+
+
+@pytest.mark.skipif(ARCH is None, reason="no seccomp syscall table for this machine")
+@pytest.mark.parametrize("as_fork_server_does", [False, True], ids=["one filter", "fork server's two"])
+def test_escaped_tool_code_cannot_touch_other_processes(tmp_path, as_fork_server_does):
+    """Limits, priority, CPU affinity, I/O priority, signals of the parent (the runtime, or a sibling
+    worker as root): EPERM, and so is any syscall not on the allowlist."""
+    parent = os.getpid()
+    out, status = _locked_child(_other_process_calls(parent), tmp_path, as_fork_server_does)
+    assert os.WIFEXITED(status) and "crash" not in out, (status, out)
+    for name in (*OTHER_PROCESS_CALLS, "unknown_syscall", "just_past_the_table"):
+        assert out[name] == "EPERM", (name, out[name])
+    assert out["prlimit64_self"] == "ok"  # its own limits it may read
+
+
+@pytest.mark.skipif(ARCH is None, reason="no seccomp syscall table for this machine")
+def test_other_process_calls_reach_the_parent_without_the_filter():
+    """The control for the test above: the same calls from an unfiltered child do get through."""
+    r, w = os.pipe()
+    body = _other_process_calls(os.getpid())
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        try:
+            out: dict = {}
+            body(out)
+            write_all(w, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = json.loads(read_all(r))
+    os.waitpid(pid, 0)
+    assert {name: out[name] for name in OTHER_PROCESS_CALLS} == dict.fromkeys(OTHER_PROCESS_CALLS, "ok")
+    assert out["unknown_syscall"] == "ENOSYS"
 
 
 def _raw_nr(nr: int) -> str:
@@ -482,8 +559,8 @@ from brainstem.sandbox import isolation
 if deny:
     arch, _ = isolation.seccomp_arch()
     isolation._prctl(38, 1)
-    isolation.Filter(isolation.build_filter(arch, tuple(deny["eperm"]), arg_rules=(),
-                                            enosys=tuple(deny["enosys"])), ()).install()
+    rules = {n: isolation.RET_ERRNO | e for e, names in ((1, deny["eperm"]), (38, deny["enosys"])) for n in names}
+    isolation.Filter(isolation.build_filter(arch, rules, default=isolation.RET_ALLOW)).install()
 from brainstem.sandbox import run, Limits
 class S:
     secrets = {}
@@ -683,6 +760,122 @@ def test_non_root_runtime_without_landlock_uses_an_empty_root_in_its_user_namesp
         assert r["probe"]["root_dir"] == "0 entries"
 
 
+def _unshare_r_permitted() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+needs_unshare_r = pytest.mark.skipif(not _unshare_r_permitted(), reason="`unshare -rn` is not permitted here")
+
+
+def _assert_rootless(r: dict) -> None:
+    p = r["protections"]
+    assert r["runtime"] == f"uid 0 that cannot switch to uid {isolation.NOBODY}", r["runtime"]
+    assert p["uid_drop"]["state"] == "off"
+    assert f"cannot make workers uid {isolation.NOBODY}" in p["uid_drop"]["detail"]
+    assert "refused" in p["uid_drop"]["detail"] and "uid_map" in p["uid_drop"]["detail"]
+    if ARCH:
+        assert p["seccomp"]["state"] == "on", p["seccomp"]
+        assert r["probe"]["unknown_syscall"] == "EPERM" and r["probe"]["socket"] == "EPERM"
+    if LANDLOCK_ABI:
+        assert p["filesystem"]["state"] == "on" and "Landlock" in p["filesystem"]["detail"], p["filesystem"]
+    for name in ("capabilities", "no_new_privs", "rlimits"):
+        assert p[name]["state"] == "on", (name, p[name])
+    assert r["fork_server"]["CapEff"] == "0000000000000000" and r["probe"]["caps"] == 0
+    assert "probe_error" not in r["notes"]
+
+
+@needs_unshare_r
+@pytest.mark.slow
+def test_root_in_a_user_namespace_without_uid_65534_runs_tools():
+    """`unshare -rn`, rootless containers: uid 0 maps to one uid outside and 65534 to none, so workers
+    cannot become nobody; they keep every other layer, in a user namespace of their own."""
+    out = _finish(_runtime(["unshare", "-rn"], sys.executable))
+    _assert_tools_work(out)
+    r = out["report"]
+    _assert_rootless(r)
+    p = r["protections"]
+    assert p["user_namespace"]["state"] == "on" and p["network_namespace"]["state"] == "on"
+    assert r["probe"]["uid"] == isolation.NOBODY  # as seen inside the fork server's user namespace
+
+
+@needs_unprivileged
+@needs_unshare_r
+@pytest.mark.slow
+def test_a_user_as_root_of_its_own_user_namespace_runs_tools():
+    """Rootless containers as most run them: an ordinary user, uid 0 in a namespace mapping only it."""
+    if subprocess.run([*_setpriv(), "unshare", "-rn", "true"], capture_output=True, timeout=30).returncode:
+        pytest.skip("`unshare -rn` is not permitted to an unprivileged user here")
+    out = _finish(_runtime([*_setpriv(), "unshare", "-rn"], UNPRIV_PYTHON))
+    _assert_tools_work(out)
+    _assert_rootless(out["report"])
+    assert f"uid_map: 0 {UNPRIVILEGED} 1" in out["report"]["protections"]["uid_drop"]["detail"]
+
+
+@needs_unshare_r
+@pytest.mark.slow
+def test_root_in_a_user_namespace_without_uid_65534_or_unshare_runs_tools():
+    """The same where no namespace can be made (as under a container's seccomp profile): workers stay
+    uid 0 of the runtime's namespace, with no capability."""
+    out = _finish(_runtime(["unshare", "-rn"], sys.executable, deny={"eperm": ["unshare"], "enosys": []}))
+    _assert_tools_work(out)
+    r = out["report"]
+    _assert_rootless(r)
+    assert r["protections"]["user_namespace"]["state"] == "off"
+    assert r["probe"]["uid"] == 0
+
+
+# --------------------------------------------------------------------------- why a sandbox cannot start
+
+
+def _start_fork_server_with(patch: str):
+    """Restart the fork server with ``patch`` (Python, with ``isolation`` and ``worker`` imported) run first."""
+    from brainstem.sandbox import forkserver
+
+    shutdown()
+    forkserver.BOOT = ("import sys,json\nsys.path[:]=json.loads(sys.argv[1])\n"
+                       "from brainstem.sandbox import isolation, worker\n" + patch + "\n"
+                       "from brainstem.sandbox.forkserver import main\nmain(int(sys.argv[2]),())\n")
+
+
+def _restore_fork_server():
+    from brainstem.sandbox import forkserver
+
+    del forkserver.BOOT  # back to the one built from the environment at each start
+    shutdown()
+
+
+def test_a_worker_that_cannot_start_says_why():
+    _start_fork_server_with("def refuse():\n    raise OSError(22, 'Invalid argument')\n"
+                            "isolation.become_nobody = refuse")
+    try:
+        o = run(tool("return 1"), "execute", [{}], services=FakeServices())
+        assert not o.ok
+        assert o.error == f"sandbox error: worker could not start: switching to uid {isolation.NOBODY}: " \
+                          f"EINVAL (Invalid argument)", o.error
+        r = isolation.report(refresh=True)
+        assert "could not start: switching to uid" in r["notes"]["probe_error"], r["notes"]
+    finally:
+        _restore_fork_server()
+    assert_runtime_healthy()
+
+
+def test_a_fork_server_that_cannot_start_says_why():
+    _start_fork_server_with("def boom():\n    raise RuntimeError('no warm-up today')\n"
+                            "worker.policy.warm_up = boom")
+    try:
+        o = run(tool("return 1"), "execute", [{}], services=FakeServices())
+        assert not o.ok
+        assert o.error == "sandbox unavailable: fork server did not start: RuntimeError: no warm-up today", o.error
+    finally:
+        _restore_fork_server()
+    assert_runtime_healthy()
+
+
 # --------------------------------------------------------------------------- the BPF program
 
 
@@ -722,9 +915,13 @@ def _eperm(e=errno.EPERM):
 @pytest.mark.parametrize("arch", sorted(isolation.ARCHES))
 def test_filter_program(arch):
     column, audit = isolation.ARCHES[arch]
-    full = isolation.build_filter(arch, isolation.WORKER_DENY)
+    full = isolation.build_filter(arch, isolation.worker_rules())
     server, extra = (f.program for f in isolation.worker_filters(arch))
     assert len(full) // 8 < 4096
+    assert len(extra) // 8 < 64  # what each worker attaches stays short: attaching costs by length
+
+    def nr_of(name):
+        return isolation.SYSCALLS[name][column]
 
     def verdicts(nr, args=(0,) * 6):
         a = _run_bpf(full, audit, nr, args)
@@ -732,34 +929,55 @@ def test_filter_program(arch):
         assert a == b, (arch, nr, args)  # the two-part install is the same policy
         return a
 
-    for name in isolation.WORKER_DENY:
-        nr = isolation.SYSCALLS[name][column]
-        if nr is not None:
-            assert verdicts(nr) == _eperm(), name
-    # What a worker needs (numbers from the same headers).
+    # Every number up to well past the table: allowed exactly when on the allowlist, else EPERM.
+    allowed = {nr_of(n) for n in isolation.WORKER_ALLOW} - {None}
+    checked = {nr_of(n) for n in ("open", "openat", "prlimit64", "prctl", "clone3")} - {None}
+    for nr in range(1024):
+        if nr not in checked:
+            assert verdicts(nr) == (ALLOW if nr in allowed else _eperm()), (arch, nr)
+    for name in {n for _, names in isolation.NEVER for n in names} - {"clone3"}:
+        if nr_of(name) is not None:
+            assert verdicts(nr_of(name)) == _eperm(), name
+    # What a worker needs, numbers from the kernel headers (independent of the table).
     needed = {"x86_64": {"read": 0, "write": 1, "close": 3, "mmap": 9, "munmap": 11, "brk": 12,
                          "rt_sigreturn": 15, "getpid": 39, "sendmsg": 46, "recvmsg": 47, "exit_group": 231,
-                         "futex": 202, "getrandom": 318, "clock_nanosleep": 230, "prlimit64": 302},
+                         "futex": 202, "getrandom": 318, "clock_nanosleep": 230},
               "aarch64": {"read": 63, "write": 64, "close": 57, "mmap": 222, "munmap": 215, "brk": 214,
                           "rt_sigreturn": 139, "getpid": 172, "sendmsg": 211, "recvmsg": 212,
-                          "exit_group": 94, "futex": 98, "getrandom": 278, "clock_nanosleep": 115,
-                          "prlimit64": 261}}[arch]
+                          "exit_group": 94, "futex": 98, "getrandom": 278, "clock_nanosleep": 115}}[arch]
     for name, nr in needed.items():
-        assert nr not in {isolation.SYSCALLS[n][column] for n in isolation.SYSCALLS}, name
-        assert verdicts(nr) == ALLOW, name
-    clone = isolation.SYSCALLS["clone"][column]
-    assert verdicts(clone, (signal.SIGCHLD | 0x01200000, 0, 0, 0, 0, 0)) == ALLOW  # fork()
-    assert verdicts(clone, (0x003D0F00, 0, 0, 0, 0, 0)) == ALLOW  # pthread_create()
+        assert nr_of(name) == nr and verdicts(nr) == ALLOW, name
+    # A worker cannot fork at all; the fork server can, but not into new namespaces.
+    clone = nr_of("clone")
+    for flags in (signal.SIGCHLD | 0x01200000, 0x003D0F00):  # fork(), pthread_create()
+        assert verdicts(clone, (flags, 0, 0, 0, 0, 0)) == _eperm()
+        assert _run_bpf(server, audit, clone, (flags, 0, 0, 0, 0, 0)) == ALLOW
     for flag in (isolation.CLONE_NEWUSER, isolation.CLONE_NEWNET, isolation.CLONE_NEWNS, isolation.CLONE_NEWPID):
-        assert verdicts(clone, (flag | signal.SIGCHLD, 0, 0, 0, 0, 0)) == _eperm()
-    assert verdicts(isolation.SYSCALLS["clone3"][column]) == _eperm(errno.ENOSYS)
-    openat = isolation.SYSCALLS["openat"][column]
+        assert _run_bpf(server, audit, clone, (flag | signal.SIGCHLD, 0, 0, 0, 0, 0)) == _eperm()
+    assert verdicts(nr_of("clone3")) == _eperm(errno.ENOSYS)
+    openat = nr_of("openat")
     assert verdicts(openat, (-100, 0, os.O_RDONLY | os.O_CLOEXEC, 0, 0, 0)) == ALLOW
     for flags in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
         assert verdicts(openat, (-100, 0, flags, 0o600, 0, 0)) == _eperm(errno.EACCES)
     # The high half of a 64-bit argument cannot hide a flag in the low half.
     assert verdicts(openat, (-100, 0, (1 << 32) | os.O_WRONLY, 0, 0, 0)) == _eperm(errno.EACCES)
-    assert verdicts(isolation.MAX_KNOWN_SYSCALL + 1) == _eperm(errno.ENOSYS)
+    # Its own limits, never another process's.
+    prlimit = nr_of("prlimit64")
+    assert verdicts(prlimit, (0, 7, 0, 1, 0, 0)) == ALLOW
+    for pid in (1, 4242, -1, 1 << 31):
+        assert verdicts(prlimit, (pid, 7, 0, 1, 0, 0)) == _eperm(), pid
+    prctl = nr_of("prctl")
+    for option in (15, 21, 39):  # PR_SET_NAME, PR_GET_SECCOMP, PR_GET_NO_NEW_PRIVS
+        assert verdicts(prctl, (option, 0, 0, 0, 0, 0)) == ALLOW
+    for option in (0x59616D61, 62, 35, 4):  # PR_SET_PTRACER, PR_SCHED_CORE, PR_SET_MM, PR_SET_DUMPABLE
+        assert verdicts(prctl, (option, 0, 0, 0, 0, 0)) == _eperm(), option
+    # fcntl and ioctl: the fork server's, and only for itself (no F_SETOWN, no TIOCSTI); none for a worker.
+    fcntl_, ioctl = nr_of("fcntl"), nr_of("ioctl")
+    assert _run_bpf(server, audit, fcntl_, (3, 3, 0, 0, 0, 0)) == ALLOW  # F_GETFL
+    assert _run_bpf(server, audit, fcntl_, (3, 8, 1, 0, 0, 0)) == _eperm()  # F_SETOWN
+    assert _run_bpf(server, audit, ioctl, (3, 0x5421, 0, 0, 0, 0)) == ALLOW  # FIONBIO
+    assert _run_bpf(server, audit, ioctl, (0, 0x5412, 0, 0, 0, 0)) == _eperm()  # TIOCSTI
+    assert verdicts(fcntl_, (3, 3, 0, 0, 0, 0)) == _eperm() and verdicts(ioctl, (3, 0x5421, 0, 0, 0, 0)) == _eperm()
     for other in (0x40000003, 0xC000003E, 0xC00000B7, 0x40000028):  # i386, the other arch, arm
         if other != audit:
             assert _run_bpf(full, other, 0) == KILL and _run_bpf(server, other, 0) == KILL
@@ -768,16 +986,37 @@ def test_filter_program(arch):
         assert verdicts(0x40000000 | 39) == KILL  # x32
 
 
-def test_server_filter_lets_the_fork_server_work():
-    """The fork server's own filter allows what it needs for workers; a worker's addition denies it."""
-    for name in ("setuid", "setgid", "setgroups", "capset", "kill"):
-        assert name not in isolation.SERVER_DENY and name in isolation.WORKER_EXTRA
-    assert set(isolation.SERVER_DENY) | set(isolation.WORKER_EXTRA) == set(isolation.WORKER_DENY)
-    for name in ("landlock_create_ruleset", "landlock_restrict_self", "clone", "open", "openat"):
-        assert name not in isolation.WORKER_DENY
+def test_policy_lists():
+    """Nothing that acts on another process, the system or privilege is on a worker's list; the fork
+    server's extra needs are taken away again in every worker."""
+    never = {n for _, names in isolation.NEVER for n in names}
+    worker = {n for n, r in isolation.worker_rules().items() if r == ALLOW or not isinstance(r, int)}
+    server = {n for n, r in isolation.server_rules().items() if r == ALLOW or not isinstance(r, int)}
+    assert not worker & never, worker & never
+    assert server & never == {"kill", "setuid", "setgid", "setgroups", "capset"}
+    assert server - worker == set(isolation.SERVER_ONLY)
+    assert not set(isolation.SERVER_ONLY) & set(isolation.WORKER_ALLOW)
+    for name in ("prlimit64", "prctl", "clone", "fcntl", "ioctl", "open", "openat"):
+        assert name not in isolation.WORKER_ALLOW and name not in isolation.SERVER_ALLOW  # argument-checked
+    for name in ("prlimit64", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
+                 "sched_setattr", "ioprio_set", "kill", "tkill", "tgkill", "pidfd_open", "pidfd_getfd",
+                 "pidfd_send_signal", "process_vm_readv", "process_vm_writev", "ptrace", "migrate_pages",
+                 "move_pages"):
+        assert name not in isolation.WORKER_ALLOW, name
+        assert name not in isolation.SERVER_ALLOW or name in isolation.SERVER_ONLY, name
+    for name in isolation.SYSCALLS:
+        assert name in never or name in server or name in ("clone3", "landlock_create_ruleset",
+                                                           "landlock_restrict_self"), name
 
 
 # --------------------------------------------------------------------------- the syscall table
+
+
+def _table_check_unavailable(why: str) -> None:
+    """CI must check the table: a failure there (BRAINSTEM_REQUIRE_REDIS=1 or CI=true), a skip elsewhere."""
+    if os.environ.get("BRAINSTEM_REQUIRE_REDIS") == "1" or os.environ.get("CI") == "true":
+        pytest.fail(f"CI but {why} (.ci/run installs linux-libc-dev and libseccomp2)")
+    pytest.skip(why)
 
 
 def _header_numbers(path: str) -> dict[str, int]:
@@ -803,10 +1042,14 @@ def test_syscall_table_matches_kernel_headers(arch):
     numbers: dict[str, int] = {}
     for path in HEADERS[arch]:
         numbers.update(_header_numbers(path))
+    if not numbers and (arch == "aarch64" or ARCH == "x86_64"):  # asm-generic is installed everywhere
+        _table_check_unavailable("kernel headers not installed")
     if not numbers:
-        pytest.skip("kernel headers not installed")
+        pytest.skip(f"no {arch} kernel headers on this machine")
     checked = 0
     for name, nrs in isolation.SYSCALLS.items():
+        if name not in numbers and name == "newfstatat":
+            name = "fstatat"  # what asm-generic calls it
         if name in numbers:
             assert nrs[column] == numbers[name], (arch, name, nrs[column], numbers[name])
             checked += 1
@@ -820,7 +1063,7 @@ def test_syscall_table_matches_kernel_headers(arch):
 def test_syscall_table_matches_libseccomp(arch):
     path = ctypes.util.find_library("seccomp")
     if not path:
-        pytest.skip("libseccomp not installed")
+        _table_check_unavailable("libseccomp not installed")
     lib = ctypes.CDLL(path)
     resolve = lib.seccomp_syscall_resolve_name_arch
     resolve.restype = ctypes.c_int
