@@ -15,17 +15,12 @@ from typing import Any
 
 from . import keys
 from .budget import today
-from .errors import BrainstemError
 from .kv.base import Store
 from .sleep import iso, now_utc
 
 
 def _read(store: Store) -> dict[str, Any]:
-    try:
-        rec = store.get_json(keys.SECRET_REFUSALS, default=None)
-    except BrainstemError:
-        rec = None
-    return rec if isinstance(rec, dict) else {}
+    return store.get_object(keys.SECRET_REFUSALS)
 
 
 HELD_MESSAGE = ("the agent's code is held after a secret_refused stop: none runs until the operator has "

@@ -204,7 +204,8 @@ class _Detector:
             raw = _fold(value.encode("utf-8").decode("latin-1"))
             p = len(public_prefix(value).encode("utf-8"))
             byte_grams |= _grams(raw, (0, p)) | _grams(raw[::-1], (len(raw) - p, len(raw)))
-        self.bytes = re.compile(_trie_pattern(byte_grams)) if byte_grams else None
+        # Matched against decoded bytes, lower-cased in C (bytes.lower folds ASCII only, one for one).
+        self.bytes = re.compile(_trie_pattern(byte_grams).encode("latin-1")) if byte_grams else None
         self.grams = re.compile(_trie_pattern(grams)) if grams else None
         self.squeezed = re.compile(_trie_pattern(squeezed_grams)) if squeezed_grams else None
         self.short = (re.compile("|".join(re.escape(v) for v in sorted(short, key=len, reverse=True)))
@@ -280,7 +281,7 @@ class _Detector:
             for lead in (0, 1):
                 chunk = m.group(0)[lead:]
                 chunk = chunk[:len(chunk) - len(chunk) % 2]
-                hit = self.bytes.search(_fold(binascii.unhexlify(chunk).decode("latin-1")))
+                hit = self.bytes.search(binascii.unhexlify(chunk).lower())
                 if hit:
                     start = m.start() + lead + 2 * hit.start()
                     out.append((start, min(m.end(), start + 2 * (len(hit.group(0)) + 2)), self._owner(hit), False))
@@ -295,7 +296,7 @@ class _Detector:
                         raw = base64.b64decode(chunk, altchars=alt)
                     except (binascii.Error, ValueError):
                         continue
-                    hit = self.bytes.search(_fold(raw.decode("latin-1")))
+                    hit = self.bytes.search(raw.lower())
                     if hit:  # the 4-character groups that hold the bytes found
                         start = m.start() + lead + 4 * (hit.start() // 3)
                         end = m.start() + lead + 4 * -(-hit.end() // 3)
@@ -303,7 +304,7 @@ class _Detector:
         return out
 
     def _owner(self, hit: re.Match) -> str:
-        gram = hit.group(0)
+        gram = hit.group(0).decode("latin-1")
         for label, entry in self.long.items():
             if any(gram in pair[0] or gram[::-1] in pair[0] for pair in entry):
                 return label
@@ -346,9 +347,6 @@ class Scrubber:
         self._placeholders = dict(placeholders or {})
         words = sorted({w for w in [*opaque, *self._placeholders.values()] if w}, key=len, reverse=True)
         self._opaque = re.compile("|".join(map(re.escape, words))) if words else None
-
-    def __bool__(self) -> bool:
-        return self._detector is not None
 
     def held(self, text: str) -> list[str]:
         """The labels of the secrets ``text`` holds any run of (empty when it holds none)."""

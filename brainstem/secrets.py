@@ -24,10 +24,8 @@ part where a key could hide) are handed over as plain values to code that asks.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import ipaddress
-import json
 import os
 import re
 import secrets as _random
@@ -37,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .scrubber import forms as scrubber_forms
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 KV_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
@@ -154,33 +153,16 @@ def public_url(url: str) -> str:
 # --------------------------------------------------------------------------- forms of a value
 
 
-def _b64_cores(data: bytes, alphabet: str) -> set[str]:
-    """The stretches of base64 text that ``data`` produces wherever it sits in a longer encoded blob."""
-    out = set()
-    enc = base64.b64encode if alphabet == "std" else base64.urlsafe_b64encode
-    for lead in range(3):
-        text = enc(b"\0" * lead + data).decode()
-        first = -(-lead // 3)  # the first 3-byte group made of the value's bytes only
-        last = (lead + len(data)) // 3
-        core = text[4 * first: 4 * last]
-        if len(core) >= MIN_ENCODED_LEN:
-            out.add(core)
-    whole = enc(data).decode()
-    out.update({whole, whole.rstrip("=")})
-    return out
-
-
 def secret_forms(value: str) -> set[str]:
     """``value`` and the common encodings of it that could carry it past a plain substring match:
-    URL and JSON escaping, base64 (standard and URL-safe, at any alignment), hex, and reversed."""
+    those the sandbox's scrubber knows (URL and JSON escaping, base64 at any alignment, reversed), a
+    path segment's escaping, and hex."""
     forms = {value}
     if len(value) < MIN_ENCODED_LEN:
         return forms
-    data = value.encode("utf-8")
-    forms |= {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value),
-              urllib.parse.quote(value, safe=PCHAR_SAFE), json.dumps(value)[1:-1], value[::-1],
-              binascii.hexlify(data).decode(), binascii.hexlify(data).decode().upper()}
-    forms |= _b64_cores(data, "std") | _b64_cores(data, "url")
+    hexed = binascii.hexlify(value.encode("utf-8")).decode()
+    forms |= {f for f, _, _ in scrubber_forms(value)}
+    forms |= {urllib.parse.quote(value, safe=PCHAR_SAFE), hexed, hexed.upper()}
     return {f for f in forms if f}
 
 

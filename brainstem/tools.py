@@ -144,8 +144,8 @@ class ToolPolicy:
     on_secrets: Callable[[dict[str, str]], None] | None = None
     # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
     known_secrets: Mapping[str, str] = field(default_factory=dict)
-    # Set (shared, like session_written) once code of this session sent a secret's value: from then on
-    # no code of the session is granted anything, so a refusal confirms one guess per session at most.
+    # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
+    # if the store could not take the hold that stops the agent's code for good (see brainstem.refusals).
     withdrawn: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -294,6 +294,10 @@ class ToolServices:
         except QuotaExceeded as exc:
             raise StopExecution(f"stopped: quota_exceeded: {exc}") from None
 
+    def charge_result(self, value: Any) -> None:
+        """Count the code's result, which karma records, against the quotas (:class:`QuotaExceeded`)."""
+        self._charge_quota("karma (result)", len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")))
+
     def _charge_quota(self, key: str, size: int) -> None:
         p = self._policy
         if self._written + size > p.tool_write_quota:
@@ -376,9 +380,11 @@ class ToolServices:
         if result is not None:
             fields["response"] = recorded_response(result)
             size = len(json.dumps(fields["response"], ensure_ascii=False, default=str))
+            from .sandbox import StopExecution
+
             try:
                 self._charge_record("fetch", size)
-            except Exception:
+            except StopExecution:
                 fields["response"] = None  # the record that would pass the quota is kept short
                 fields["quota_exceeded"] = True
                 self._record(events.FETCH, **fields)
@@ -536,8 +542,13 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
-        outcome = _within_quota(name, ToolOutcome(ok=out.ok, value=out.value, error=out.error,
-                                                  duration_ms=out.duration_ms), policy, record)
+        outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)
+        if outcome.ok and outcome.value is not None:
+            try:  # a result is recorded in karma: it counts against the write quotas like a write
+                services.charge_result(outcome.value)
+            except QuotaExceeded as exc:
+                outcome = ToolOutcome(ok=False, error=f"quota_exceeded: {exc}", duration_ms=out.duration_ms,
+                                      retryable=False)
     except ToolError as exc:
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
@@ -545,21 +556,6 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     if enforce_mode and mode == "supervised" and on_supervised is not None:
         on_supervised(outcome)
     return outcome
-
-
-def _within_quota(name: str, outcome: ToolOutcome, policy: ToolPolicy, record: Callable[..., Any]) -> ToolOutcome:
-    """A result is recorded in karma: it counts against the session's write quota like a write."""
-    if not outcome.ok or outcome.value is None:
-        return outcome
-    size = len(json.dumps(outcome.value, ensure_ascii=False, default=str).encode("utf-8"))
-    used, quota = policy.session_written[0], policy.session_write_quota
-    if used + size <= quota:
-        policy.session_written[0] += size
-        return outcome
-    record(events.QUOTA_EXCEEDED, tool=name, key="karma (result)", bytes=size, written=used, quota=quota)
-    return ToolOutcome(ok=False, error=f"quota_exceeded: its {size}-byte result would pass {quota} bytes "
-                                       f"(BRAINSTEM_SESSION_WRITE_QUOTA, per session; {used} written so far)",
-                       duration_ms=outcome.duration_ms, retryable=False)
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,

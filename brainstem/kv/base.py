@@ -245,6 +245,11 @@ class Store:
                 on_error(exc)
             return default
 
+    def get_object(self, key: str) -> dict[str, Any]:
+        """A JSON object the runtime keeps (``stats:*``), or {} when absent, malformed or not an object."""
+        value = self.get_json(key, default=None)
+        return value if isinstance(value, dict) else {}
+
     def list_all(self, prefix: str = "", page: int = 1000, limit: int | None = None) -> list[KeyInfo]:
         """Every key under ``prefix``, sorted, following cursors; at most ``limit``."""
         seen: dict[str, KeyInfo] = {}

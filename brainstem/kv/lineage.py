@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from .. import keys
-from ..errors import BrainstemError
 from .base import Store
 
 MODES = ("automated", "supervised", "manual")  # least supervised first
@@ -41,11 +40,7 @@ def code_key(name: str) -> str:
 
 
 def load(store: Store) -> dict[str, Any]:
-    try:
-        rec = store.get_json(keys.TOOL_LINEAGE, default=None)
-    except BrainstemError:
-        rec = None
-    return rec if isinstance(rec, dict) else {}
+    return store.get_object(keys.TOOL_LINEAGE)
 
 
 def note_write(store: Store, key: str, text: str | None, origin: str | None) -> None:
