@@ -69,7 +69,7 @@ def history(n: int, days: float, rng: random.Random) -> list[dict]:
 
 def session_karma(store, sid: str, entries: int, rng: random.Random) -> None:
     """A session of ``entries`` karma entries: LLM calls with their messages, tool runs and fetches."""
-    from brainstem.karma import Karma
+    from brainstem.store.karma import Karma
 
     k = Karma(store, sid)
     k.record("session_start", session_id=sid, effort="normal")
@@ -124,11 +124,11 @@ def main() -> int:
     os.environ["OPENROUTER_API_KEY"] = "sk-or-v1-bench-0123456789abcdef0123456789abcdef"
     for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_TOOL_SECRETS", "BRAINSTEM_ENV_FILE"):
         os.environ.pop(name, None)
-    from brainstem import keys
-    from brainstem.dashboard.app import make_app
-    from brainstem.kv import open_store
-    from brainstem.seed import seed
-    from brainstem.settings import load_settings
+    from brainstem.core import keys
+    from brainstem.core.settings import load_settings
+    from brainstem.operator.dashboard.app import make_app
+    from brainstem.state.seed import seed
+    from brainstem.store import open_store
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Starlette 1.x: its TestClient is moving from httpx to httpx2

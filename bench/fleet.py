@@ -58,9 +58,9 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from wake_noop import start_redis  # noqa: E402
 
-from brainstem import keys  # noqa: E402
-from brainstem.kv import open_store  # noqa: E402
-from brainstem.seed import example_soul_path, seed  # noqa: E402
+from brainstem.core import keys  # noqa: E402
+from brainstem.state.seed import example_soul_path, seed  # noqa: E402
+from brainstem.store import open_store  # noqa: E402
 from tests.doubles import LLMDouble  # noqa: E402
 
 PLAN = json.dumps({"steps": [{"id": "a", "type": "think", "prompt": "Say ok.", "model": "haiku", "max_tokens": 16}],

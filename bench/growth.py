@@ -36,10 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import brainstem.wake as wake_mod  # noqa: E402
-from brainstem.kv import open_store  # noqa: E402
-from brainstem.seed import example_soul_path, seed  # noqa: E402
-from brainstem.settings import load_settings  # noqa: E402
+import brainstem.session.wake as wake_mod  # noqa: E402
+from brainstem.core.settings import load_settings  # noqa: E402
+from brainstem.state.seed import example_soul_path, seed  # noqa: E402
+from brainstem.store import open_store  # noqa: E402
 from tests.doubles import LLMDouble  # noqa: E402
 
 PLAN = json.dumps({

@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from brainstem.karma import Karma  # noqa: E402
-from brainstem.kv import open_store  # noqa: E402
+from brainstem.store import open_store  # noqa: E402
+from brainstem.store.karma import Karma  # noqa: E402
 
 N = 10_000
 SAMPLES = 200

@@ -2,7 +2,7 @@
 
 One session of 20 steps (4 sandboxed ``web_fetch`` of the LLM double's
 ``GET /models``, 4 ``kv_write``, 4 ``kv_read``, 8 think steps) runs
-in-process (``brainstem.wake.wake``) on a fresh embedded SQLite store against
+in-process (``brainstem.session.wake.wake``) on a fresh embedded SQLite store against
 the loopback LLM double, which sleeps ``--llm-delay`` seconds before every
 answer (10 calls: orient, 8 thinks, reflect). A warm-up session with the same
 plan runs first, so the measured sessions and the replays all find the
@@ -13,7 +13,7 @@ session's karma (``--sessions``, medians reported): its wall time
 the tools took.
 
 The last session is then replayed ``--repeat`` times in-process
-(``brainstem.replay.load`` + ``run`` + ``compare``: answers from the
+(``brainstem.session.replay.load`` + ``run`` + ``compare``: answers from the
 recording, tools in the sandbox against an overlay, fetches answered from
 the recording) and once through the command line (``python -m brainstem
 replay ID``: interpreter start-up, imports and a cold fork server included).
@@ -47,13 +47,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from brainstem import events, karma  # noqa: E402
-from brainstem import replay as replay_mod  # noqa: E402
-from brainstem.kv import open_store, sqlite_url  # noqa: E402
+from brainstem.core import events  # noqa: E402
+from brainstem.core.settings import load_settings  # noqa: E402
 from brainstem.sandbox import shutdown  # noqa: E402
-from brainstem.seed import example_soul_path, seed  # noqa: E402
-from brainstem.settings import load_settings  # noqa: E402
-from brainstem.wake import wake  # noqa: E402
+from brainstem.session import replay as replay_mod  # noqa: E402
+from brainstem.session.wake import wake  # noqa: E402
+from brainstem.state.seed import example_soul_path, seed  # noqa: E402
+from brainstem.store import (  # noqa: E402
+    karma,  # noqa: E402
+    open_store,
+    sqlite_url,
+)
 from tests.doubles import LLMDouble  # noqa: E402
 
 STEPS = 20

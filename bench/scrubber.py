@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from brainstem.scrubber import Scrubber  # noqa: E402
-from brainstem.secrets import forms_pattern, secret_forms  # noqa: E402
+from brainstem.core.scrubber import Scrubber  # noqa: E402
+from brainstem.core.secrets import forms_pattern, secret_forms  # noqa: E402
 
 SECRETS = {"OPENROUTER_API_KEY": "sk-or-v1-" + "5be1c0de9f3a7d21" * 4,
            "TELEGRAM_BOT_TOKEN": "8123456789:AAHq2xV7kP0rS9tU",

@@ -1,6 +1,6 @@
 """Runtime overhead per think step, and whether it grows with session length.
 
-A session of N think steps runs in-process (``brainstem.wake.wake``) against a
+A session of N think steps runs in-process (``brainstem.session.wake.wake``) against a
 loopback Redis and an instant OpenAI-compatible double. The baseline is N+2
 plain calls of the tier-3 HTTP client to the same double (the session also
 makes an orient and a reflect call), measured in the same run. Overhead per
@@ -35,11 +35,11 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from wake_noop import start_redis  # noqa: E402
 
-from brainstem.kv import open_store  # noqa: E402
+from brainstem.core.settings import load_settings  # noqa: E402
 from brainstem.llm.openrouter import chat  # noqa: E402
-from brainstem.seed import example_soul_path, seed  # noqa: E402
-from brainstem.settings import load_settings  # noqa: E402
-from brainstem.wake import wake  # noqa: E402
+from brainstem.session.wake import wake  # noqa: E402
+from brainstem.state.seed import example_soul_path, seed  # noqa: E402
+from brainstem.store import open_store  # noqa: E402
 from tests.doubles import LLMDouble  # noqa: E402
 
 REFLECTION = json.dumps({"session_summary": "ran the benchmark", "note_to_future_self": "none",

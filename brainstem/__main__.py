@@ -33,7 +33,7 @@ def wake_form(argv: list[str]) -> dict | None:
 def main() -> None:
     form = wake_form(sys.argv[1:])
     if form is not None:
-        from .sleep import asleep_fast, asleep_line
+        from brainstem.state.sleep import asleep_fast, asleep_line
 
         until = asleep_fast()
         if until is not None:
@@ -41,7 +41,7 @@ def main() -> None:
             if line:
                 print(line)
             sys.exit(0)
-    from .cli import main as cli_main
+    from brainstem.operator.cli import main as cli_main
 
     sys.exit(cli_main())
 

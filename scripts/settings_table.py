@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from brainstem.settings import settings_reference  # noqa: E402
+from brainstem.core.settings import settings_reference  # noqa: E402
 
 START, END = "<!-- settings-table:start -->", "<!-- settings-table:end -->"
 

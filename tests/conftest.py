@@ -84,7 +84,7 @@ def own_redis(tmp_path):
 
 @pytest.fixture
 def redis_store(redis_url):
-    from brainstem.kv.redis_store import RedisStore
+    from brainstem.store.redis_store import RedisStore
 
     store = RedisStore(redis_url, prefix=unique_prefix())
     yield store
@@ -97,7 +97,7 @@ def redis_store(redis_url):
 def fake_store():
     import fakeredis
 
-    from brainstem.kv.redis_store import RedisStore
+    from brainstem.store.redis_store import RedisStore
 
     client = fakeredis.FakeRedis(decode_responses=True)
     store = RedisStore("redis://fake/0", prefix="agent:", client=client)
@@ -106,7 +106,7 @@ def fake_store():
 
 @pytest.fixture
 def sqlite_store(tmp_path):
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "store.db")
     yield store
@@ -221,8 +221,8 @@ def agents(redis_url):
     made = []
 
     def make(url: str | None = None, soul: bool = True):
-        from brainstem.kv import open_store
-        from brainstem.seed import example_soul_path, seed
+        from brainstem.state.seed import example_soul_path, seed
+        from brainstem.store import open_store
 
         name = f"run{uuid.uuid4().hex[:8]}"
         store = open_store(url or redis_url, prefix=f"{name}:")

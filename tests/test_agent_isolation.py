@@ -22,14 +22,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from brainstem import events
-from brainstem.context import kv_index, load_keys
-from brainstem.errors import ConfigError, ForeignAgentKey, KVWriteRefused
-from brainstem.kv import open_store
-from brainstem.kv.guarded import AgentKV
-from brainstem.kv.redis_store import RedisStore
-from brainstem.kv.sqlite_store import SQLiteStore
-from brainstem.seed import example_soul_path, seed
+from brainstem.core import events
+from brainstem.core.errors import ConfigError, ForeignAgentKey, KVWriteRefused
+from brainstem.session.context import kv_index, load_keys
+from brainstem.state.guarded import AgentKV
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.store import open_store
+from brainstem.store.redis_store import RedisStore
+from brainstem.store.sqlite_store import SQLiteStore
 
 from .conftest import run_cli
 from .test_guarded import Recorder
@@ -161,7 +161,7 @@ def test_default_agent_kv_operations_cannot_put_delete_or_rename_into_bob(world)
 
 
 def _read_all_services(store, record):
-    from brainstem import tools
+    from brainstem.tools import services as tools
 
     meta = tools.ToolMeta(kv_access="read_all")
     kv = AgentKV(store, record)
@@ -519,7 +519,7 @@ def test_redis_acl_user_per_agent_confines_it_to_its_prefix(redis_url):
 def test_run_agent_names_are_normalised_and_checked():
     from types import SimpleNamespace
 
-    from brainstem.scheduler import Runner
+    from brainstem.session.scheduler import Runner
 
     runner = Runner(SimpleNamespace(kv_prefix="", kv="sqlite:///unused.db"), ["bob:", "alice", None])
     assert [(a.name, a.prefix) for a in runner.agents] == [("bob", "bob:"), ("alice", "alice:"), (None, None)]

@@ -18,8 +18,8 @@ import sqlite3
 
 import pytest
 
-from brainstem import keys
-from brainstem.seed import seed, seed_dirs
+from brainstem.core import keys
+from brainstem.state.seed import seed, seed_dirs
 
 from .conftest import run_cli
 from .doubles import RPCDouble
@@ -171,7 +171,7 @@ def test_working_adapter_is_snapshotted_then_carries_the_agent_when_tier1_breaks
     env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS=PROVIDER_SECRETS, BRAINSTEM_FETCH_ALLOW="127.0.0.1")
     r = run_cli("seed", "--with-providers", "--example-soul", env=env)
     assert r.returncode == 0, r.stderr
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     store = open_store(real_store_url)
     try:

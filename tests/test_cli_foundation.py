@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from brainstem import karma
-from brainstem.kv import open_store
+from brainstem.store import karma, open_store
 
 from .conftest import run_cli
 

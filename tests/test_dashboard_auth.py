@@ -1,4 +1,4 @@
-"""Who may see the dashboard and who may act through it (``brainstem/dashboard/auth.py``), in-process.
+"""Who may see the dashboard and who may act through it (``brainstem/operator/dashboard/auth.py``), in-process.
 
 Each test builds the Starlette app over a real SQLite store (seeded, with
 versions of ``prompt:orient``, a review item, a session's karma and history)
@@ -28,11 +28,14 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from brainstem import karma, keys, review, session_history, versions
-from brainstem.dashboard import auth
-from brainstem.dashboard.app import make_app
-from brainstem.errors import ConfigError, NotText
-from brainstem.settings import load_settings
+from brainstem.core import keys
+from brainstem.core.errors import ConfigError, NotText
+from brainstem.core.settings import load_settings
+from brainstem.operator.dashboard import auth
+from brainstem.operator.dashboard.app import make_app
+from brainstem.state import history as session_history
+from brainstem.state import review, versions
+from brainstem.store import karma
 
 from .conftest import run_cli
 from .wake_helpers import seeded
@@ -524,9 +527,9 @@ def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
 def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(open_app, st):
     """A hostile tool's output: a key name and values built to break out of the HTML, a karma summary too.
     Written through the real sandbox, as an agent-written tool would."""
-    from brainstem.kv.guarded import AgentKV
-    from brainstem.settings import load_settings
-    from brainstem.tools import ToolPolicy, run_tool
+    from brainstem.core.settings import load_settings
+    from brainstem.state.guarded import AgentKV
+    from brainstem.tools.services import ToolPolicy, run_tool
 
     payload = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
     st.put(keys.tool_code("evil"), "def execute(args, ctx):\n"

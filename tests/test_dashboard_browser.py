@@ -41,9 +41,10 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from brainstem import karma, keys, review
-from brainstem.kv import open_store
-from brainstem.seed import example_soul_path, seed
+from brainstem.core import keys
+from brainstem.state import review
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.store import karma, open_store
 
 from .conftest import REPO, run_cli
 from .doubles import LLMDouble
@@ -265,7 +266,7 @@ def world(browser, tmp_path_factory):
 
 
 def _versions(store, key: str) -> list[dict]:
-    from brainstem.versions import versions
+    from brainstem.state.versions import versions
 
     return versions(store, key)
 

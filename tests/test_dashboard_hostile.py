@@ -33,12 +33,15 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from brainstem import karma, keys, review, session_history, versions
-from brainstem.dashboard import auth, charts
-from brainstem.dashboard.app import make_app
-from brainstem.errors import BrainstemError
-from brainstem.kv.sqlite_store import SQLiteStore
-from brainstem.settings import load_settings
+from brainstem.core import keys
+from brainstem.core.errors import BrainstemError
+from brainstem.core.settings import load_settings
+from brainstem.operator.dashboard import auth, charts
+from brainstem.operator.dashboard.app import make_app
+from brainstem.state import history as session_history
+from brainstem.state import review, versions
+from brainstem.store import karma
+from brainstem.store.sqlite_store import SQLiteStore
 
 with warnings.catch_warnings():
     # Starlette 1.x warns that its TestClient will move from httpx to httpx2; the project pins httpx.
@@ -637,7 +640,7 @@ def test_in_a_browser_nothing_from_the_store_runs(served):
 
 
 def test_the_overview_shows_secret_stops_the_hold_and_damaged_history(bs_settings, tmp_path):
-    from brainstem import refusals
+    from brainstem.state import refusals
 
     store = SQLiteStore(tmp_path / "store.db")
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from brainstem.settings import settings_reference
+from brainstem.core.settings import settings_reference
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -44,7 +44,7 @@ def test_the_product_cites_nothing_it_does_not_ship():
 
 
 def test_readme_lists_every_outcome_with_whose_move_it_is():
-    from brainstem import outcomes
+    from brainstem.core import outcomes
 
     table = README.split("### Session outcomes")[1].split("\n\n", 2)[2].split("\n\n")[0]
     rows = {m.group(1): line for line in table.splitlines() if (m := re.match(r"^\| `([a-z_]+)` \|", line))}
@@ -60,7 +60,7 @@ def test_readme_commands_table_names_every_command():
     """Every command and subcommand of the CLI is in the README's command table."""
     import click
 
-    from brainstem.cli import cli
+    from brainstem.operator.cli import cli
 
     table = README.split("## Commands", 1)[1].split("\n\n", 2)[1]
     names = []

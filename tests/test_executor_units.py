@@ -8,15 +8,23 @@ from datetime import datetime, timezone
 
 import pytest
 
-from brainstem.budget import Budget, BudgetExceeded
-from brainstem.config import Models
-from brainstem.executor import match_branch, normalise_answer
+from brainstem.core.plan import (
+    ConditionalStep,
+    PlanError,
+    SubPlan,
+    ThinkStep,
+    UnknownStep,
+    first_json_object,
+    parse_plan,
+)
+from brainstem.core.templates import references, render, substitute
 from brainstem.llm.chokepoint import LLM, MIN_USEFUL_TOKENS, LLMError
 from brainstem.llm.openrouter import LLMResponse, ProviderError
-from brainstem.plan import ConditionalStep, PlanError, SubPlan, ThinkStep, UnknownStep, first_json_object, parse_plan
-from brainstem.sleep import parse_iso
-from brainstem.templates import references, render, substitute
-from brainstem.wake import MAX_SLEEP, clamp_sleep
+from brainstem.session.executor import match_branch, normalise_answer
+from brainstem.session.wake import MAX_SLEEP, clamp_sleep
+from brainstem.state.budget import Budget, BudgetExceeded
+from brainstem.state.config import Models
+from brainstem.state.sleep import parse_iso
 
 # --- conditional answers ------------------------------------------------------------------------
 

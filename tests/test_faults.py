@@ -64,7 +64,7 @@ def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, 
     session's 6 s ceiling ends both, and the wake, within a few seconds of it."""
     import json
 
-    from brainstem import keys
+    from brainstem.core import keys
 
     from .wake_helpers import action
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem import events
-from brainstem.errors import KVWriteRefused, SoulImmutable
-from brainstem.kv.guarded import AgentKV, check_key
+from brainstem.core import events
+from brainstem.core.errors import KVWriteRefused, SoulImmutable
+from brainstem.state.guarded import AgentKV, check_key
 
 
 class Recorder:

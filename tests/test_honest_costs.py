@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem import keys
-from brainstem.budget import daily_spent
+from brainstem.core import keys
+from brainstem.state.budget import daily_spent
 
 from .conftest import run_cli
 from .wake_helpers import (

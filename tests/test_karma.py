@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from brainstem import events, karma, keys
-from brainstem.karma import Karma, Redactor
+from brainstem.core import events, keys
+from brainstem.store import karma
+from brainstem.store.karma import Karma, Redactor
 
 
 def test_entries_read_back_in_order_with_required_fields(store):
@@ -92,8 +93,8 @@ def test_follow_stops_at_session_end(store):
 
 RECORDER = r"""
 import sys
-from brainstem.kv import open_store
-from brainstem.karma import Karma
+from brainstem.store import open_store
+from brainstem.store.karma import Karma
 k = Karma(open_store(sys.argv[1]), "killed")
 i = 0
 while True:
@@ -116,7 +117,7 @@ def test_sigkill_loses_nothing_that_was_recorded(real_store_url):
     for line in proc.stdout:
         if line.strip():
             returned = int(line)
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     entries = karma.read(open_store(real_store_url), "killed")
     got = [e["i"] for e in entries]

@@ -21,11 +21,12 @@ from datetime import timedelta
 
 import pytest
 
-from brainstem import events, karma, keys, outcomes, session_history
-from brainstem.errors import LeaseLost
-from brainstem.kv import open_store
-from brainstem.lock import Lease
-from brainstem.sleep import parse_iso
+from brainstem.core import events, keys, outcomes
+from brainstem.core.errors import LeaseLost
+from brainstem.state import history as session_history
+from brainstem.state.sleep import parse_iso
+from brainstem.store import karma, open_store
+from brainstem.store.lease import Lease
 
 from .conftest import run_cli
 from .test_metrics import scrape, value

@@ -22,8 +22,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import karma, keys
-from brainstem.sleep import parse_iso
+from brainstem.core import keys
+from brainstem.state.sleep import parse_iso
+from brainstem.store import karma
 
 from .conftest import run_cli
 from .wake_helpers import (
@@ -255,8 +256,8 @@ def test_a_dead_session_already_closed_is_not_closed_twice(st, env, llm):
 
 def test_due_is_decided_again_under_the_lock(st, real_store_url, llm, monkeypatch):
     """A wake that read wake_config, then stalled while another wake ran a whole session, must not run a second."""
-    from brainstem.settings import load_settings
-    from brainstem.wake import wake
+    from brainstem.core.settings import load_settings
+    from brainstem.session.wake import wake
 
     env = wake_env(real_store_url, llm)
     llm.queue(plan(think("first"), next_wake={"sleep_seconds": 3600}), "ok", reflection())
@@ -466,8 +467,8 @@ def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(own_re
 
 @pytest.mark.redis
 def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(redis_url, tmp_path, llm):
-    from brainstem.kv import open_store
-    from brainstem.seed import example_soul_path, seed
+    from brainstem.state.seed import example_soul_path, seed
+    from brainstem.store import open_store
 
     from .conftest import Daemon
     from .test_run import base_env, fires, responder, ts, wake_log

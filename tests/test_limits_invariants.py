@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
-from brainstem import karma, keys
-from brainstem.config import Defaults
-from brainstem.errors import KVWriteRefused, SoulImmutable
-from brainstem.kv import lineage, open_store
-from brainstem.kv.guarded import AgentKV
+from brainstem.core import keys
+from brainstem.core.errors import KVWriteRefused, SoulImmutable
+from brainstem.state import lineage
+from brainstem.state.config import Defaults
+from brainstem.state.guarded import AgentKV
+from brainstem.store import karma, open_store
 
 from .sandbox.hostile import Host
 from .wake_helpers import action, events_of, finished, plan, reflection, run_wake

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from brainstem.metrics import Metrics
+from brainstem.operator.metrics import Metrics
 
 from .test_run import base_env, fires, wait_for
 from .wake_helpers import action, answers, plan, reflection, seeded
@@ -124,7 +124,7 @@ def test_the_command_line_loads_no_web_stack_until_a_command_needs_it():
     import subprocess
     import sys
 
-    code = ("import sys, brainstem.cli, brainstem.wake; "
+    code = ("import sys, brainstem.operator.cli, brainstem.session.wake; "
             "print([m for m in ('starlette', 'uvicorn', 'jinja2', 'prometheus_client') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

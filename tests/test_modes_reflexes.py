@@ -10,7 +10,7 @@ Each test seeds a real store (Redis and SQLite), scripts the LLM double, runs
 * ``config:reflexes``: rules that handle a wake with no LLM call, their cooldowns, their failures, and
   what happens to an invalid list however it is written.
 
-The last part tests :mod:`brainstem.reflexes` directly.
+The last part tests :mod:`brainstem.state.reflexes` directly.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import karma, keys, reflexes, session_history
-from brainstem.sleep import parse_iso
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.state import reflexes
+from brainstem.state.sleep import parse_iso
+from brainstem.store import karma
 
 from .conftest import run_cli
 from .wake_helpers import (
@@ -514,8 +517,8 @@ def test_reflection_writing_reflexes_is_validated_with_its_whole_batch(st, env, 
 
 
 def test_a_direct_put_of_bad_reflexes_through_the_agents_view_raises(st):
-    from brainstem.errors import KVWriteRefused
-    from brainstem.kv.guarded import AgentKV
+    from brainstem.core.errors import KVWriteRefused
+    from brainstem.state.guarded import AgentKV
 
     seen = []
     view = AgentKV(st, lambda event, **f: seen.append((event, f)))
@@ -551,7 +554,7 @@ def test_reflexes_that_are_not_even_text_are_ignored_and_recorded(st, env, llm, 
     assert events_of(entries, "fatal_error") == [] and is_orient(llm.requests[0])
 
 
-# --- brainstem.reflexes, directly ----------------------------------------------------------------
+# --- brainstem.state.reflexes, directly ----------------------------------------------------------------
 
 def parse_error(raw) -> str:
     with pytest.raises(reflexes.ReflexError) as exc:

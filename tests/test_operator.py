@@ -2,7 +2,7 @@
 ``--llm-cassette``, ``--quiet`` and ``--log-format``, plus the live progress display.
 
 Commands run as subprocesses (``python -m brainstem``) against real stores;
-the sessions they report on are run in-process by :func:`brainstem.wake.wake`
+the sessions they report on are run in-process by :func:`brainstem.session.wake.wake`
 against the LLM double (faster than a subprocess, and the same code).
 """
 
@@ -19,11 +19,11 @@ import time
 
 import pytest
 
-from brainstem import karma, keys
-from brainstem.kv import open_store
-from brainstem.progress import listener
-from brainstem.settings import load_settings
-from brainstem.wake import wake
+from brainstem.core import keys
+from brainstem.core.settings import load_settings
+from brainstem.operator.progress import listener
+from brainstem.session.wake import wake
+from brainstem.store import karma, open_store
 
 from .conftest import redis_unavailable, run_cli, unique_prefix
 from .doubles import LLMDouble

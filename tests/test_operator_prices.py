@@ -12,13 +12,13 @@ import json
 
 import pytest
 
-from brainstem import keys
-from brainstem.budget import daily_spent
-from brainstem.config import OPERATOR_MODELS, effective_models, shipped_models
-from brainstem.kv import open_store
-from brainstem.kv.guarded import AgentKV
-from brainstem.seed import seed
-from brainstem.versions import MAX_VERSIONS, record_write
+from brainstem.core import keys
+from brainstem.state.budget import daily_spent
+from brainstem.state.config import OPERATOR_MODELS, effective_models, shipped_models
+from brainstem.state.guarded import AgentKV
+from brainstem.state.seed import seed
+from brainstem.state.versions import MAX_VERSIONS, record_write
+from brainstem.store import open_store
 
 from .conftest import run_cli
 from .wake_helpers import answers, finished, llm_calls, plan, reflection, run_wake, seeded, think, wake_env
@@ -119,7 +119,7 @@ def test_pushing_the_operators_version_out_of_the_history_does_not_lower_the_flo
         models = zeroed(store)
         models["note"] = i
         agent_writes(store, models)
-    from brainstem.versions import versions
+    from brainstem.state.versions import versions
 
     assert not any(v["source"] == "initial" for v in versions(store, keys.CONFIG_MODELS))
     assert effective_models(store, []).prices(HAIKU) == (3.0, 9.0)

@@ -22,12 +22,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import keys
-from brainstem import session_history as history_mod
-from brainstem.errors import ConfigError
-from brainstem.karma import Karma
-from brainstem.kv import sqlite_path, sqlite_url
-from brainstem.scheduler import parse_duration, record_fire
+from brainstem.core import keys
+from brainstem.core.errors import ConfigError
+from brainstem.session.scheduler import parse_duration, record_fire
+from brainstem.state import history as history_mod
+from brainstem.store import sqlite_path, sqlite_url
+from brainstem.store.karma import Karma
 
 from .conftest import run_cli
 from .wake_helpers import finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake, think
@@ -176,7 +176,7 @@ def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm)
 
 
 def _entries(st, sid):
-    from brainstem import karma
+    from brainstem.store import karma
 
     return karma.read(st, sid)
 

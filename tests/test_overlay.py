@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem.errors import ForeignAgentKey
-from brainstem.kv import open_store
-from brainstem.kv.overlay import OverlayStore
+from brainstem.core.errors import ForeignAgentKey
+from brainstem.store import open_store
+from brainstem.store.overlay import OverlayStore
 
 
 @pytest.fixture

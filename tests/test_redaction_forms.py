@@ -9,8 +9,8 @@ import urllib.parse
 
 import pytest
 
-from brainstem.karma import Redactor
-from brainstem.secrets import secret_forms
+from brainstem.core.secrets import secret_forms
+from brainstem.store.karma import Redactor
 
 from .wake_helpers import API_KEY, answers, plan, run_wake, wake_env
 

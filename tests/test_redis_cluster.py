@@ -11,9 +11,10 @@ import time
 import pytest
 import redis
 
-from brainstem import karma, keys, session_history
-from brainstem.errors import ConfigError, LeaseLost
-from brainstem.kv import open_store
+from brainstem.core import keys
+from brainstem.core.errors import ConfigError, LeaseLost
+from brainstem.state import history as session_history
+from brainstem.store import karma, open_store
 
 from .conftest import run_cli, unique_prefix
 from .wake_helpers import finished, plan, reflection, run_wake, seeded, think, wake_env

@@ -17,11 +17,12 @@ from typing import Any
 
 import pytest
 
-from brainstem import karma, keys, session_history
-from brainstem.kv import open_store
-from brainstem.seed import example_soul_path, seed
-from brainstem.sleep import parse_iso
-from brainstem.versions import versions
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.state.sleep import parse_iso
+from brainstem.state.versions import versions
+from brainstem.store import karma, open_store
 
 from .conftest import run_cli
 from .doubles import LLMDouble

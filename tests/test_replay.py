@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from brainstem import keys, session_history
-from brainstem.budget import daily_spent
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.state.budget import daily_spent
 
 from .conftest import run_cli
 from .wake_helpers import action, answers, finished, plan, reflection, run_wake, think, wake_env

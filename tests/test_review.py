@@ -12,10 +12,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import keys, review
-from brainstem.errors import BadArgument, KVWriteRefused, NotFound
-from brainstem.kv import open_store
-from brainstem.kv.guarded import AgentKV
+from brainstem.core import keys
+from brainstem.core.errors import BadArgument, KVWriteRefused, NotFound
+from brainstem.state import review
+from brainstem.state.guarded import AgentKV
+from brainstem.store import open_store
 
 from .conftest import run_cli
 
@@ -275,6 +276,6 @@ def test_the_command_module_imports_on_its_own():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "from brainstem.commands.review import review; print(review.name)"],
-                         capture_output=True, text=True, timeout=60)
+    code = "from brainstem.operator.commands.review import review; print(review.name)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "review", out.stderr

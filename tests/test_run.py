@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from brainstem import karma, keys, session_history
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.store import karma
 
 from .conftest import Daemon, run_cli
 from .doubles import LLMDouble
@@ -159,7 +161,7 @@ def test_bad_schedules_and_unknown_agents_are_refused_with_one_line(redis_url, a
 def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, redis_url):
     """A daemon started before its Redis (or during an outage) says so once and waits; once the store is
     there it runs; SIGTERM while it waits is an ordinary stop."""
-    from brainstem.seed import example_soul_path, seed
+    from brainstem.state.seed import example_soul_path, seed
 
     from .redis_server import start_redis_server, stop
 
@@ -178,7 +180,7 @@ def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, re
     time.sleep(1.5)
     proc, _ = start_redis_server(tmp_path, port, password="hunter2pw")
     try:
-        from brainstem.kv import open_store
+        from brainstem.store import open_store
 
         store = open_store(url)
         seed(store, soul_file=example_soul_path())

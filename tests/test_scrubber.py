@@ -19,7 +19,7 @@ import urllib.parse
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brainstem.scrubber import MIN_RUN, REMOVED, Scrubber, public_prefix
+from brainstem.core.scrubber import MIN_RUN, REMOVED, Scrubber, public_prefix
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

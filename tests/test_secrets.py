@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from brainstem.errors import ConfigError
-from brainstem.kv.guarded import AgentKV
-from brainstem.kv.sqlite_store import SQLiteStore
-from brainstem.secrets import grant, parse_bindings, placeholder_for
-from brainstem.tools import ToolMeta, ToolPolicy, ToolServices
+from brainstem.core.errors import ConfigError
+from brainstem.core.secrets import grant, parse_bindings, placeholder_for
+from brainstem.state.guarded import AgentKV
+from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.tools.services import ToolMeta, ToolPolicy, ToolServices
 
 from .sandbox.hostile import Host
 
@@ -122,7 +122,7 @@ def test_reflection_cannot_rename_a_secret_out_of_secret_space(st, env, llm):
 
 
 def test_a_direct_rename_out_of_secret_space_is_refused(tmp_path):
-    from brainstem.errors import KVWriteRefused
+    from brainstem.core.errors import KVWriteRefused
 
     store = SQLiteStore(tmp_path / "s.db")
     store.put("secret:k", "v")

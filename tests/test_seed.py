@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from brainstem import keys
-from brainstem.errors import ConfigError
-from brainstem.seed import example_soul_path, seed, seed_entries
+from brainstem.core import keys
+from brainstem.core.errors import ConfigError
+from brainstem.state.seed import example_soul_path, seed, seed_entries
 
 
 def test_seed_files_cover_the_contract_keys():

@@ -17,7 +17,7 @@ values, in two ways:
 Where a secret may go is not the tool's decision but the runtime's: the tools
 hold placeholders, and ``ctx.fetch`` puts a value in only for a host the
 operator bound it to. Those tests run the file under test through
-``brainstem.tools.run_tool`` (the real sandbox, ``ToolServices``, bindings as
+``brainstem.tools.services.run_tool`` (the real sandbox, ``ToolServices``, bindings as
 in ``BRAINSTEM_TOOL_SECRETS``), with a second API double on 127.0.0.2 that
 would accept the real token, so a token that reached it would show.
 """
@@ -51,13 +51,13 @@ from RestrictedPython.Guards import (
     safer_getattr,
 )
 
-from brainstem import keys
-from brainstem.kv.guarded import AgentKV
-from brainstem.kv.sqlite_store import SQLiteStore
+from brainstem.core import keys
+from brainstem.core.secrets import parse_bindings, placeholder_for
 from brainstem.sandbox import egress
-from brainstem.secrets import parse_bindings, placeholder_for
-from brainstem.tools import ToolPolicy
-from brainstem.tools import run_tool as run_in_runtime
+from brainstem.state.guarded import AgentKV
+from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.tools.services import ToolPolicy
+from brainstem.tools.services import run_tool as run_in_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS_DIR = ROOT / "tools_seed"
@@ -403,7 +403,7 @@ def fake_resolve(host, port, timeout=10.0):
 
 
 class Runtime:
-    """The file under test stored in a real store and run by ``brainstem.tools.run_tool``: the real
+    """The file under test stored in a real store and run by ``brainstem.tools.services.run_tool``: the real
     sandbox and ``ToolServices``, the operator's bindings (``BRAINSTEM_TOOL_SECRETS`` entries) and
     fetch allow list. Secret values come from the environment; karma entries land in ``events``."""
 

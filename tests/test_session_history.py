@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from brainstem import keys, session_history
+from brainstem.core import keys
+from brainstem.state import history as session_history
 
 
 def _session(store, sid: str, ended: datetime) -> dict:
@@ -124,8 +125,8 @@ def test_an_unreadable_log_entry_is_listed_as_damaged_and_reported(store):
 
 def test_a_truncated_entry_keeps_its_session_and_karma_reachable(store):
     """An entry cut off in place: the session stays listed (damaged), counted, and `karma 3` finds it."""
-    from brainstem.settings import load_settings
-    from brainstem.status import status
+    from brainstem.core.settings import load_settings
+    from brainstem.operator.status import status
 
     for n, sid in ((1, "1-aaaaaa"), (2, "2-bbbbbb")):
         session_history.append(store, {"id": sid, "number": n, "outcome": "clean"})
@@ -147,7 +148,7 @@ def test_a_dead_session_is_closed_in_history_and_its_own_karma(store):
     (entry,) = session_history.read(store)
     assert entry == {"id": "7-dead", "outcome": "crashed", "started_at": "2026-01-01T00:00:00Z",
                      "detected_by": "8-new"}
-    from brainstem import karma
+    from brainstem.store import karma
 
     assert karma.read(store, "7-dead")[-1]["outcome"] == "crashed"
 

@@ -8,10 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from brainstem import keys, session_history
-from brainstem.budget import add_daily, daily_spent
-from brainstem.kv import open_store
-from brainstem.sleep import now_utc
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.state.budget import add_daily, daily_spent
+from brainstem.state.sleep import now_utc
+from brainstem.store import open_store
 
 
 def test_concurrent_spenders_lose_no_update(real_store_url):

@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from brainstem import keys
-from brainstem.budget import Budget, BudgetExceeded, DailyLedger, add_daily, daily_reserved, daily_spent, today
-from brainstem.kv import open_store
+from brainstem.core import keys
+from brainstem.state.budget import Budget, BudgetExceeded, DailyLedger, add_daily, daily_reserved, daily_spent, today
+from brainstem.store import open_store
 
 from .conftest import unique_prefix
 
@@ -181,8 +181,8 @@ def test_on_a_cluster_the_spend_and_its_holds_share_the_agents_slot(redis_cluste
 
 def test_a_dry_runs_overlay_holds_against_the_real_store(tmp_path):
     """A dry run's overlay passes today's spend through: its real calls are real money."""
-    from brainstem.kv.overlay import OverlayStore
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.overlay import OverlayStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     base = SQLiteStore(tmp_path / "s.db")
     through = OverlayStore(base, passthrough={keys.DAILY_COST}.__contains__)
@@ -251,7 +251,7 @@ def test_tool_runs_at_once_book_at_most_the_daily_ceiling(real_store_url, llm):
     import subprocess
     import sys
 
-    from brainstem.seed import seed
+    from brainstem.state.seed import seed
 
     from .wake_helpers import wake_env
 

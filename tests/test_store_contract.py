@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from brainstem.errors import MalformedValue
+from brainstem.core.errors import MalformedValue
 
 from .conftest import unique_prefix
 
@@ -183,8 +183,8 @@ def test_prefixes_isolate_agents(store):
 
 
 def _sibling(store, prefix):
-    from brainstem.kv.redis_store import RedisStore
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.redis_store import RedisStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, prefix=prefix)
@@ -194,7 +194,7 @@ def _sibling(store, prefix):
 # --- two processes on one store (real backends only) ----------------------
 
 def _appender(url: str, n: int, tag: str) -> None:
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     s = open_store(url)
     for i in range(n):
@@ -203,7 +203,7 @@ def _appender(url: str, n: int, tag: str) -> None:
 
 
 def _locker(url: str, owner: str, results) -> None:
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     results.put((owner, open_store(url).acquire_lock("wake", owner, 10_000)))
 
@@ -217,7 +217,7 @@ def test_two_processes_share_one_store(real_store_url):
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     s = open_store(real_store_url)
     entries = s.read_log("karma:shared")
@@ -256,7 +256,7 @@ def test_a_trimmed_log_counts_from_its_oldest_kept_entry(store):
 def test_an_sqlite_file_from_before_trimmed_logs_were_renumbered_opens_as_it_was(tmp_path):
     import sqlite3
 
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)

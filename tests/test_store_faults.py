@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from brainstem.errors import NotText, StoreFull, StoreReadOnly, StoreUnavailable
+from brainstem.core.errors import NotText, StoreFull, StoreReadOnly, StoreUnavailable
 
 from .conftest import REPO, redis_unavailable, run_cli, unique_prefix
 from .wake_helpers import seeded
@@ -101,7 +101,7 @@ def test_wake_config_that_is_not_text_is_due_and_repaired(st, real_store_url, mo
     """The bare `brainstem wake` asks the light sleep path first: it takes the key as "due". The
     session that follows records the rejection and writes a good schedule over it."""
     write_raw(real_store_url, "wake_config", BAD)
-    from brainstem.sleep import asleep_fast
+    from brainstem.state.sleep import asleep_fast
 
     monkeypatch.delenv("BRAINSTEM_KV_PREFIX", raising=False)
     monkeypatch.delenv("BRAINSTEM_ENV_FILE", raising=False)
@@ -175,8 +175,9 @@ def run_as_user(prefix: list[str], *args: str, env: dict) -> subprocess.Complete
 @pytest.fixture
 def read_only_store():
     """An SQLite store with a session in its history, then made read-only: file 0444, directory 0555."""
-    from brainstem import keys, session_history
-    from brainstem.karma import Karma
+    from brainstem.core import keys
+    from brainstem.state import history as session_history
+    from brainstem.store.karma import Karma
 
     top = Path(tempfile.mkdtemp(prefix="brainstem-ro-"))
     os.chmod(top, 0o755)
@@ -190,7 +191,7 @@ def read_only_store():
     session_history.append(store, {"id": "1-abcdef", "outcome": "clean", "started_at": "2026-01-01T00:00:00Z",
                                    "steps": 1, "cost": 0.01, "summary": "a quiet session"})
     store.put("prompt:orient", "orient v2")
-    from brainstem.versions import record_write
+    from brainstem.state.versions import record_write
 
     record_write(store, "prompt:orient", "orient v1", "orient v2", source="operator")
     store.close()  # a clean close removes the write-ahead log: the reader cannot create one
@@ -267,7 +268,7 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
         ok(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}))  # registering would write: not needed
         one_line(run_cli("kv", "put", "notes:x", "y", env=env), 3, "read-only")
         one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
-        from brainstem.kv.redis_store import RedisStore
+        from brainstem.store.redis_store import RedisStore
 
         with RedisStore(env["BRAINSTEM_KV"]) as store, pytest.raises(StoreReadOnly):
             store.put("notes:x", "y")  # not retried: a replica stays one
@@ -277,7 +278,7 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
 
 
 def test_a_full_sqlite_store_is_store_full_naming_the_disk(tmp_path):
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "s.db")
     store.put("a", "x")
@@ -332,7 +333,9 @@ def test_a_full_disk_is_one_clear_line(full_disk):
 def test_a_disk_that_fills_mid_session_is_a_store_fault_never_a_crash(small_disk, llm, tmp_path):
     """The session cannot record its end (exit 3); a note on local disk says why, and the next wake,
     once there is room again, records it as store_unavailable, which never counts towards auto-restore."""
-    from brainstem import karma, keys, outcomes, session_history
+    from brainstem.core import keys, outcomes
+    from brainstem.state import history as session_history
+    from brainstem.store import karma
 
     from .wake_helpers import plan, reflection, start_wake, think, wake_env
 
@@ -360,7 +363,7 @@ def test_a_disk_that_fills_mid_session_is_a_store_fault_never_a_crash(small_disk
     filler.unlink()
     llm.queue(plan(), reflection())
     assert run_cli("wake", "--force", env=env).returncode == 0
-    from brainstem.kv import open_store
+    from brainstem.store import open_store
 
     store = open_store(url)
     entries = session_history.read(store)
@@ -412,7 +415,7 @@ def _rows(path: Path, key: str) -> int:
 
 
 def test_expired_rows_are_deleted_when_a_key_with_a_ttl_is_written(tmp_path):
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
@@ -434,7 +437,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
     """The command ran, then the connection dropped before the reply: the retry must not push it again."""
     import redis as redis_lib
 
-    from brainstem.kv.redis_store import RedisStore
+    from brainstem.store.redis_store import RedisStore
 
     store = RedisStore(redis_url, prefix=unique_prefix())
     try:
@@ -458,7 +461,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
 
 @pytest.mark.redis
 def test_a_redis_restart_during_a_write_is_survived(tmp_path):
-    from brainstem.kv.redis_store import RedisStore
+    from brainstem.store.redis_store import RedisStore
 
     from .redis_server import RedisServerError, free_port, start_redis_server, stop
 
@@ -502,7 +505,7 @@ def test_a_redis_restart_during_a_write_is_survived(tmp_path):
 
 
 def test_sqlite_locked_beyond_the_busy_timeout_is_retried(tmp_path):
-    from brainstem.kv.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite_store import SQLiteStore
 
     path = tmp_path / "s.db"
     store = SQLiteStore(path, busy_timeout_ms=100)

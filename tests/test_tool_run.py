@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from brainstem import keys, session_history
-from brainstem.kv import open_store
-from brainstem.seed import seed
+from brainstem.core import keys
+from brainstem.state import history as session_history
+from brainstem.state.seed import seed
+from brainstem.store import open_store
 
 from .conftest import run_cli
 from .doubles import LLMDouble

@@ -1,7 +1,7 @@
 """Every seeded tool through the real sandbox, and the scope the runtime enforces on ``ctx``.
 
-``brainstem.tools.run_tool`` runs in this process against a real SQLite store
-seeded by ``brainstem.seed.seed``; the tool code runs in a sandboxed worker and
+``brainstem.tools.services.run_tool`` runs in this process against a real SQLite store
+seeded by ``brainstem.state.seed.seed``; the tool code runs in a sandboxed worker and
 reaches the outside world only through ``ctx.fetch`` under the egress policy
 (``fetch_allow=["127.0.0.1"]``), here loopback servers: a small ``http.server``
 for web pages and the Telegram Bot API, ``LLMDouble`` for OpenRouter's
@@ -19,12 +19,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv.guarded import AgentKV
-from brainstem.kv.sqlite_store import SQLiteStore
-from brainstem.secrets import parse_bindings, placeholder_for
-from brainstem.seed import seed
-from brainstem.tools import ToolPolicy, run_tool
+from brainstem.core import keys
+from brainstem.core.secrets import parse_bindings, placeholder_for
+from brainstem.state.guarded import AgentKV
+from brainstem.state.seed import seed
+from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.tools.services import ToolPolicy, run_tool
 
 from .doubles import LLMDouble, RPCDouble
 
@@ -486,7 +486,7 @@ def test_topup_openrouter_is_honestly_not_implemented(run, web):
 # --- every seeded tool is loadable and runs in the sandbox -----------------------------------------------
 
 def test_every_seeded_tool_has_valid_meta(store):
-    from brainstem.tools import load_tool
+    from brainstem.tools.services import load_tool
 
     names = sorted(k.name.split(":")[1] for k in store.list_all("tool:") if k.name.endswith(":code"))
     assert names == ["check_or_balance", "check_wallet_balance", "kv_read", "kv_write", "send_telegram",

@@ -19,12 +19,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from brainstem import karma, keys
-from brainstem.context import kv_index, load_keys
-from brainstem.reflect import karma_digest
-from brainstem.sandbox.sanitize import END_LABEL, has_markers, sanitize, wrap_untrusted
-from brainstem.templates import render, substitute
-from brainstem.untrusted import Untrusted, plain, untrusted
+from brainstem.core import keys
+from brainstem.core.sanitize import END_LABEL, has_markers, sanitize, wrap_untrusted
+from brainstem.core.templates import render, substitute
+from brainstem.core.untrusted import Untrusted, plain, untrusted
+from brainstem.session.context import kv_index, load_keys
+from brainstem.session.reflect import karma_digest
+from brainstem.store import karma
 
 from .wake_helpers import (
     action,

@@ -1,4 +1,4 @@
-"""Unit tests of brainstem/versions.py on the three stores (real Redis, fakeredis, SQLite).
+"""Unit tests of brainstem/state/versions.py on the three stores (real Redis, fakeredis, SQLite).
 
 Versions of self-modified keys (``history:{key}``), rollback and diff, and
 auto-restore after a failing streak.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem import keys
-from brainstem.errors import BrainstemError
-from brainstem.versions import (
+from brainstem.core import keys
+from brainstem.core.errors import BrainstemError
+from brainstem.state.versions import (
     MAX_VERSIONS,
     WATCHED,
     auto_restore,

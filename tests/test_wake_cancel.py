@@ -9,11 +9,12 @@ import threading
 
 import pytest
 
-from brainstem import karma, keys
+from brainstem.core import keys
+from brainstem.core.settings import load_settings
 from brainstem.llm.cassette import CassetteProvider
-from brainstem.seed import example_soul_path, seed
-from brainstem.settings import load_settings
-from brainstem.wake import wake
+from brainstem.session.wake import wake
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.store import karma
 
 PLAN = json.dumps({"steps": [{"id": "t", "type": "think", "prompt": "hi"}]})
 REFLECT = json.dumps({"session_summary": "s", "note_to_future_self": "n", "next_orient_context": {"load_keys": []}})
@@ -50,8 +51,8 @@ def test_a_lock_left_by_this_same_process_is_reclaimed(agent):
 
 def test_a_live_lock_of_this_same_process_is_respected(agent):
     # The daemon runs agents in threads of one process: a wake still running here keeps its lock.
-    from brainstem.errors import LockHeld
-    from brainstem.lock import _LIVE_TOKENS
+    from brainstem.core.errors import LockHeld
+    from brainstem.store.lease import _LIVE_TOKENS
 
     store, settings, cassette = agent
     token = f"{socket.gethostname()}:{os.getpid()}:running"
@@ -66,7 +67,7 @@ def test_a_live_lock_of_this_same_process_is_respected(agent):
 
 
 def test_a_live_lock_of_another_process_is_respected(agent):
-    from brainstem.errors import LockHeld
+    from brainstem.core.errors import LockHeld
 
     store, settings, cassette = agent
     assert store.acquire_lock(keys.WAKE_LOCK, "another-host:1:x", 600_000)

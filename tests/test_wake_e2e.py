@@ -17,7 +17,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from brainstem import karma, keys
+from brainstem.core import keys
+from brainstem.store import karma
 
 from .conftest import run_cli
 from .doubles import RPCDouble
@@ -93,7 +94,8 @@ def test_every_documented_form_of_wake_sleeps_on_the_light_path_and_says_the_sam
     light = run_wake({**env, "PYTHONPROFILEIMPORTTIME": "1"}, *form)
     assert light.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in light.stderr.splitlines() if "import time:" in line}
-    assert imported and not imported & {"click", "pydantic", "httpx", "brainstem.cli", "brainstem.wake"}, form
+    heavy = {"click", "pydantic", "httpx", "brainstem.operator.cli", "brainstem.session.wake"}
+    assert imported and not imported & heavy, form
     env_file = tmp_path / "empty.env"
     env_file.write_text("")
     full = run_wake({**env, "BRAINSTEM_ENV_FILE": str(env_file)}, *form)  # an env file: the full command line
@@ -719,7 +721,7 @@ def test_wake_without_an_orient_prompt(st, env, llm):
 
 
 def test_on_a_terminal_wake_says_when_it_will_wake_unless_quiet():
-    from brainstem.sleep import asleep_line
+    from brainstem.state.sleep import asleep_line
 
     until = datetime(2030, 1, 1, tzinfo=timezone.utc)
     assert asleep_line(until, tty=True) == "asleep until 2030-01-01T00:00:00Z"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from brainstem import keys
+from brainstem.core import keys
 
 from .wake_helpers import events_of, finished, llm_calls, plan, reflection, run_wake, set_defaults, think, wake_env
 

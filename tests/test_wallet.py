@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from brainstem.wallet import USDC_BASE, usdc_balance
+from brainstem.session.wallet import USDC_BASE, usdc_balance
 from tests.doubles import RPCDouble
 
 WALLET = "0x1111111111111111111111111111111111111111"
@@ -96,6 +96,6 @@ def test_bad_rpc_url_is_none():
 
 
 def test_importing_wallet_does_not_import_web3():
-    code = "import sys, brainstem.wallet; print('web3' in sys.modules)"
+    code = "import sys, brainstem.session.wallet; print('web3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "False", out.stderr

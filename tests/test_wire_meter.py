@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv import open_store
-from brainstem.seed import seed
+from brainstem.core import keys
+from brainstem.state.seed import seed
+from brainstem.store import open_store
 
 from .conftest import run_cli
 from .wake_helpers import answers, events_of, last_session, llm_calls, plan, run_wake, think, wake_env
@@ -155,7 +155,7 @@ def test_a_tool_with_the_key_is_metered_and_booked(tool_env, llm):
     assert req["model"] == "anthropic/claude-haiku-4.5" and 0 < req["max_tokens"] <= 64000
     call = [ln for ln in log.splitlines() if "llm_call" in ln]
     assert len(call) == 1 and "tier=sandbox" in call[0] and f"cost={PER_REQUEST}" in call[0]
-    from brainstem.budget import daily_spent
+    from brainstem.state.budget import daily_spent
 
     assert daily_spent(store) == pytest.approx(PER_REQUEST)  # counted towards today's spend
 

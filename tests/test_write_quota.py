@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from brainstem import keys
+from brainstem.core import keys
 
 from .wake_helpers import action, answers, events_of, finished, plan, run_wake, wake_env
 

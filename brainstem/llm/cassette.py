@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
-from .openrouter import LLMResponse, ProviderError
+from brainstem.core.errors import ConfigError
+from brainstem.llm.openrouter import LLMResponse, ProviderError
 
 
 class CassetteProvider:

@@ -22,12 +22,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import events
-from ..budget import HOLD_MARGIN_S, Budget, BudgetExceeded
-from ..config import Models
-from .openrouter import LLMResponse, ProviderError
-from .pricing import ANOMALY_FACTOR, CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
-from .providers import Provider
+from brainstem.core import events
+from brainstem.llm.openrouter import LLMResponse, ProviderError
+from brainstem.llm.pricing import (
+    ANOMALY_FACTOR,
+    CHARS_PER_TOKEN_WORST,
+    MIN_USEFUL_TOKENS,
+    listed_cost,
+    worst_case_cost,
+)
+from brainstem.llm.providers import Provider
+from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
+from brainstem.state.config import Models
 
 DEFAULT_CALL_TIMEOUT = 120.0
 TRUSTED_TIERS = ("hardcoded", "cassette", "replay")  # usage reported by code the agent cannot edit
@@ -37,7 +43,7 @@ EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": 
 class LLMError(Exception):
     """Every provider (and the fallback model) failed, or the model is unknown.
 
-    ``fault`` is an outcome name (:mod:`brainstem.outcomes`) when the hard-coded tier, which the
+    ``fault`` is an outcome name (:mod:`brainstem.core.outcomes`) when the hard-coded tier, which the
     agent cannot break, failed for a reason that is the operator's or the provider's, not the
     agent's config: ``llm_auth_failed`` (401/403), ``llm_no_credit`` (402), ``llm_unavailable``
     (5xx, 429, network, timeouts, after retries) or ``llm_bad_response`` (not a chat completion).
@@ -62,7 +68,7 @@ class LLMError(Exception):
 
 def provider_fault(tier: str, exc: ProviderError) -> str | None:
     """The outcome a provider failure stands for, or None when it may be the agent's doing."""
-    from ..outcomes import PROVIDER_FAULTS
+    from brainstem.core.outcomes import PROVIDER_FAULTS
 
     if tier != "hardcoded":
         return None  # tiers 1 and 2 are code the agent wrote: their failures are its own

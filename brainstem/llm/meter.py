@@ -33,11 +33,11 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from .. import events
-from ..budget import HOLD_MARGIN_S, Budget, BudgetExceeded
-from ..config import Models
-from ..json_numbers import count, finite
-from .pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
+from brainstem.core import events
+from brainstem.core.json_numbers import count, finite
+from brainstem.llm.pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
+from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
+from brainstem.state.config import Models
 
 DEFAULT_MAX_TOKENS = 4096
 # No request sandboxed code sends outlives the code, whose timeout is at most 300 s (tools.MAX_TIMEOUT_MS).
@@ -55,7 +55,7 @@ class WireMeter:
                  on_cost: Callable[[float], None] | None = None, on_anomaly: Callable[[dict], None] | None = None):
         import httpx
 
-        from ..secrets import normalise_host
+        from brainstem.core.secrets import normalise_host
 
         url = httpx.URL(llm_base_url)
         self.host = normalise_host(url.host or "")
@@ -83,7 +83,7 @@ class WireMeter:
         return host == self.host
 
     def applies(self, host: str, port: int, injected: list[str]) -> bool:
-        from ..secrets import LLM_KEY
+        from brainstem.core.secrets import LLM_KEY
 
         return (host == self.host and port == self.port) or LLM_KEY in injected
 

@@ -29,10 +29,10 @@ from typing import Any
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
-from .. import __version__
-from ..errors import one_line
-from ..json_numbers import count, finite
-from ..wire import DeadlineClock, deadline_transport, tls_context
+from brainstem import __version__
+from brainstem.core.errors import one_line
+from brainstem.core.json_numbers import count, finite
+from brainstem.core.wire import DeadlineClock, deadline_transport, tls_context
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
 

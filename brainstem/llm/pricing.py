@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..config import Models
+from brainstem.state.config import Models
 
 CHARS_PER_TOKEN_WORST = 3
 MIN_USEFUL_TOKENS = 256

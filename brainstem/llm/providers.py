@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .openrouter import LLMResponse, ProviderError, chat
+from brainstem.llm.openrouter import LLMResponse, ProviderError, chat
 
 
 class Provider(Protocol):

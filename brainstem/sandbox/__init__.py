@@ -9,6 +9,15 @@ runtime side), ``egress`` (the fetch policy) and ``sanitize`` (untrusted text
 before it reaches a prompt).
 """
 
-from .runner import Limits, Outcome, SandboxUnavailable, Services, StopExecution, run, server_pid, shutdown
+from brainstem.sandbox.runner import (
+    Limits,
+    Outcome,
+    SandboxUnavailable,
+    Services,
+    StopExecution,
+    run,
+    server_pid,
+    shutdown,
+)
 
 __all__ = ["Limits", "Outcome", "SandboxUnavailable", "Services", "StopExecution", "run", "server_pid", "shutdown"]

@@ -36,7 +36,7 @@ headers.
 A :class:`Guard` sees each hop before it is sent and each answer before the
 caller does: the runtime uses it to put bound secrets in (and refuse them
 elsewhere), scrub them out of what comes back, and meter requests to the LLM
-host (see ``brainstem.tools`` and ``brainstem.llm.meter``).
+host (see ``brainstem.tools.services`` and ``brainstem.llm.meter``).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from typing import Any
 
 import httpx
 
-from ..wire import deadline_transport, tls_context
-from . import own_ports
+from brainstem.core.wire import deadline_transport, tls_context
+from brainstem.sandbox import own_ports
 
 MAX_REDIRECTS = 5
 REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})

@@ -48,7 +48,7 @@ import time
 
 
 def _boot() -> str:
-    from .isolation import switch_from_env
+    from brainstem.sandbox.isolation import switch_from_env
 
     disabled = switch_from_env()  # a tuple of known layer names only
     return (
@@ -106,7 +106,7 @@ def _kill(pid: int) -> None:
 
 
 def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
-    from . import worker  # also imports policy (RestrictedPython, namespaces)
+    from brainstem.sandbox import worker  # also imports policy (RestrictedPython, namespaces)
 
     parent = os.getppid()
     try:
@@ -163,7 +163,7 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
 
 def _set_up(disabled: tuple[str, ...], parent: int):
     """Warm the interpreter, build the kernel isolation (or say why not), and die with the runtime."""
-    from . import isolation, worker
+    from brainstem.sandbox import isolation, worker
 
     worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent == 1:

@@ -1254,7 +1254,7 @@ def report(refresh: bool = False) -> dict:
     """
     import socket
 
-    from . import runner
+    from brainstem.sandbox import runner
 
     try:
         server = runner._get_server()

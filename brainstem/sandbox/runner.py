@@ -30,8 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..errors import one_line
-from .protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
+from brainstem.core.errors import one_line
+from brainstem.sandbox.protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
 
 # How long past timeout_ms the runtime waits before it kills the worker itself
 # (the fork server normally does it at timeout_ms).
@@ -134,7 +134,7 @@ _keeper = _Keeper()
 
 class _ForkServer:
     def __init__(self) -> None:
-        from .forkserver import BOOT
+        from brainstem.sandbox.forkserver import BOOT
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:

@@ -30,17 +30,9 @@ import signal
 import types
 from typing import Any, NoReturn
 
-from ..errors import one_line
-from . import isolation, policy
-from .protocol import (
-    FrameTooLarge,
-    NotJSON,
-    dumps,
-    encode_frame,
-    read_frame_fd,
-    to_plain,
-    write_all,
-)
+from brainstem.core.errors import one_line
+from brainstem.sandbox import isolation, policy
+from brainstem.sandbox.protocol import FrameTooLarge, NotJSON, dumps, encode_frame, read_frame_fd, to_plain, write_all
 
 CHANNEL_FD = 3
 STATUS_FD = 4  # during the lock-down only

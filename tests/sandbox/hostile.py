@@ -15,7 +15,7 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from brainstem.secrets import secret_forms
+from brainstem.core.secrets import secret_forms
 
 ATTACKER_HOST = "127.0.0.2"
 

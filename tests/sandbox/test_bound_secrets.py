@@ -19,10 +19,10 @@ import time
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv import open_store
-from brainstem.secrets import secret_forms
-from brainstem.seed import seed
+from brainstem.core import keys
+from brainstem.core.secrets import secret_forms
+from brainstem.state.seed import seed
+from brainstem.store import open_store
 
 from ..conftest import run_cli
 from .hostile import ATTACKER_HOST, Host, bound_api

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv import open_store
+from brainstem.core import keys
 from brainstem.sandbox import egress
-from brainstem.seed import seed
+from brainstem.state.seed import seed
+from brainstem.store import open_store
 
 from ..conftest import run_cli
 from .hostile import Drip, bomb_host, gzip_bomb
@@ -85,7 +85,7 @@ def test_a_gzip_bomb_leaves_the_runtime_small_and_the_tool_a_truncated_page(kv, 
         # ... 1 GiB once inflated. Run the CLI in a child that reports its own peak RSS.
         code = ("import resource, sys\n"
                 "sys.argv = ['brainstem'] + sys.argv[1:]\n"
-                "from brainstem.cli import main\n"
+                "from brainstem.operator.cli import main\n"
                 "try:\n    rc = main()\nexcept SystemExit as e:\n    rc = e.code\n"
                 "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
                 "sys.exit(rc)\n")

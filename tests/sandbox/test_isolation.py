@@ -124,8 +124,8 @@ def test_running_worker_has_seccomp_filter(running_worker):
 @pytest.mark.slow
 def test_a_tool_run_from_the_command_line_runs_behind_seccomp_and_its_own_network(tmp_path):
     """Black box: `brainstem tool run` of a tool that sleeps, its worker looked at from outside."""
-    from brainstem import keys
-    from brainstem.kv import open_store
+    from brainstem.core import keys
+    from brainstem.store import open_store
 
     url = f"sqlite:///{tmp_path / 'store.db'}"
     store = open_store(url)

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv import open_store
-from brainstem.kv.guarded import AgentKV
+from brainstem.core import keys
 from brainstem.sandbox import own_ports
-from brainstem.tools import ToolPolicy, run_tool
+from brainstem.state.guarded import AgentKV
+from brainstem.store import open_store
+from brainstem.tools.services import ToolPolicy, run_tool
 
 from .hostile import Host
 
@@ -39,7 +39,7 @@ def run(tmp_path, monkeypatch):
 
 
 def test_the_metrics_port_of_this_process_is_refused(run):
-    from brainstem.metrics import Metrics, serve
+    from brainstem.operator.metrics import Metrics, serve
 
     other = Host("127.0.0.1")
     server, _thread = serve(Metrics(), 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem.sandbox.sanitize import sanitize, sanitize_value, wrap_untrusted
+from brainstem.core.sanitize import sanitize, sanitize_value, wrap_untrusted
 
 CASES = [
     # (id, input, expected output)

@@ -16,11 +16,11 @@ import json
 
 import pytest
 
-from brainstem import keys
-from brainstem.kv import open_store
-from brainstem.scrubber import Scrubber
-from brainstem.secrets import Grant, Grants, Outgoing, SecretRefused, cleartext_ok
-from brainstem.seed import seed
+from brainstem.core import keys
+from brainstem.core.scrubber import Scrubber
+from brainstem.core.secrets import Grant, Grants, Outgoing, SecretRefused, cleartext_ok
+from brainstem.state.seed import seed
+from brainstem.store import open_store
 
 from ..conftest import run_cli
 from .hostile import ATTACKER_HOST, Host, bound_api

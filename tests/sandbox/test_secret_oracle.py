@@ -15,15 +15,15 @@ import urllib.parse
 
 import pytest
 
-from brainstem import events, keys
-from brainstem.kv import open_store
-from brainstem.kv.guarded import AgentKV
-from brainstem.refusals import clear, counts
-from brainstem.scrubber import MIN_RUN
-from brainstem.secrets import parse_bindings
-from brainstem.settings import load_settings
-from brainstem.status import status
-from brainstem.tools import ToolPolicy, run_tool
+from brainstem.core import events, keys
+from brainstem.core.scrubber import MIN_RUN
+from brainstem.core.secrets import parse_bindings
+from brainstem.core.settings import load_settings
+from brainstem.operator.status import status
+from brainstem.state.guarded import AgentKV
+from brainstem.state.refusals import clear, counts
+from brainstem.store import open_store
+from brainstem.tools.services import ToolPolicy, run_tool
 
 from .hostile import ATTACKER_HOST, Host
 

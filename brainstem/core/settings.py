@@ -1,0 +1,166 @@
+"""Operator settings: the environment (or an env file), never the store.
+
+Operator policy never lives in the store. The agent can rewrite its own
+config, but its budgets are clamped under the ceilings here, tools use only
+the secrets bound here (and only towards the hosts they are bound to), and
+fetch reaches private hosts only when they are listed here.
+
+Load with :func:`load_settings`; ``BRAINSTEM_ENV_FILE`` names an optional
+dotenv file whose values the real environment overrides.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from brainstem.core.errors import ConfigError
+from brainstem.core.secrets import Binding, parse_bindings
+from brainstem.store import default_store_url
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Every operator setting, its environment variable, default and meaning."""
+
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+
+    kv: str = Field(default_factory=default_store_url, validation_alias="BRAINSTEM_KV",
+                    description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db "
+                                "or sqlite:////absolute.db "
+                                "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
+    kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
+                           description="Agent name (keys under NAME:), so several agents can share one store, "
+                                       "each confined to its own keys")
+    openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
+                                                 description="Key of the hard-coded tier-3 LLM provider")
+    openrouter_base_url: str = Field("https://openrouter.ai/api/v1", validation_alias="OPENROUTER_BASE_URL",
+                                     description="Any OpenAI-compatible endpoint "
+                                                 "(a local server, a proxy, a test double)")
+    base_rpc_url: str = Field("https://mainnet.base.org", validation_alias="BASE_RPC_URL",
+                              description="Base JSON-RPC endpoint for the USDC balance")
+    wallet_address: str | None = Field(None, validation_alias="WALLET_ADDRESS",
+                                       description="Wallet whose USDC balance on Base is ground truth")
+    max_session_cost: float = Field(0.50, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_COST",
+                                    description="Ceiling in USD for one session; "
+                                                "the agent's budget is clamped under it")
+    max_daily_cost: float = Field(5.00, ge=0, validation_alias="BRAINSTEM_MAX_DAILY_COST",
+                                  description="Ceiling in USD for all sessions of one UTC day")
+    max_session_steps: int = Field(100, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_STEPS",
+                                   description="Ceiling on the steps one session may run")
+    max_session_seconds: float = Field(1800, gt=0, validation_alias="BRAINSTEM_MAX_SESSION_SECONDS",
+                                       description="Ceiling on one session's wall-clock time, in seconds")
+    karma_retention_days: float = Field(30, gt=0, validation_alias="BRAINSTEM_KARMA_RETENTION_DAYS",
+                                        description="Full karma is kept this many days; then only the "
+                                                    "session_history summary remains")
+    tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
+                                    description="Secrets tools may use, each bound to the hosts it may reach: "
+                                                "NAME@HOST (environment) or secret:NAME@HOST (store), comma list; "
+                                                "a bare OPENROUTER_API_KEY is bound to the LLM endpoint's host")
+    fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
+                                   description="Extra hosts/CIDRs tool fetch may reach despite being private "
+                                               "(comma list)")
+    ground_truth_timeout: float = Field(10.0, gt=0, validation_alias="BRAINSTEM_GROUND_TRUTH_TIMEOUT",
+                                        description="Seconds each balance check may take before it counts as unknown")
+
+    llm_timeout: float = Field(120.0, gt=0, validation_alias="BRAINSTEM_LLM_TIMEOUT",
+                               description="Seconds one LLM request may take")
+    llm_max_attempts: int = Field(4, ge=1, le=10, validation_alias="BRAINSTEM_LLM_MAX_ATTEMPTS",
+                                  description="Attempts per LLM request on 429/5xx/timeouts (exponential backoff)")
+    llm_backoff: float = Field(1.0, ge=0, validation_alias="BRAINSTEM_LLM_BACKOFF",
+                               description="First retry delay in seconds; doubles each retry, with jitter")
+
+    tool_modes: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_MODES",
+                                  description="The least supervision a tool gets, whatever its meta says: "
+                                              "NAME=supervised or NAME=manual, comma list; * for every tool, "
+                                              "new for tools the agent creates")
+
+    @field_validator("tool_secrets", "fetch_allow", "tool_modes", mode="before")
+    @classmethod
+    def _split_commas(cls, v):
+        if isinstance(v, str):
+            return [part.strip() for part in v.split(",") if part.strip()]
+        return v
+
+    dashboard_token: SecretStr | None = Field(None, validation_alias="BRAINSTEM_DASHBOARD_TOKEN",
+                                              description="Token for the dashboard's actions; required to bind "
+                                                          "it to anything but loopback")
+    tool_write_quota: int = Field(10 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_TOOL_WRITE_QUOTA",
+                                  description="Bytes one tool call may write to the store")
+    session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
+                                     description="Bytes all tool calls of one session may write to the store")
+    lease_seconds: float = Field(30.0, ge=1, le=300, validation_alias="BRAINSTEM_LEASE_SECONDS",
+                                 description="The wake lease's period: a session renews its lease every third of "
+                                             "it, and a dead host's agents are taken over within about two")
+    hostname: str = Field("", validation_alias="BRAINSTEM_HOSTNAME",
+                          description="This host's name in wake leases (default: the host name); set it where "
+                                      "hosts share one name")
+
+    @model_validator(mode="after")
+    def _check_bindings(self):
+        self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
+        self.mode_floors()
+        return self
+
+    def mode_floors(self) -> dict[str, str]:
+        """The operator's floor on each tool's mode (``*``: every tool), from ``BRAINSTEM_TOOL_MODES``."""
+        out = {}
+        for item in self.tool_modes:
+            name, sep, mode = item.partition("=")
+            name, mode = name.strip(), mode.strip()
+            if not sep or not name or mode not in ("supervised", "manual", "automated"):
+                raise ConfigError(f"BRAINSTEM_TOOL_MODES: {item!r} is not NAME=supervised or NAME=manual "
+                                  "(* for every tool)")
+            out[name] = mode
+        return out
+
+    def bindings(self) -> dict[str, Binding]:
+        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``)."""
+        return parse_bindings(self.tool_secrets, self.openrouter_base_url)
+
+    def public_settings(self) -> dict[str, str | None]:
+        """Operator settings that are not credentials, handed as plain values to code that asks."""
+        return {"OPENROUTER_BASE_URL": self.openrouter_base_url, "WALLET_ADDRESS": self.wallet_address,
+                "BASE_RPC_URL": self.base_rpc_url}
+
+    def allowed_secret_values(self) -> dict[str, str]:
+        """The bound environment secrets that are set, by name."""
+        return {b.label: os.environ[b.label] for b in self.bindings().values()
+                if not b.from_store and os.environ.get(b.label)}
+
+    def known_secrets(self) -> dict[str, str]:
+        """Every secret value this process knows of, for redaction."""
+        out = dict(self.allowed_secret_values())
+        if self.openrouter_api_key is not None:
+            out["OPENROUTER_API_KEY"] = self.openrouter_api_key.get_secret_value()
+        if self.dashboard_token is not None:
+            out["BRAINSTEM_DASHBOARD_TOKEN"] = self.dashboard_token.get_secret_value()
+        return out
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment (and ``BRAINSTEM_ENV_FILE``); a bad value is one clear error."""
+    env_file = os.environ.get("BRAINSTEM_ENV_FILE") or None
+    if env_file and not os.path.isfile(env_file):
+        raise ConfigError(f"BRAINSTEM_ENV_FILE names {env_file!r}, which is not a file")
+    try:
+        return Settings(_env_file=env_file, **overrides)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = err.get("loc", ("?",))[0]
+        raise ConfigError(f"setting {name}: {err['msg']} (got {err.get('input')!r})") from None
+
+
+def settings_reference() -> list[tuple[str, str, str]]:
+    """(variable, default, meaning) for every setting: the README's table is checked against this."""
+    rows = []
+    for name, f in Settings.model_fields.items():
+        default = f.default if f.default_factory is None else ("(see meaning)" if name == "kv" else "")
+        if isinstance(default, list):
+            default = ""
+        rows.append((str(f.validation_alias), "" if default is None else str(default), f.description or ""))
+    return rows

@@ -1,0 +1,50 @@
+"""``brainstem replay``: a recorded session run again against today's prompts, config and tools."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command()
+@click.argument("session_ref", metavar="SESSION")
+@click.option("--live", is_flag=True,
+              help="Where a request differs from the recorded one, ask the model (priced, within the budgets, "
+                   "counted towards today's spend; the replay's karma is then kept as replay-ID).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: old beside new for every part.")
+@click.pass_obj
+def replay(c, session_ref: str, live: bool, as_json: bool) -> None:
+    """Replay SESSION (an id or a number) against today's prompts, config, tools and code.
+
+    The session runs again with the context it saw (ground truth, effort, the
+    keys it loaded, crash data, as its karma recorded them). Nothing changes:
+    writes go to a throwaway overlay, fetches are answered with what the
+    session received, the schedule and session history stay as they are.
+    Wherever a request to the model is the same as recorded, the recorded
+    answer is used; a request that differs is reported as changed_request,
+    or asked live with --live. Prints the plan, every step's outcome, the
+    store writes, the cost and the reflection, old beside new.
+
+    Exit codes: 0 the behaviour is the same, 1 it differs, 2 the session
+    cannot be replayed (unknown, its karma trimmed, recorded by an older
+    version, a deep reflection, a dry run).
+
+    \b
+    Examples:
+      brainstem replay 12                 # after editing prompt:orient: same?
+      brainstem replay 12-a1b2c3 --json   # for scripts
+      brainstem replay 12 --live          # ask the model where the prompt changed
+    """
+    from brainstem.session.replay import compare, load, render
+    from brainstem.session.replay import run as run_replay
+
+    recording = load(c.store, session_ref)
+    report = compare(run_replay(c.settings, c.store, recording, live=live))
+    if as_json:
+        click.echo(json.dumps(report, ensure_ascii=False, sort_keys=True))
+    else:
+        for line in render(report):
+            click.echo(line)
+    sys.exit(0 if report["same"] else 1)

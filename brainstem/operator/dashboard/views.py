@@ -1,0 +1,159 @@
+"""What each dashboard page shows, read from the store: plain functions, no web framework here."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from typing import Any
+
+from brainstem.core import events, keys
+from brainstem.state import history as session_history
+from brainstem.state.sleep import parse_iso
+from brainstem.store import karma as karma_mod
+
+DETAIL_CHARS = 20_000  # one expanded entry; karma holds more, the CLI shows it whole
+TIMED = {events.LLM_CALL: "llm", events.TOOL_COMPLETE: "tool", events.FETCH: "fetch"}
+
+
+def pretty(value: Any, limit: int = DETAIL_CHARS, redact: Any = None) -> str:
+    """``value`` as text, cut at ``limit``; ``redact`` (a text -> text function) runs before the cut, so the
+    cut never leaves the first characters of a secret behind."""
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if redact is not None:
+        text = redact(text)
+    return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters]"
+
+
+# --- sessions ---
+
+def sessions_page(store, *, outcome: str | None = None, page: int = 1, per_page: int = 50) -> dict:
+    """One page of sessions, newest first, filtered by outcome; with per-day totals for the chart."""
+    rows = session_history.read(store)
+    outcomes = sorted({str(h.get("outcome")) for h in rows if h.get("outcome")})
+    if outcome:
+        rows = [h for h in rows if h.get("outcome") == outcome]
+    total = len(rows)
+    pages = max(1, -(-total // per_page))
+    page = min(max(1, page), pages)
+    newest_first = rows[::-1]
+    shown = newest_first[(page - 1) * per_page: page * per_page]
+    return {"rows": shown, "total": total, "page": page, "pages": pages, "outcomes": outcomes,
+            "outcome": outcome, "days": session_history.by_day(_last_days(rows, 30))[-30:], "per_page": per_page}
+
+
+def _last_days(rows: list[dict], days: int) -> list[dict]:
+    """The sessions of the last ``days`` days: ISO times compare as text, so no date is parsed for the rest."""
+    from datetime import timedelta
+
+    from brainstem.state.sleep import iso, now_utc
+
+    cut = iso(now_utc() - timedelta(days=days))[:10]
+    return [h for h in rows if str(h.get("started_at") or "")[:10] >= cut]
+
+
+def timeline(store, session_id: str, redact: Any = None) -> dict | None:
+    """A session's karma as a waterfall: each timed entry (LLM call, tool run, fetch) with its start and
+    duration in ms from the session's start, and every entry expandable to its fields."""
+    entries = karma_mod.read(store, session_id)
+    if not entries:
+        return None
+    rows, end_ms = [], 1
+    for i, e in enumerate(entries):
+        event = e.get("event")
+        timed = TIMED.get(event) if isinstance(event, str) else None
+        at = _ms(e.get("elapsed_ms"))
+        dur = _ms(e.get("duration_ms")) if timed else 0
+        start = int(max(0, at - dur))
+        end_ms = max(end_ms, at)
+        label = e.get("purpose") or e.get("tool") or e.get("step_id") or ""
+        if event == events.FETCH:
+            label = f"{e.get('tool')} {e.get('method')} {e.get('host')}{e.get('path') or ''}"
+        rows.append({"i": i, "event": event, "kind": timed or "mark", "label": label,
+                     "start": start, "dur": dur, "cost": e.get("cost"), "t": e.get("t"),
+                     "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact)})
+    end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
+    return {"id": session_id, "rows": rows, "end_ms": end_ms, "end": end, "start": entries[0]}
+
+
+def _ms(value: Any) -> int | float:
+    """An offset or duration in ms as drawn: a finite number of at least 0, else 0 (karma holds what it was
+    given, and a NaN or infinity must not break the page)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, value)
+
+
+def latest_session(store) -> str | None:
+    return karma_mod.latest_session_id(store)
+
+
+# --- self-modification ---
+
+def versioned_keys(store) -> list[dict]:
+    from brainstem.state.versions import versions
+
+    out = []
+    for info in store.list_all(keys.VERSIONS_PREFIX):
+        key = info.name[len(keys.VERSIONS_PREFIX):]
+        if info.is_log or not keys.is_privileged(key):
+            continue
+        vs = versions(store, key)
+        if vs:
+            out.append({"key": key, "versions": len(vs), "last": vs[-1].get("at"), "source": vs[-1].get("source"),
+                        "session_id": vs[-1].get("session_id")})
+    out.sort(key=lambda r: parse_iso(r["last"]) or parse_iso("1970-01-01T00:00:00Z"), reverse=True)
+    return out
+
+
+def key_history(store, key: str, a: int | None, b: int | None) -> dict:
+    from brainstem.state.versions import versions
+
+    vs = versions(store, key)
+    current = store.get(key)
+    by_number = {v["version"]: v for v in vs}
+    a = a if a in by_number else (vs[-2]["version"] if len(vs) >= 2 else None)
+    b = b if b in by_number else None  # None: the current value
+
+    def text(v):
+        return (v.get("value") or "") if v is not None else ""
+    left = by_number.get(a) if a is not None else None
+    right_text, right_name = (text(by_number[b]), f"version {b}") if b is not None else (current or "", "current")
+    diff = "".join(difflib.unified_diff(text(left).splitlines(keepends=True), right_text.splitlines(keepends=True),
+                                        fromfile=f"{key} (version {a})", tofile=f"{key} ({right_name})")) \
+        if left is not None else ""
+    return {"key": key, "versions": vs[::-1], "current": current, "a": a, "b": b, "diff": diff}
+
+
+# --- the store ---
+
+def key_list(store, prefix: str, page: int, per_page: int = 200) -> dict:
+    infos = [k for k in store.list_all(prefix) if not k.name.startswith(keys.VERSIONS_PREFIX)]
+    total = len(infos)
+    pages = max(1, -(-total // per_page))
+    page = min(max(1, page), pages)
+    shown = infos[(page - 1) * per_page: page * per_page]
+    return {"keys": [{"name": k.name, "log": k.is_log, "secret": keys.is_secret(k.name)} for k in shown],
+            "total": total, "page": page, "pages": pages, "prefix": prefix}
+
+
+def key_value(store, key: str, redact: Any = None) -> dict:
+    """A key's value for the browser: never a ``secret:*`` value, whatever the key holds."""
+    if keys.is_secret(key):
+        present = store.get_text(key) is not None
+        return {"key": key, "secret": True, "present": present, "value": None}
+    if store.log_length(key):
+        return {"key": key, "log": True, "entries": store.log_length(key),
+                "value": pretty([karma_mod.parse_entry(r) for r in store.read_log(key, -50)], redact=redact)}
+    from brainstem.core.errors import NotText
+
+    try:
+        value = store.get(key)
+    except NotText as exc:
+        return {"key": key, "value": None, "error": str(exc)}
+    if value is not None:
+        try:
+            value = pretty(json.loads(value), redact=redact)
+        except ValueError:
+            value = pretty(value, redact=redact)
+    return {"key": key, "value": value}

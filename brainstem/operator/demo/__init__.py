@@ -1,0 +1,63 @@
+"""``brainstem demo``: a whole session, offline, on a throwaway embedded store, from a recorded cassette."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+CASSETTE = Path(__file__).with_name("cassette.json")
+
+
+def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Path = CASSETTE) -> int:
+    """Seed an agent, run one session against the cassette, show its karma. Returns an exit code.
+
+    The store lives in a throwaway directory, deleted at the end, unless ``keep`` names a
+    directory to keep it in.
+    """
+    workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="brainstem-demo-"))
+    try:
+        return _run(echo, workdir, keep is not None, cassette)
+    finally:
+        if keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
+    from brainstem.core import keys
+    from brainstem.core.settings import Settings, load_settings
+    from brainstem.core.timeline import format_entry
+    from brainstem.llm.cassette import CassetteProvider
+    from brainstem.session.wake import wake
+    from brainstem.state.seed import example_soul_path, seed
+    from brainstem.store import open_store, sqlite_url
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = sqlite_url(workdir.resolve() / "demo.db")
+    store = open_store(url, prefix="")
+    try:
+        seed(store, soul_file=example_soul_path())
+        where = url if kept else "a throwaway store, deleted when the demo ends (--keep DIR keeps it)"
+        echo(f"seeded a new agent (example soul, shipped prompts and tools) in {where}")
+        echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
+        # No key, the default endpoint and no wallet: the balance checks ask nobody (an operator's
+        # OPENROUTER_BASE_URL must not make the offline demo reach for the network).
+        settings = load_settings(kv=url, openrouter_api_key=None, wallet_address=None,
+                                 openrouter_base_url=Settings.model_fields["openrouter_base_url"].default)
+        result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
+                      listeners=[lambda e: echo("  " + format_entry(e))])
+        echo(f"\n{result.message}\n")
+        last = store.get_json(keys.LAST_REFLECT, default={}) or {}
+        echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
+        echo(f"its note to itself: {last.get('note_to_future_self', '(none)')}\n")
+        echo("where to go next:")
+        if kept:
+            echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
+            echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
+        else:
+            echo("  brainstem demo --keep ./demo                  # keep the store, then look around in it")
+        echo("  brainstem seed --soul my_soul.md && OPENROUTER_API_KEY=... brainstem wake   # a real agent")
+        return 0 if result.outcome == "clean" else 1
+    finally:
+        store.close()

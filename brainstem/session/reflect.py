@@ -1,0 +1,422 @@
+"""Reflection at the end of every session, and deep reflection every so often.
+
+Reflection writes short-term memory (``last_reflect``) and may ask for keys to
+load next time, a wake time and KV operations. Deep reflection rewrites
+long-term memory (``wisdom``), config, model details and the orient prompt.
+Everything they ask to write goes through the guarded view; anything invalid
+is rejected and recorded while the rest still applies; a parse failure keeps
+the previous memory and still moves the schedule forward.
+
+What their prompts show is marked by where it came from
+(:mod:`brainstem.core.untrusted`): karma (tool logs, results, errors, fetched
+text), step results, the plan, the last reflection, notes, wisdom and session
+summaries (the agent's own words, which may quote tool output) are rendered
+in trust boundaries; costs, balances, the current config and the orient
+prompt under review are the runtime's and the agent's configuration, shown
+as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from brainstem.core import events, keys
+from brainstem.core.errors import KVWriteRefused, NotText
+from brainstem.core.json_numbers import finite_or
+from brainstem.core.plan import PlanError, parse_object
+from brainstem.core.templates import render
+from brainstem.core.timeline import format_entry
+from brainstem.core.untrusted import Untrusted, untrusted
+from brainstem.llm.chokepoint import LLMError
+from brainstem.state import history as session_history
+from brainstem.state.budget import BudgetExceeded
+from brainstem.state.config import Defaults, Models
+from brainstem.state.sleep import parse_iso
+from brainstem.store.karma import read as read_karma
+from brainstem.store.karma import utcnow_iso
+
+KARMA_LINES_FOR_REFLECT = 150
+CALL_FAILED = "\x00call_failed:"  # marks an error from _ask_json that is a failed call, not a bad answer
+KARMA_CHARS_FOR_REFLECT = 20_000
+
+
+class ReflectOutput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    session_summary: str = ""
+    note_to_future_self: str = ""
+    next_orient_context: dict[str, Any] = Field(default_factory=dict)
+    next_wake_config: dict[str, Any] | None = None
+    kv_operations: list[Any] | None = None
+    model_details_updates: dict[str, Any] | None = None
+
+
+class DeepReflectOutput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    reflection: str = ""
+    note_to_future_self: str = ""
+    updated_wisdom: str | None = None
+    kv_operations: list[Any] | None = None
+    updated_defaults: dict[str, Any] | None = None
+    updated_model_details: dict[str, Any] | None = None
+    orient_prompt_proposals: list[dict[str, Any]] | None = None
+    next_deep_reflect: dict[str, Any] | None = None
+    next_wake_config: dict[str, Any] | None = None
+
+
+def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
+                 chars: int = KARMA_CHARS_FOR_REFLECT) -> Untrusted:
+    """The session's flight recorder as readable lines, the newest kept when it is too long.
+
+    Marked untrusted as a whole (``.value`` is the text): tool logs, results and errors, fetched text
+    and key names are in it, beside the runtime's own fields, so it is only ever shown as data.
+    """
+    entries = read_karma(store, session_id)
+    text = "\n".join(format_entry(e) for e in entries[-lines:])
+    if len(entries) > lines:
+        text = f"[{len(entries) - lines} earlier entries omitted]\n" + text
+    return Untrusted(text[-chars:], f"karma:{session_id}")
+
+
+def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
+    """(object, None) or (None, why it failed). Uses the budget's reserved slice.
+
+    A call that could not be made (the provider failed, the budget refused) is recorded here as
+    ``reflect_call_failed``, with the fault when it is the provider's; the caller then records only
+    that the reflection is missing, not a parse error the model never made.
+    """
+    try:
+        result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
+                            effort=cfg.effort, use_reserve=True)
+    except (BudgetExceeded, LLMError) as exc:
+        fields = {"kind": "deep"} if purpose == "deep_reflect" else {}
+        if isinstance(exc, LLMError):
+            fields.update(fault=exc.fault, status=exc.status)
+        else:
+            fields["limit"] = exc.limit
+        session.record(events.REFLECT_CALL_FAILED, error=f"{purpose} call failed: {exc}", **fields)
+        return None, CALL_FAILED + f"{purpose} call failed: {exc}"
+    try:
+        return parse_object(result.content, result.truncated), None
+    except PlanError as exc:
+        return None, str(exc)
+
+
+def _validated(raw: dict | None, error: str | None, model: type[BaseModel], label: str):
+    """(validated output, None) or (None, why not)."""
+    if raw is None:
+        return None, error
+    try:
+        return model.model_validate(raw), None
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        return None, f"{label} does not validate: {e['loc']}: {e['msg']}"
+
+
+# --- reflect ---------------------------------------------------------------
+
+def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | None:
+    """Reflect on this session; returns the ``next_wake_config`` it asked for (or None)."""
+    previous = session.store.get_json(keys.LAST_REFLECT, default=None)
+    template = session.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
+    # results come marked from the executor (results_for_prompt); the plan and the last reflection are
+    # model output that may quote what the model read.
+    # The last reflection as orient saw it (the context a replay reproduces), else as stored.
+    shown = (session.context["lastReflect"] if "lastReflect" in session.context
+             else untrusted(previous, "memory:last_reflect"))
+    variables = {"karma": karma_digest(session.store, session.id), "sessionCost": round(session.budget.spent, 6),
+                 "results": results, "plan": untrusted(plan, f"plan:{session.id}"),
+                 "context": {"lastReflect": shown,
+                             "balances": session.context.get("balances")}}
+    raw, error = _ask_json(session, "reflect", render(template, variables), session.defaults.reflect)
+    out, error = _validated(raw, error, ReflectOutput, "reflection")
+    if out is None:
+        failed_call = error.startswith(CALL_FAILED)
+        error = error.removeprefix(CALL_FAILED)
+        if not failed_call:
+            session.record(events.REFLECT_PARSE_ERROR, error=error)
+        kept = previous if isinstance(previous, dict) else {}
+        kept = {**kept, ("call_error" if failed_call else "parse_error"): {"session_id": session.id, "at": utcnow_iso(),
+                                                                          "error": error}}
+        session.store.put(keys.LAST_REFLECT, kept)
+        return None
+    from brainstem.state.memory import remember_note
+
+    remember_note(session.store, out.note_to_future_self, session.id)
+    # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
+    memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
+                            exclude_none=True)
+    memory.update({"session_id": session.id, "written_at": utcnow_iso()})
+    session.store.put(keys.LAST_REFLECT, memory)
+    unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
+    session.record(events.REFLECT, summary=out.session_summary[:500],
+                   load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
+    # The agent's orient prompt and config change through the replay gate, from any reflection.
+    if out.kv_operations and not (_touches(out.kv_operations, GATED_KEYS)
+                                  and replay_gate(session, out.kv_operations, None, None)):
+        _apply_operations(session, out.kv_operations, "reflect")
+    if out.model_details_updates:
+        apply_model_details(session, out.model_details_updates, "reflect")
+    return out.next_wake_config
+
+
+def _apply_operations(session, ops: list, source: str) -> bool:
+    """True when the batch was applied; a rejected batch (nothing written) is False."""
+    try:
+        session.agent_kv.apply_operations(ops, source=source)
+    except KVWriteRefused:
+        return False  # recorded by the guarded view; the rest of the reflection still applies
+    return True
+
+
+# --- deep reflect ------------------------------------------------------------
+
+def deep_reflect_due(store, defaults: Defaults, session_number: int, now: datetime | None = None) -> tuple[bool, str]:
+    """Due by sessions or days since the last one; with no schedule yet, by session count alone."""
+    now = now or datetime.now(timezone.utc)
+    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
+    dr = defaults.deep_reflect
+    if not isinstance(sched, dict):
+        due = session_number >= dr.default_interval_sessions
+        return due, f"session {session_number} of first interval {dr.default_interval_sessions}"
+    after_sessions = finite_or(sched.get("after_sessions"), dr.default_interval_sessions)
+    after_days = finite_or(sched.get("after_days"), dr.default_interval_days)
+    since = session_number - int(finite_or(sched.get("last_session"), 0))
+    if since >= after_sessions:
+        return True, f"{since} sessions since the last (every {after_sessions:g})"
+    last_at = parse_iso(sched.get("last_at"))
+    if last_at is not None and now - last_at >= timedelta(days=after_days):
+        return True, f"{(now - last_at).days} days since the last (every {after_days:g} days)"
+    return False, f"{since} of {after_sessions:g} sessions"
+
+
+def run_deep_reflect(session) -> dict | None:
+    """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
+    from brainstem.state.memory import notes_for_prompt, remember_note
+
+    store = session.store
+    template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
+    # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
+    from brainstem.state.review import tool_records
+
+    context = {**session.context, "notes": notes_for_prompt(store),
+               # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
+               "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
+               "replayGate": untrusted(store.get_json(keys.REPLAY_GATE, default=None), "memory:replay-gate")}
+    if "memoryStats" in context:  # key names (tools choose them) and past notes
+        context["memoryStats"] = untrusted(context["memoryStats"], "memory:statistics")
+    # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked. The orient
+    # prompt and the defaults are its configuration, under review: shown as they are.
+    variables = {
+        "wisdom": untrusted(_text_or_none(store, keys.WISDOM), "memory:wisdom") or "",
+        "recentKarma": recent_karma(store, session.id),
+        "orientPrompt": store.get(keys.PROMPT_ORIENT) or "",
+        "currentDefaults": session.defaults.model_dump(),
+        "sessionHistory": Untrusted(session_history.recent(store, 30), "memory:session_history"),
+        "models": session.models_for_prompt(),
+        "context": context,
+    }
+    raw, error = _ask_json(session, "deep_reflect", render(template, variables), session.defaults.deep_reflect)
+    out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
+    schedule = {"last_session": session.number, "last_at": utcnow_iso(),
+                "after_sessions": session.defaults.deep_reflect.default_interval_sessions,
+                "after_days": session.defaults.deep_reflect.default_interval_days}
+    if out is None:
+        if not error.startswith(CALL_FAILED):
+            session.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
+        store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+        return None
+    remember_note(store, out.note_to_future_self, session.id)
+    applied = []
+    if out.updated_wisdom is not None:
+        if _put(session, keys.WISDOM, out.updated_wisdom):
+            applied.append("wisdom")
+    merged = merged_defaults(session, out.updated_defaults) if out.updated_defaults else None
+    proposed = next((p["proposed_text"] for p in out.orient_prompt_proposals or [] if isinstance(p, dict)
+                     and isinstance(p.get("proposed_text"), str) and p["proposed_text"].strip()), None)
+    refused = replay_gate(session, out.kv_operations, merged, proposed)
+    if out.kv_operations and not (refused and _touches(out.kv_operations, GATED_KEYS)):
+        if _apply_operations(session, out.kv_operations, "deep_reflect"):
+            applied.append("kv_operations")
+    if merged is not None and not refused:
+        if _put(session, keys.CONFIG_DEFAULTS, merged):
+            applied.append("defaults")
+    if out.updated_model_details:
+        if apply_model_details(session, out.updated_model_details, "deep_reflect"):
+            applied.append("model_details")
+    if proposed is not None and not refused:
+        if _put(session, keys.PROMPT_ORIENT, proposed):
+            applied.append("orient_prompt")
+    nxt = out.next_deep_reflect or {}
+    schedule["after_sessions"] = max(1, int(finite_or(nxt.get("after_sessions"), schedule["after_sessions"])))
+    schedule["after_days"] = min(365.0, max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
+    store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
+    memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
+              "session_id": session.id, "written_at": utcnow_iso(), "kind": "deep"}
+    previous = store.get_json(keys.LAST_REFLECT, default={})
+    if isinstance(previous, dict) and previous.get("next_orient_context"):
+        memory["next_orient_context"] = previous["next_orient_context"]
+    store.put(keys.LAST_REFLECT, memory)
+    session.record(events.DEEP_REFLECT, applied=applied, next_deep_reflect=schedule)
+    return out.next_wake_config
+
+
+def _put(session, key: str, value: Any) -> bool:
+    try:
+        session.agent_kv.put(key, value, source="deep_reflect")
+        return True
+    except KVWriteRefused:
+        return False
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def merged_defaults(session, update: dict) -> dict | None:
+    """config:defaults with ``update`` deep-merged in, validated; None (recorded) when the result is invalid."""
+    current = session.store.get_json(keys.CONFIG_DEFAULTS, default=None)
+    if not isinstance(current, dict):
+        current = session.defaults.model_dump()
+    merged = deep_merge(current, update)
+    try:
+        Defaults.model_validate(merged)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_DEFAULTS, update=update,
+                 reason=f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        return None
+    return merged
+
+
+def apply_defaults_update(session, update: dict) -> bool:
+    """Deep-merge into config:defaults and validate; an invalid result is rejected whole and recorded."""
+    merged = merged_defaults(session, update)
+    return merged is not None and _put(session, keys.CONFIG_DEFAULTS, merged)
+
+
+# --- the replay gate ---------------------------------------------------------
+
+GATED_KEYS = (keys.PROMPT_ORIENT, keys.CONFIG_DEFAULTS)
+
+
+def _touches(ops: Any, names: tuple[str, ...]) -> bool:
+    return isinstance(ops, list) and any(isinstance(op, dict) and (op.get("key") in names or op.get("value") in names)
+                                         for op in ops)
+
+
+def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None) -> str | None:
+    """Replay recent clean sessions against the orient prompt and config a reflection proposes (its own
+    fields, or ``kv_operations`` putting or renaming into those keys), before any of it applies. Returns
+    why the change is refused, or None.
+
+    The policy: the last ``deep_reflect.replay_gate_sessions`` clean sessions are replayed with recorded
+    answers only (where the change alters a request, the model is assumed to answer as it did). A change
+    under which a session that planned before no longer gets a usable plan (its orient model unknown,
+    the plan cut off by a smaller ``max_output_tokens``, no money left to plan with), or that ends a
+    session in error, is refused whole; so is a config that lowers ``replay_gate_sessions`` (the agent
+    may not switch its own check off; the operator may, with ``brainstem kv put``). Either way the
+    result is recorded (``replay_gate`` in karma and ``stats:replay_gate``), and the next deep reflection
+    is shown it."""
+    from brainstem.session import replay
+    from brainstem.state.guarded import check_value
+    from brainstem.store.base import encode
+
+    # What the batch leaves in the gated keys, however it gets there (put, rename, copy); a batch the
+    # store view refuses is not replayed: applying it records the refusal.
+    staged = {k: v or "" for k, v in session.agent_kv.staged(kv_operations).items() if k in GATED_KEYS}
+    if merged is not None:
+        staged[keys.CONFIG_DEFAULTS] = encode(merged)
+    if proposed is not None:
+        staged[keys.PROMPT_ORIENT] = proposed
+    n = session.defaults.deep_reflect.replay_gate_sessions
+    if not staged or session.mode == "replay":
+        return None
+    for key, text in staged.items():
+        try:
+            check_value(session.store, key, text, agent=True)  # the gate itself may not be lowered
+        except KVWriteRefused as exc:
+            session.record(events.CONFIG_REJECTED, key=key, source="reflection", reason=str(exc))
+            return str(exc)
+    if n <= 0:
+        return None
+    # Within this session's own time (and its lock): never more than half of what is left.
+    report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id,
+                                 time_left=session.budget.time_left)
+    session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
+                   refused=report["refused"])
+    session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": utcnow_iso()})
+    if report["refused"]:
+        for key in report["keys"]:
+            session.record(events.CONFIG_REJECTED, key=key, source="deep_reflect",
+                           reason=f"refused by the replay gate: {report['refused']}")
+    return report["refused"]
+
+
+def apply_model_details(session, updates: dict, source: str) -> bool:
+    """Merge per-model field updates ``{alias_or_id: {field: value}}`` into config:models, validated."""
+    current = session.store.get_json(keys.CONFIG_MODELS, default=None)
+    if not isinstance(current, dict):
+        current = session.models.model_dump()
+    models = current.get("models") if isinstance(current.get("models"), list) else []
+    reasons = []
+    for name, fields in updates.items():
+        target = next((m for m in models if isinstance(m, dict) and name in (m.get("alias"), m.get("id"))), None)
+        if target is None or not isinstance(fields, dict):
+            reasons.append(f"{name}: no such model or not an object")
+            continue
+        target.update({k: v for k, v in fields.items() if k not in ("id",)})
+    try:
+        Models.model_validate(current)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        reasons.append(f"{'.'.join(map(str, e['loc']))}: {e['msg']}")
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+                 source=source)
+        return False
+    if reasons:
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_MODELS, update=updates, reason="; ".join(reasons),
+                 source=source, partial=True)
+    return _put(session, keys.CONFIG_MODELS, current)
+
+
+def recent_karma(store, current_id: str, sessions: int = 5, lines: int = 40) -> list[dict]:
+    """A compact digest of the last few sessions: outcome and their last lines, bounded.
+
+    The summary and the karma are marked untrusted; the id and outcome are the runtime's.
+    """
+    out = []
+    for h in session_history.recent(store, sessions):
+        if isinstance(h.get("id"), str) and h["id"] != current_id:
+            out.append({"session": h["id"], "outcome": h.get("outcome"),
+                        "summary": untrusted(h.get("summary"), f"memory:summary-{h['id']}"),
+                        "karma": karma_digest(store, h["id"], lines=lines, chars=4000)})
+    return out
+
+
+DEFAULT_REFLECT_PROMPT = (
+    "Review this session and answer with one JSON object: session_summary, note_to_future_self, "
+    "next_orient_context.load_keys, optionally next_wake_config and kv_operations.\n\n"
+    "Cost: {{sessionCost}}\nResults: {{results}}\nKarma:\n{{karma}}")
+DEFAULT_DEEP_PROMPT = (
+    "Deep reflection. Answer with one JSON object: reflection, note_to_future_self, optionally "
+    "updated_wisdom, kv_operations, updated_defaults, next_deep_reflect.\n\nWisdom: {{wisdom}}\n"
+    "History: {{sessionHistory}}\nRecent karma: {{recentKarma}}\nTool reviews: {{context.toolRecords}}\n"
+    "Last replay check of a proposed change: {{context.replayGate}}")
+
+
+def _text_or_none(store, key: str) -> str | None:
+    """A key's text, or None when it is absent or not text (the latter recorded by the reader's caller)."""
+    try:
+        return store.get(key) or None
+    except NotText:
+        return None

@@ -1,0 +1,373 @@
+"""``brainstem run``: a long-running scheduler that wakes one or more agents.
+
+APScheduler 3.x fires a job per agent on an interval or a cron expression,
+coalescing missed fires, never running two instances of one agent's job at
+once (and the wake lock keeps two *hosts* apart too), with a misfire grace
+time and optional jitter. Every fire is written to the agent's bounded
+``wake_log``: ran (with the session's outcome), slept, skipped (locked by another wake, or
+still_running: this daemon's previous fire for the agent has not ended),
+missed, or error. A store that goes away is retried with backoff and logged
+once per outage, not once per tick. SIGTERM/SIGINT stop the scheduler;
+running sessions stop at their next step and are recorded as ``interrupted``
+(never left looking like a crash they were not).
+
+Several daemons, on several hosts, may run the same agents against one store:
+the wake lease lets one session run per agent at a time. Every half lease
+period each daemon also sweeps its agents for a session that died with its
+host (its pessimistic schedule advance stands and no lease is held) and wakes
+that agent at once, so it is taken over within about two lease periods
+rather than at its next tick.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from brainstem.core import keys
+from brainstem.core.errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
+from brainstem.core.settings import Settings
+from brainstem.state.sleep import iso, now_utc
+from brainstem.store import open_store
+from brainstem.store.base import Store
+from brainstem.store.karma import utcnow_iso
+from brainstem.store.names import agent_prefix
+
+log = logging.getLogger("brainstem.run")
+
+WAKE_LOG_KEEP = 500
+BACKOFF_MAX = 300.0
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
+
+
+def parse_duration(text: str, option: str = "--every") -> float:
+    """``30s``, ``5m``, ``12h``, ``7d``, ``2w`` (or plain seconds) -> seconds.
+
+    The one parser of durations on the command line (``run --every``, ``sessions --since``...);
+    ``option`` names the option in the one-line error.
+    """
+    m = _DURATION.match(text or "")
+    if not m:
+        raise ConfigError(f"{option} {text!r} is not a duration: use e.g. 30s, 5m, 12h, 7d, 2w")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def parse_every(text: str) -> float:
+    """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
+    seconds = parse_duration(text, "--every")
+    if seconds < 1:
+        raise ConfigError(f"--every {text!r} is too short: the smallest interval is 1s")
+    return seconds
+
+
+def make_trigger(every: str | None, cron: str | None, jitter: float | None):
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    if (every is None) == (cron is None):
+        raise ConfigError("give exactly one of --every INTERVAL or --cron EXPRESSION")
+    j = int(jitter) if jitter else None
+    if every is not None:
+        return IntervalTrigger(seconds=parse_every(every), jitter=j)
+    try:
+        trigger = CronTrigger.from_crontab(cron, timezone="UTC")
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--cron {cron!r} is not a valid crontab expression: {exc}") from None
+    trigger.jitter = j  # from_crontab() takes no jitter in APScheduler 3.x
+    return trigger
+
+
+@dataclass
+class Agent:
+    name: str | None  # None: the store's own default agent
+    prefix: str | None
+    store: Store | None = None
+    backoff_until: float = 0.0
+    backoff: float = 0.0
+    outage: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    running: bool = False
+    busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
+
+
+def _agent(name: str | None, settings: Settings) -> Agent:
+    """``--agent NAME`` (or ``NAME:``) -> its Agent; a bad name is a one-line ConfigError. None: the default."""
+    if name is None:
+        return Agent(name=None, prefix=settings.kv_prefix or None)
+    prefix = agent_prefix(name, "--agent")
+    if not prefix:
+        raise ConfigError(f"--agent {name!r} is empty: give an agent name, or leave --agent out for the default agent")
+    return Agent(name=prefix[:-1], prefix=prefix)
+
+
+def record_fire(store: Store, entry: dict) -> None:
+    try:
+        store.append(keys.WAKE_LOG, json.dumps({"t": utcnow_iso(), **entry}))
+        if store.log_length(keys.WAKE_LOG) > WAKE_LOG_KEEP * 1.2:
+            store.trim_log(keys.WAKE_LOG, WAKE_LOG_KEEP)
+    except StoreUnavailable:
+        pass  # the outage is logged by the caller
+
+
+def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
+    """The daemon's fires, oldest first (the newest ``limit`` of them); an unreadable line is kept as
+    ``{"fire": "unreadable", "raw": ...}`` rather than dropped."""
+    length = store.log_length(keys.WAKE_LOG)
+    start = max(0, length - limit) if limit is not None else 0
+    out = []
+    for raw in store.read_log(keys.WAKE_LOG, start):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            entry = None
+        out.append(entry if isinstance(entry, dict) else {"fire": "unreadable", "raw": str(raw)[:200]})
+    return out
+
+
+class Runner:
+    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0, metrics=None):
+        self.settings = settings
+        self.grace = grace
+        self.metrics = metrics  # a brainstem.operator.metrics.Metrics, or None
+        self.agents: list[Agent] = []
+        for a in agents:  # `--agent x --agent x` is one agent: two jobs would run overlapping sessions
+            agent = _agent(a, settings)
+            if any(x.prefix == agent.prefix for x in self.agents):
+                log.warning("%s: given more than once; running it once", agent.name or "default")
+                continue
+            self.agents.append(agent)
+        self.stopping = threading.Event()
+
+    def check_agents(self) -> bool:
+        """Refuse to start for an agent that does not exist (no soul under its prefix). A store that cannot
+        be reached yet is waited for (a daemon started with its Redis, or before it), with one log line;
+        False when a signal stopped the wait."""
+        delay, said = 1.0, False
+        previous = {s: signal.signal(s, lambda *_: self.stopping.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while True:
+                try:
+                    self._check_agents()
+                    if said:
+                        log.info("the store is reachable; starting")
+                    return True
+                except StoreUnavailable as exc:
+                    if not said:
+                        log.error("the store is unavailable; waiting for it (retrying with backoff): %s", exc)
+                        said = True
+                if self.stopping.wait(delay):
+                    return False
+                delay = min(30.0, delay * 2)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _check_agents(self) -> None:
+        for a in self.agents:
+            store = open_store(self.settings.kv, prefix=a.prefix)
+            if not (store.get(keys.SOUL) or "").strip():
+                label = a.name or "the default agent"
+                hint = f"BRAINSTEM_KV_PREFIX={a.prefix} " if a.prefix else ""
+                raise ConfigError(f"unknown agent: {label} has no soul in {store.display_url}"
+                                  + (f" under prefix {a.prefix!r}" if a.prefix else "")
+                                  + f"; seed it first: {hint}brainstem seed --soul FILE")
+            a.store = store
+
+    def fire(self, agent: Agent) -> None:
+        """One scheduled fire for one agent. Never raises: the scheduler must keep going."""
+        from brainstem.session.wake import wake
+
+        label = agent.name or "default"
+        if self.stopping.is_set():
+            return
+        if time.monotonic() < agent.backoff_until:
+            return
+        if not agent.busy.acquire(blocking=False):  # the sweep fired it meanwhile, or the tick did
+            return
+        agent.running = True
+        try:
+            if agent.store is None:
+                agent.store = open_store(self.settings.kv, prefix=agent.prefix)
+            listeners = [self.metrics.listener(label)] if self.metrics is not None else []
+            result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners)
+            if result.status == "ran":
+                entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id}
+                log.info("%s: %s", label, result.message)
+            elif result.status == "lease_lost":
+                entry = {"fire": "lease_lost", "session_id": result.session_id}
+                log.warning("%s: %s", label, result.message)
+            else:
+                entry = {"fire": "slept", "until": result.next_wake_after}
+            self._recovered(agent, label)
+            self._record(agent, entry)
+        except LockHeld as exc:
+            self._recovered(agent, label)
+            log.info("%s: skipped: %s", label, exc)
+            self._record(agent, {"fire": "skipped", "reason": "locked"})
+        except StoreUnavailable as exc:
+            self._count(agent, "error")
+            agent.backoff = min(BACKOFF_MAX, max(1.0, agent.backoff * 2))
+            agent.backoff_until = time.monotonic() + agent.backoff
+            if agent.outage is None:  # once per outage, not once per tick
+                log.error("%s: store unavailable, retrying with backoff: %s", label, exc)
+                agent.outage = str(exc)
+        except BrainstemError as exc:
+            log.error("%s: %s", label, exc)
+            self._record(agent, {"fire": "error", "error": str(exc)})
+        except Exception as exc:  # noqa: BLE001 - a daemon logs and goes on
+            log.exception("%s: unexpected error: %s", label, exc)
+            self._count(agent, "error")
+        finally:
+            agent.running = False
+            agent.busy.release()
+
+    def sweep(self, sched) -> None:
+        """Wake at once each agent whose last session died (see :func:`brainstem.session.wake.dead_session_due`)."""
+        from brainstem.session.wake import dead_session_due
+
+        for agent in self.agents:
+            if self.stopping.is_set():
+                return
+            if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
+                continue
+            try:
+                due = dead_session_due(agent.store)
+            except BrainstemError:
+                continue  # the tick reports store trouble; the sweep only looks
+            if due:
+                log.info("%s: its last session died with no lease held; waking it now", agent.name or "default")
+                sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
+                              misfire_grace_time=None, executor="pickup")
+
+    def _record(self, agent: Agent, entry: dict) -> None:
+        """A fire in the agent's wake_log, and in the metrics."""
+        self._count(agent, entry["fire"])
+        if agent.store is not None:
+            record_fire(agent.store, entry)
+
+    def _count(self, agent: Agent, fire: str) -> None:
+        if self.metrics is not None:
+            self.metrics.fire(agent.name or "default", fire)
+
+    def _recovered(self, agent: Agent, label: str) -> None:
+        if agent.outage is not None:
+            log.warning("%s: store is back", label)
+        agent.outage, agent.backoff, agent.backoff_until = None, 0.0, 0.0
+
+    def missed(self, agent: Agent, scheduled: str) -> None:
+        log.warning("%s: missed a fire scheduled for %s", agent.name or "default", scheduled)
+        self._record(agent, {"fire": "missed", "scheduled": scheduled})
+
+    def still_running(self, agent: Agent, scheduled: list[str]) -> None:
+        """A tick that found the agent's last fire still running: recorded, not only logged."""
+        log.info("%s: skipped a fire: the previous session is still running", agent.name or "default")
+        self._record(agent, {"fire": "skipped", "reason": "still_running",
+                             "scheduled": scheduled[0] if scheduled else None})
+
+    def run(self, every: str | None, cron: str | None, jitter: float | None = None,
+            misfire_grace: float = 60.0, run_now: bool = True) -> int:
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        trigger = make_trigger(every, cron, jitter)
+        if not self.check_agents():
+            log.info("stopped")
+            return 0
+        if self.metrics is not None:
+            from brainstem.state.budget import daily_spent
+
+            for agent in self.agents:
+                self.metrics.watch_spend(agent.name or "default", lambda a=agent: (daily_spent(a.store),
+                                                                                   self.settings.max_daily_cost))
+        sched = BackgroundScheduler(timezone="UTC",
+                                    executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents))),
+                                               # Their own threads: a takeover never queues behind a busy tick.
+                                               "sweep": ThreadPoolExecutor(max_workers=1),
+                                               "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
+        by_id = {}
+        for i, agent in enumerate(self.agents):
+            job_id = f"wake-{agent.name or 'default'}-{i}"
+            by_id[job_id] = agent
+            sched.add_job(self.fire, trigger, args=[agent], id=job_id, coalesce=True, max_instances=1,
+                          misfire_grace_time=int(misfire_grace),
+                          next_run_time=None if not run_now else now_utc())
+
+        def on_missed(event):
+            agent = by_id.get(event.job_id)
+            if agent is not None:
+                self.missed(agent, iso(event.scheduled_run_time))
+        sched.add_listener(on_missed, EVENT_JOB_MISSED)
+
+        def on_max_instances(event):
+            agent = by_id.get(event.job_id)
+            if agent is not None:
+                self.still_running(agent, [iso(t)
+                                           for t in event.scheduled_run_times or []])
+        sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
+        period = max(0.5, self.settings.lease_seconds / 2)
+        sched.add_job(self.sweep, "interval", seconds=period, args=[sched], id="sweep", coalesce=True,
+                      max_instances=1, next_run_time=now_utc() + timedelta(seconds=period), executor="sweep")
+
+        def stop(signum, _frame):
+            log.info("received %s; stopping (running sessions get %.0fs to finish)",
+                     signal.Signals(signum).name, self.grace)
+            self.stopping.set()
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        sched.start()
+        names = ", ".join(a.name or "default" for a in self.agents)
+        log.info("running %s: %s", names, f"every {every}" if every else f"cron {cron!r} (UTC)")
+        try:
+            while not self.stopping.wait(0.5):
+                pass
+        finally:
+            sched.pause()
+            for agent in self.agents:
+                agent.cancel.set()  # running sessions stop at their next step or LLM call
+            deadline = time.monotonic() + self.grace
+            while any(a.running for a in self.agents) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            sched.shutdown(wait=False)
+            for agent in self.agents:
+                if agent.running:
+                    self._force_interrupted(agent)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        log.info("stopped")
+        return 0
+
+    def _force_interrupted(self, agent: Agent) -> None:
+        """A session that did not stop within the grace period: record it as interrupted, not crashed."""
+        from brainstem.core import outcomes
+        from brainstem.state import history as session_history
+        from brainstem.store import karma as karma_mod
+        from brainstem.store.lease import host_name
+
+        store = agent.store
+        try:
+            crumb = karma_mod.unfinished_session(store)
+            if crumb and crumb.get("id"):
+                session_history.close_dead_session(store, crumb, outcomes.INTERRUPTED,
+                                           reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
+                # As a session interrupted in time would leave it: due again a minute on, not at the
+                # pessimistic advance it set when it began.
+                store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
+                                             "sleep_seconds": 60, "set_by": crumb["id"]})
+                karma_mod.end_session(store, crumb["id"])
+            # Its lease is this process's: let it go now, or the next runtime waits out its time to live
+            # (and a call that comes back later finds its writes refused: the lease is no longer its own).
+            owner = store.lock_owner(keys.WAKE_LOCK)
+            if owner and owner.startswith(f"{host_name()}:{os.getpid()}:"):
+                store.release_lock(keys.WAKE_LOCK, owner)
+            log.warning("%s: session still running after the grace period; recorded as interrupted, its "
+                        "lease released", agent.name or "default")
+        except StoreUnavailable:
+            pass

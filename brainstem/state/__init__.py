@@ -1,0 +1,9 @@
+"""The agent as its store holds it, and the only view through which it writes.
+
+``config`` (the agent's defaults and models), ``seed``, ``versions`` (every
+change, for history and rollback), ``reflexes``, ``review`` (what waits for
+the operator), ``refusals``, ``history`` (one summary per session),
+``memory``, ``budget`` (spend today), ``sleep`` (is the agent asleep? kept
+light for the wake path), ``lineage`` (mode floors that follow code) and
+``guarded`` (``AgentKV``: every write the agent makes, checked).
+"""

@@ -1,0 +1,301 @@
+"""The agent's view of the store: the single chokepoint for every agent write.
+
+Everything the agent changes (kv_operations from reflection, tool writes,
+prompt and config updates) passes through :class:`AgentKV`:
+
+* ``soul`` never changes, by put, delete or rename, in either direction;
+* keys the runtime owns (session state, karma, the wake schedule, adapter
+  snapshots, version history) are refused: the agent changes them only through
+  fields the runtime validates and clamps;
+* a key with control characters, surrounding spaces or empty ``:`` segments is refused;
+* a key of another agent sharing the store is refused (the store view says
+  whose it is, :meth:`Store.check_writable`), before anything is written;
+* a ``kv_operations`` batch is validated whole before anything is written:
+  one bad operation rejects the batch, and the reason is recorded;
+* a privileged write (``config:*``, ``prompt:*``, ``tool:*``, ``provider:*``,
+  ``wisdom``) records the previous value in karma, so it can be rolled back.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from brainstem.core import events, keys
+from brainstem.core.errors import KVWriteRefused, SoulImmutable
+from brainstem.state import lineage
+from brainstem.store import names
+from brainstem.store.base import Store, encode
+
+MAX_KEY_LENGTH = 512
+MAX_VALUE_BYTES = 512 * 1024
+MAX_BATCH = 100
+INTERNAL_MARKERS = ("__meta__:", "__lock__:")
+
+Recorder = Callable[..., Any]  # Karma.record(event, **fields)
+
+
+def check_key(key: Any) -> str:
+    """Return ``key`` if it is a well-formed key name, else raise :class:`KVWriteRefused`."""
+    if not isinstance(key, str) or not key:
+        raise KVWriteRefused(f"key must be a non-empty string, got {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise KVWriteRefused(f"key is {len(key)} characters long; the limit is {MAX_KEY_LENGTH}")
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in key):
+        raise KVWriteRefused(f"key {key!r} contains control or invisible characters")
+    if key != key.strip():
+        raise KVWriteRefused(f"key {key!r} starts or ends with whitespace")
+    if "" in key.split(":"):
+        raise KVWriteRefused(f"key {key!r} has an empty segment (leading, trailing or doubled ':')")
+    if key.startswith(INTERNAL_MARKERS):
+        raise KVWriteRefused(f"key {key!r} uses a name reserved for the store's internals")
+    return key
+
+
+def check_agent_writable(key: Any) -> str:
+    key = check_key(key)
+    if key == keys.SOUL:
+        raise SoulImmutable("soul is immutable: only the operator can set it "
+                            "(brainstem seed --soul, or kv put --force-soul)")
+    if keys.is_runtime_owned(key):
+        raise KVWriteRefused(f"{key!r} is owned by the runtime; "
+                             "the agent changes it only through plan and reflection fields")
+    owner = names.candidate(key)
+    if owner is not None and key[len(owner) + 1:].split(":")[0] in keys.DEFAULT_AGENT_SEGMENTS:
+        # `bob:soul` is bob's soul the day an agent named bob is added (or adopts the keys it finds).
+        raise KVWriteRefused(f"{key!r} is shaped like a key of an agent named {owner!r}; an agent writes "
+                             f"only its own keys")
+    return key
+
+
+def check_value(store: Store, key: str, text: str | None, *, agent: bool) -> None:
+    """What the runtime checks of a value whatever path writes it (put, rename, copy, a batch): a
+    config the runtime reads must be valid, and a limit that governs the agent may not be loosened.
+
+    ``config:reflexes`` is rules or nothing. For the agent (``agent``), ``config:defaults`` and
+    ``config:models`` must validate, and ``config:defaults`` may not lower
+    ``deep_reflect.replay_gate_sessions`` below what is stored, by a put or by going away (``text``
+    None: its defaults apply then)."""
+    if text is None and (not agent or key != keys.CONFIG_DEFAULTS):
+        return
+    if key == keys.CONFIG_REFLEXES:
+        from brainstem.state.reflexes import ReflexError, parse_text
+
+        try:
+            parse_text(text)
+        except ReflexError as exc:
+            raise KVWriteRefused(str(exc)) from None
+    elif agent and key in (keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS):
+        from pydantic import ValidationError
+
+        from brainstem.state.config import Defaults, Models
+
+        model = Defaults if key == keys.CONFIG_DEFAULTS else Models
+        try:
+            new = model() if text is None else model.model_validate_json(text)
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            where = ".".join(map(str, e["loc"])) or "the value"
+            raise KVWriteRefused(f"{key} is invalid: {where}: {e['msg']}") from None
+        if key == keys.CONFIG_DEFAULTS:
+            try:
+                current = Defaults.model_validate_json(store.get(key) or "{}")
+            except (ValidationError, ValueError):
+                current = Defaults()
+            gate, staged = current.deep_reflect.replay_gate_sessions, new.deep_reflect.replay_gate_sessions
+            if staged < gate:
+                raise KVWriteRefused(f"deep_reflect.replay_gate_sessions may not be lowered by the agent "
+                                     f"({gate} -> {staged}); the operator can: brainstem kv put config:defaults")
+
+
+# --- kv_operations: the canonical batch format ---
+
+class _Op(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PutOp(_Op):
+    op: Literal["put"]
+    key: str
+    value: Any
+
+
+class DeleteOp(_Op):
+    op: Literal["delete"]
+    key: str
+
+
+class RenameOp(_Op):
+    op: Literal["rename"]
+    key: str
+    value: str = Field(description="the new key name")
+
+
+class CopyOp(_Op):
+    op: Literal["copy"]
+    key: str
+    value: str = Field(description="the key to copy to")
+
+
+KVOperation = Annotated[PutOp | DeleteOp | RenameOp | CopyOp, Field(discriminator="op")]
+_BATCH = TypeAdapter(list[KVOperation])
+
+
+def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp | CopyOp]:
+    """Validate a kv_operations batch; raise :class:`KVWriteRefused` with every reason."""
+    if not isinstance(raw, list):
+        raise KVWriteRefused(f"kv_operations must be a list of operations, got {type(raw).__name__}")
+    if len(raw) > MAX_BATCH:
+        raise KVWriteRefused(f"kv_operations has {len(raw)} operations; the limit is {MAX_BATCH}")
+    try:
+        return _BATCH.validate_python(raw)
+    except ValidationError as exc:
+        reasons = "; ".join(f"operation {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5])
+        raise KVWriteRefused(f"invalid kv_operations ({reasons}); canonical forms are "
+                             '{"op":"put","key":K,"value":V}, {"op":"delete","key":K}, '
+                             '{"op":"rename","key":OLD,"value":NEW}, {"op":"copy","key":FROM,"value":TO}') from None
+
+
+class AgentKV:
+    """The guarded store an agent session writes through.
+
+    ``record`` is the session's karma recorder. ``on_privileged_write(key, old,
+    new, source)`` is called before a privileged key changes (the version history
+    hooks in here; ``source`` says which path wrote: reflect, deep_reflect, tool:NAME...).
+    """
+
+    def __init__(self, store: Store, record: Recorder | None = None,
+                 on_privileged_write: Callable[[str, str | None, str | None, str], None] | None = None):
+        self.store = store
+        self._record = record or (lambda *a, **k: None)
+        self._on_privileged = on_privileged_write
+
+    # Reads are not restricted here: scope for tools is enforced by the tool context.
+    def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
+        return self.store.get(key, type, default)
+
+    def _writable(self, key: Any) -> str:
+        return self.store.check_writable(check_agent_writable(key))
+
+    def _readable_source(self, key: Any) -> str:
+        key = self._writable(key)
+        if keys.is_secret(key):
+            # The agent may write secrets but never read them: moving or copying one out of secret:* would
+            # put the operator's value where the agent can read it.
+            raise KVWriteRefused(f"cannot move or copy {key!r}: secret:* keys can be written or deleted, "
+                                 f"never moved or read")
+        return key
+
+    def _check_write(self, key: Any, text: str | None) -> str:
+        """The one check of every key an operation writes (``text`` None: the key goes away)."""
+        key = self._writable(key)
+        if text is not None and len(text.encode()) > MAX_VALUE_BYTES:
+            raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
+        check_value(self.store, key, text, agent=True)
+        return key
+
+    def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None, str | None]]:
+        """What ``ops`` write, in order, each checked as a put (or delete) of that key would be:
+        ``(op, key, value or None, moved or copied from)``. :class:`KVWriteRefused` if any is refused."""
+        pending: dict[str, str | None] = {}  # what the batch has written so far
+
+        def current(k: str) -> str | None:
+            return pending[k] if k in pending else self.store.get(k)
+
+        writes: list[tuple[str, str, str | None, str | None]] = []
+        for op in ops:
+            done = len(writes)
+            if isinstance(op, PutOp):
+                text = encode(op.value)
+                writes.append(("put", self._check_write(op.key, text), text, None))
+            elif isinstance(op, DeleteOp):
+                writes.append(("delete", self._check_write(op.key, None), None, None))
+            else:
+                src = self._readable_source(op.key)
+                value = current(src)
+                if value is None:
+                    raise KVWriteRefused(f"cannot {op.op} {src!r}: it does not exist")
+                writes.append(("put", self._check_write(op.value, value), value, src))
+                if isinstance(op, RenameOp):
+                    writes.append(("delete", self._check_write(src, None), None, None))
+            for _, key, text, _ in writes[done:]:
+                pending[key] = text
+        return writes
+
+    def staged(self, raw: Any) -> dict[str, str | None]:
+        """The value each key a valid batch writes would end with (None: deleted); {} for an invalid one."""
+        try:
+            return {key: text for _, key, text, _ in self.plan(parse_operations(raw))}
+        except KVWriteRefused:
+            return {}
+
+    def put(self, key: str, value: Any, *, source: str = "agent") -> None:
+        self._apply_one(PutOp(op="put", key=key, value=value) if isinstance(key, str) else None, "put", key,
+                        source)
+
+    def delete(self, key: str, *, source: str = "agent") -> bool:
+        return self._apply_one(DeleteOp(op="delete", key=key) if isinstance(key, str) else None, "delete", key,
+                               source)
+
+    def rename(self, old: str, new: str, *, source: str = "agent") -> None:
+        ok = isinstance(old, str) and isinstance(new, str)
+        self._apply_one(RenameOp(op="rename", key=old, value=new) if ok else None, "rename", f"{old} -> {new}",
+                        source)
+
+    def _apply_one(self, op, name: str, shown: Any, source: str) -> bool:
+        try:
+            if op is None:
+                raise KVWriteRefused(f"key must be a non-empty string, got {shown!r}")
+            writes = self.plan([op])
+        except KVWriteRefused as exc:
+            self._record(events.KV_WRITE_REFUSED, op=name, key=str(shown)[:200], source=source, reason=str(exc))
+            raise
+        return self._perform(writes, source)
+
+    def apply_operations(self, raw: Any, *, source: str = "agent") -> list[dict]:
+        """Validate the whole batch, then apply it. Nothing is written if anything is invalid."""
+        try:
+            ops = parse_operations(raw)
+            writes = self.plan(ops)
+        except KVWriteRefused as exc:
+            self._record(events.KV_OPERATIONS_REJECTED, source=source, reason=str(exc),
+                         operations=raw if isinstance(raw, list) else repr(raw)[:500])
+            raise
+        self._perform(writes, source)
+        return [op.model_dump() for op in ops]
+
+    # --- internals ---
+    def _perform(self, writes: list[tuple[str, str, str | None, str | None]], source: str) -> bool:
+        existed = True
+        for op, key, text, origin in writes:
+            if op == "put":
+                lineage.note_write(self.store, key, text, origin)
+                self._write(key, text, source)
+            else:
+                existed = self._delete(key, source)
+        return existed
+
+    def _write(self, key: str, text: str, source: str) -> None:
+        old = self.store.get(key) if keys.is_privileged(key) else None
+        if keys.is_privileged(key) and self._on_privileged is not None:
+            self._on_privileged(key, old, text, source)
+        self.store.put(key, text)
+        fields: dict[str, Any] = {"op": "put", "key": key, "source": source, "bytes": len(text)}
+        if keys.is_privileged(key):
+            fields["old_value"] = old
+        self._record(events.KV_WRITE, **fields)
+
+    def _delete(self, key: str, source: str) -> bool:
+        old = self.store.get(key) if keys.is_privileged(key) else None
+        if keys.is_privileged(key) and self._on_privileged is not None and old is not None:
+            self._on_privileged(key, old, None, source)
+        existed = self.store.delete(key)
+        fields: dict[str, Any] = {"op": "delete", "key": key, "source": source, "existed": existed}
+        if keys.is_privileged(key):
+            fields["old_value"] = old
+        self._record(events.KV_WRITE, **fields)
+        return existed
+

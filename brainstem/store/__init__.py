@@ -1,0 +1,94 @@
+"""The store: a small protocol, a Redis and an SQLite backend, and the agent's guarded view.
+
+``open_store(url)`` picks the backend from the URL and imports only that one,
+so the sleep path never pays for a backend it does not use. Several agents may
+share one store, each confined to its own keys (:mod:`brainstem.store.names`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from brainstem.core.errors import ConfigError
+from brainstem.store.base import KeyInfo, ListResult, Store
+from brainstem.store.names import agent_prefix
+
+__all__ = ["KeyInfo", "ListResult", "Store", "open_store", "default_store_url", "sqlite_url"]
+
+
+def default_store_path() -> Path:
+    """The embedded store's default file, in the user's data directory."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).resolve() / "brainstem" / "brainstem.db"
+
+
+def sqlite_url(path: str | Path) -> str:
+    """The URL of an SQLite file, as SQLAlchemy writes it: ``sqlite:///relative.db`` (three slashes,
+    from the working directory) or ``sqlite:////absolute/path.db`` (four)."""
+    return "sqlite:///" + str(path)
+
+
+def default_store_url() -> str:
+    """``BRAINSTEM_KV`` or the embedded store in the user's data directory."""
+    url = os.environ.get("BRAINSTEM_KV", "").strip()
+    return url or sqlite_url(default_store_path())
+
+
+def sqlite_path(url: str) -> Path:
+    """The file an ``sqlite:///`` URL names (see :func:`sqlite_url`; ``~`` is the home directory).
+
+    A missing directory is a :class:`ConfigError` naming it: a typo in the path must not quietly
+    become a new, empty agent. Only the default location is created when missing."""
+    if not url.startswith("sqlite:///"):
+        raise ConfigError(f"BRAINSTEM_KV {url!r}: write sqlite:///relative/path.db (from the working directory) "
+                          f"or sqlite:////absolute/path.db (four slashes)")
+    raw = url[len("sqlite:///"):].split("?", 1)[0]
+    if not raw.strip("/"):
+        raise ConfigError(f"BRAINSTEM_KV {url!r} names no file: use sqlite:////path/to/brainstem.db")
+    path = Path(raw).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if path.parent.is_dir() or path == default_store_path():
+        return path
+    hint = ""
+    if not raw.startswith(("/", "~")) and Path("/" + raw).parent.is_dir():
+        hint = f" (for the absolute path /{raw}, write four slashes: sqlite:////{raw})"
+    raise ConfigError(f"BRAINSTEM_KV {url!r}: the directory {path.parent} does not exist{hint}; create it "
+                      f"or fix the URL (three slashes: relative to the working directory, four: absolute)")
+
+
+def open_store(url: str | None = None, prefix: str | None = None, check: bool = True,
+               retry_seconds: float | None = None) -> Store:
+    """Open the store named by ``url`` (default: :func:`default_store_url`).
+
+    ``prefix`` selects the agent (default: ``BRAINSTEM_KV_PREFIX``, else the
+    URL's ``?prefix=``): ``NAME:`` or ``NAME``, or empty for the default agent.
+    An invalid name is a one-line :class:`ConfigError`.
+    ``check`` pings Redis so an unreachable server fails here, with one line (at once: the ping is
+    not retried). ``retry_seconds`` is how long a later command retries a lost connection or a
+    locked file before failing (default 5 s; 0: fail at once).
+    """
+    url = url or default_store_url()
+    env_prefix = os.environ.get("BRAINSTEM_KV_PREFIX")
+    if prefix is None:
+        prefix = env_prefix
+    if prefix is None:
+        from urllib.parse import parse_qs, urlsplit
+
+        query = parse_qs(urlsplit(url).query).get("prefix")
+        prefix = agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
+    else:
+        prefix = agent_prefix(prefix, "BRAINSTEM_KV_PREFIX" if prefix == env_prefix else "agent prefix")
+    if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
+        from brainstem.store.redis_store import RedisStore
+
+        store = RedisStore(url, prefix=prefix, retry_seconds=retry_seconds)
+        if check:
+            store.ping()
+        return store
+    if url.startswith("sqlite:"):
+        from brainstem.store.sqlite_store import SQLiteStore
+
+        return SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
+    raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db, "
+                      f"redis+cluster://host:port,host:port/, sqlite:///relative.db or sqlite:////absolute/path.db")

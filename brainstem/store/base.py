@@ -1,0 +1,405 @@
+"""The store protocol every backend implements.
+
+It mirrors Cloudflare KV (get, get_with_metadata, put with metadata and TTL,
+delete, list by prefix with a cursor) and adds what Redis gives us: append-only
+logs for karma and an owner-token lock for the wake.
+
+Values are text. Anything that is not a ``str`` is stored as JSON text, so a
+value written as ``{"a": 1}`` reads back as ``'{"a": 1}'`` with ``get`` and as
+``{"a": 1}`` with ``get(key, type="json")``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from brainstem.core.errors import ConfigError, ForeignAgentKey, LeaseLost, MalformedValue, NotText, StoreReadOnly
+from brainstem.core.keys import UNFENCED
+from brainstem.store import names
+
+
+@dataclass
+class KeyInfo:
+    name: str
+    metadata: dict | None = None
+    expiration: float | None = None  # unix time, when the key has a TTL
+    is_log: bool = False
+
+
+@dataclass
+class ListResult:
+    keys: list[KeyInfo] = field(default_factory=list)
+    cursor: str | None = None  # pass back to continue; None when complete
+
+    @property
+    def complete(self) -> bool:
+        return self.cursor is None
+
+
+# How each primitive is confined to the view's own agent (see ``Store.__init_subclass__``):
+# a read of a key that is not this agent's answers "absent"; a write raises ForeignAgentKey.
+_READS = {"get_text": lambda: None, "get_with_metadata": lambda: (None, None), "read_log": list,
+          "log_length": lambda: 0, "lock_owner": lambda: None}
+_WRITES = frozenset({"put", "delete", "incr", "append", "delete_log", "trim_log",
+                     "acquire_lock", "release_lock", "refresh_lock"})
+# Today's spend: the keys are fixed (``keys.DAILY_COST`` and its holds), always the view's own.
+_SPEND = {"reserve_spend": True, "settle_spend": True, "daily_spend": False}  # name -> is a write
+
+
+class Store:
+    """What every backend offers. Keys are plain strings; backends add their own prefix.
+
+    Subclasses implement the primitives; the JSON helpers live here once, and so
+    does confinement: every primitive a backend defines is wrapped so that a view
+    never reaches another agent's keys (see :mod:`brainstem.store.names`). A named
+    agent's view is confined by its prefix and registers its name before its
+    first operation; the default agent's view refuses keys whose first segment
+    is a registered name. Backends provide the registry (``_registry_*``).
+    """
+
+    display_url: str = ""  # the URL with any password removed, safe to print
+    prefix: str = ""  # "" for the default agent, else "NAME:"
+    _registered = False  # a named view has registered its name (or found it registered)
+    _known_agents: frozenset[str] = frozenset()  # names seen registered; never unregistered, so cached
+    # (lock name, owner) while a session holds its wake lease through this view: every write then goes
+    # through only if the lock is still that owner's, checked atomically with the write, else
+    # :class:`~brainstem.core.errors.LeaseLost` (a session that lost its lease writes nothing: no karma, no
+    # key, no spend). None: unfenced (the operator's commands). See :meth:`fence_for`, :meth:`unfenced`.
+    lease: tuple[str, str] | None = None
+    _unfenced_here: threading.local | None = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name, fn in list(vars(cls).items()):
+            if name in _READS:
+                setattr(cls, name, _confined_read(fn, _READS[name]))
+            elif name in _WRITES:
+                setattr(cls, name, _confined_write(fn))
+            elif name == "list":
+                setattr(cls, name, _confined_list(fn))
+            elif name in _SPEND:
+                setattr(cls, name, _readied(fn, _SPEND[name]))
+
+    # --- registry (each backend) ---
+    def _registry_has(self, name: str) -> bool: raise NotImplementedError
+    def _registry_names(self) -> set[str]: raise NotImplementedError
+    def _registry_add(self, name: str, adopt: bool) -> None: raise NotImplementedError  # ConfigError on a clash
+
+    # --- agents (shared) ---
+    def _set_prefix(self, prefix: str | None, source: str = "agent prefix") -> None:
+        """Validate and normalise the agent prefix (ConfigError naming ``source`` when invalid)."""
+        self.prefix = names.agent_prefix(prefix, source)
+        self._registered = False
+        self._known_agents = frozenset()
+
+    @property
+    def agent(self) -> str | None:
+        """This view's agent name; None for the default agent."""
+        return self.prefix[:-1] or None
+
+    def registered_agents(self) -> set[str]:
+        """Every agent name registered in this store."""
+        found = self._registry_names()
+        self._known_agents = self._known_agents | found
+        return found
+
+    def register_agent(self, name: str, adopt: bool = False) -> None:
+        """Record ``name`` in the registry (idempotent).
+
+        Refused with :class:`ConfigError` when the default agent already holds
+        keys under ``NAME:``, unless ``adopt`` (the operator says they are the
+        agent's own) or a log lives there (only the agent's own runtime writes
+        logs under its prefix).
+        """
+        name = names.agent_prefix(name, "agent name")[:-1]
+        if not name:
+            raise ConfigError("the default agent has no name to register")
+        self._registry_add(name, adopt)
+        self._known_agents = self._known_agents | {name}
+        if name == self.agent:
+            self._registered = True
+
+    def owner_of(self, key: Any) -> str | None:
+        """Who owns ``key`` when this view may not touch it: another agent's name, or ``"__"`` for
+        the store's internals. None when the key is this view's own."""
+        if not isinstance(key, str):
+            return None
+        if key.startswith(names.INTERNAL):
+            return names.INTERNAL
+        if self.prefix:
+            return None  # stored under NAME:, which no other agent can reach
+        seg = names.candidate(key)
+        if seg is None:
+            return None
+        if seg in self._known_agents:
+            return seg
+        if self._registry_has(seg):  # not cached when absent: a name may be registered at any time
+            self._known_agents = self._known_agents | {seg}
+            return seg
+        return None
+
+    def check_writable(self, key: Any) -> Any:
+        """``key``, or :class:`ForeignAgentKey` when it belongs to another agent or the store's internals."""
+        owner = self.owner_of(key)
+        if owner is not None:
+            raise ForeignAgentKey(_refusal(key, owner))
+        return key
+
+    def _ready(self, write: bool = True) -> None:
+        if self.prefix and not self._registered:
+            try:
+                self.register_agent(self.prefix[:-1])
+            except StoreReadOnly:
+                if write:
+                    raise
+                # A read-only store can still be read: the view's own keys are under its prefix whether or
+                # not the name is registered; registration is tried again before the first write.
+
+    # --- primitives (each backend) ---
+    def get_text(self, key: str) -> str | None: raise NotImplementedError
+    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]: raise NotImplementedError
+    def put(self, key: str, value: Any, metadata: dict | None = None,
+            ttl: float | None = None) -> None: raise NotImplementedError
+    def delete(self, key: str) -> bool: raise NotImplementedError
+    def list(self, prefix: str = "", limit: int = 1000,
+             cursor: str | None = None) -> ListResult: raise NotImplementedError
+    def append(self, log_key: str, entry: Any) -> int: raise NotImplementedError
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]: raise NotImplementedError
+    def log_length(self, log_key: str) -> int: raise NotImplementedError
+    def delete_log(self, log_key: str) -> bool: raise NotImplementedError
+    def trim_log(self, log_key: str, keep: int) -> None: raise NotImplementedError  # keep the newest ``keep``
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def release_lock(self, name: str, owner: str) -> bool: raise NotImplementedError
+    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def lock_owner(self, name: str) -> str | None: raise NotImplementedError
+    def incr(self, key: str, amount: int = 1) -> int: raise NotImplementedError
+    def usage(self) -> dict: raise NotImplementedError
+
+    # --- today's spend, shared by every process of the agent (each backend, atomically) ---
+    # The day's actual spend is ``keys.DAILY_COST`` (``{"date": DAY, "usd": N}``, readable with ``get``);
+    # the holds live beside it, as the store's internals. A hold counts until it is settled or its
+    # deadline passes, so a process that dies between reserve and settle blocks nothing for long.
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str,
+                      ttl_s: float) -> bool:
+        """Hold ``amount`` USD under ``token`` for ``ttl_s`` seconds, if ``day``'s actual spend plus
+        every live hold plus ``amount`` stays within ``ceiling``; False (and nothing held) otherwise."""
+        raise NotImplementedError
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        """Drop the hold ``token`` (None: none) and add ``actual`` (may be negative: a correction) to
+        ``day``'s spend, never below 0; returns the day's spend after."""
+        raise NotImplementedError
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        """(``day``'s actual spend, USD held now by live holds)."""
+        raise NotImplementedError
+
+    def close(self) -> None: pass
+
+    def fence_for(self, key: str) -> tuple[str, str] | None:
+        """The lease a write to ``key`` must hold (see ``lease``), or None when the write is unfenced: no
+        lease, a key that is not the session's (the daemon's ``wake_log``), or inside :meth:`unfenced`."""
+        lease = self.lease
+        if lease is None or key in UNFENCED:
+            return None
+        here = self._unfenced_here
+        return None if here is not None and getattr(here, "on", False) else lease
+
+    @contextmanager
+    def unfenced(self):
+        """Writes from this thread, inside the block, are not fenced: the one entry a session that lost
+        its lease still writes (``lease_lost``), and the settling of money already spent."""
+        if self._unfenced_here is None:
+            self._unfenced_here = threading.local()
+        here = self._unfenced_here
+        before, here.on = getattr(here, "on", False), True
+        try:
+            yield self
+        finally:
+            here.on = before
+
+    # --- shared on top of the primitives ---
+    def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
+        """A key as text or parsed JSON; ``default`` when absent.
+
+        Malformed JSON raises :class:`MalformedValue` naming the key; it never
+        comes back half-parsed.
+        """
+        text = self.get_text(key)
+        if text is None:
+            return default
+        return decode_json(key, text) if type == "json" else text
+
+    def get_json(self, key: str, default: Any = None, on_error=None) -> Any:
+        """Parsed JSON, or ``default`` when absent or malformed (``on_error(exc)`` is told why)."""
+        try:
+            return self.get(key, "json", default)
+        except MalformedValue as exc:
+            if on_error is not None:
+                on_error(exc)
+            return default
+
+    def get_object(self, key: str) -> dict[str, Any]:
+        """A JSON object the runtime keeps (``stats:*``), or {} when absent, malformed or not an object."""
+        value = self.get_json(key, default=None)
+        return value if isinstance(value, dict) else {}
+
+    def list_all(self, prefix: str = "", page: int = 1000, limit: int | None = None) -> list[KeyInfo]:
+        """Every key under ``prefix``, sorted, following cursors; at most ``limit``."""
+        seen: dict[str, KeyInfo] = {}
+        cursor = None
+        while True:
+            res = self.list(prefix, limit=page, cursor=cursor)
+            for k in res.keys:
+                seen.setdefault(k.name, k)
+            if res.complete or (limit is not None and len(seen) >= limit):
+                break
+            cursor = res.cursor
+        keys = sorted(seen.values(), key=lambda k: k.name)
+        return keys[:limit] if limit is not None else keys
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def lease_lost(key: str) -> LeaseLost:
+    """The refusal of a fenced write whose lease is gone."""
+    return LeaseLost(f"this session's wake lease is no longer its own (it ran out, or another wake holds it "
+                     f"now): its write to {key!r} was refused")
+
+
+def _refusal(key: str, owner: str) -> str:
+    if owner == names.INTERNAL:
+        return f"key {key!r} is reserved for the store's internals"
+    return (f"key {key!r} belongs to agent {owner!r}, which shares this store; the default agent cannot "
+            f"write, delete or lock it (act as that agent with BRAINSTEM_KV_PREFIX={owner}: or --agent {owner})")
+
+
+def _key_param(fn) -> str:
+    """The name of the key argument: (self, key | log_key | name, ...). No ``inspect``: the sleep path
+    imports this module and ``inspect`` would cost it milliseconds."""
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return fn.__code__.co_varnames[1]
+
+
+def _confined_read(fn, absent):
+    param = _key_param(fn)
+
+    @functools.wraps(fn)
+    def read(self, *args, **kwargs):
+        self._ready(write=False)
+        key = args[0] if args else kwargs.get(param)
+        if self.owner_of(key) is not None:
+            return absent()
+        return fn(self, *args, **kwargs)
+    return read
+
+
+def _confined_write(fn):
+    param = _key_param(fn)
+
+    @functools.wraps(fn)
+    def write(self, *args, **kwargs):
+        self._ready()
+        self.check_writable(args[0] if args else kwargs.get(param))
+        return fn(self, *args, **kwargs)
+    return write
+
+
+def _readied(fn, write: bool):
+    @functools.wraps(fn)
+    def op(self, *args, **kwargs):
+        self._ready(write=write)
+        return fn(self, *args, **kwargs)
+    return op
+
+
+def _confined_list(fn):
+    @functools.wraps(fn)
+    def list_(self, *args, **kwargs):
+        self._ready(write=False)
+        prefix = (args[0] if args else kwargs.get("prefix")) or ""
+        if prefix.startswith(names.INTERNAL) or (":" in prefix and self.owner_of(prefix) is not None):
+            return ListResult()  # wholly another agent's (or the internals): nothing to scan
+        res = fn(self, *args, **kwargs)
+        keys = [k for k in res.keys if not k.name.startswith(names.INTERNAL)]
+        if not self.prefix and any(names.candidate(k.name) for k in keys):
+            agents = self.registered_agents()  # one lookup for the whole page
+            keys = [k for k in keys if names.candidate(k.name) not in agents]
+        res.keys = keys
+        return res
+    return list_
+
+
+def spent_on(day: str, text: str | None) -> float:
+    """The USD of ``keys.DAILY_COST``'s stored text, when it is ``day``'s (else 0: a new day)."""
+    try:
+        rec = json.loads(text) if text else None
+    except ValueError:
+        return 0.0
+    usd = rec.get("usd") if isinstance(rec, dict) and rec.get("date") == day else None
+    ok = isinstance(usd, (int, float)) and not isinstance(usd, bool) and math.isfinite(usd)
+    return float(usd) if ok else 0.0
+
+
+def spend_record(day: str, usd: float) -> str:
+    return encode({"date": day, "usd": round(max(0.0, usd), 10)})
+
+
+def encode(value: Any) -> str:
+    """The stored text form of a value: strings as they are, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_json(key: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        preview = text[:60].replace("\n", " ")
+        raise MalformedValue(f"value of {key!r} is not valid JSON ({exc.msg} at char {exc.pos}): {preview!r}") from None
+
+
+def decode_text(key: str, raw: bytes | str | None, what: str = "value") -> str | None:
+    """Stored bytes as text, or :class:`NotText` naming the key: values are UTF-8 text, and bytes that
+    are not (written around Brainstem, e.g. by a plain Redis client or sqlite3) must not surface as a
+    UnicodeDecodeError deep in whatever read them."""
+    if raw is None or isinstance(raw, str):
+        return raw
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if key == "soul":
+            fix = "replace it with `brainstem kv put soul --file FILE --force-soul`"
+        else:
+            fix = f"replace it with `brainstem kv put {key} --file FILE` or delete it with `brainstem kv del {key}`"
+        raise NotText(f"{what} of {key!r} is not text (invalid UTF-8 at byte {exc.start} of {len(raw)} bytes); "
+                      f"{fix}") from None
+
+
+def decode_metadata(key: str, raw: bytes | str | None) -> dict | None:
+    """Stored metadata (JSON text) as a dict; :class:`MalformedValue` naming the key when it is not."""
+    text = decode_text(key, raw, "metadata")
+    if not text:
+        return None
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        raise MalformedValue(f"metadata of {key!r} is not valid JSON: {text[:60]!r}") from None
+    return meta if isinstance(meta, dict) else None
+
+
+def decode_log_entry(raw: bytes | str) -> str:
+    """A log entry as text; bytes that are not UTF-8 are replaced (one bad entry must not hide a log)."""
+    return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="replace")

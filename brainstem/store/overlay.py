@@ -1,0 +1,201 @@
+"""A throwaway layer over a store: reads fall through, writes stay in memory.
+
+Replay and dry run run a whole session against one of these, so nothing they
+do reaches the agent's store: not a key, not the schedule, not the session
+history. ``passthrough(key)`` names the few keys that do go through, each a
+record of something real (a dry run's own karma, today's spend on real LLM
+calls); everything else is forgotten with the overlay.
+
+The overlay is confined exactly as its base is (another agent's keys are
+absent and unwritable), because it asks the base who owns a key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from brainstem.core import keys
+from brainstem.core.errors import MalformedValue
+from brainstem.store.base import KeyInfo, ListResult, Store, encode, spend_record, spent_on
+
+
+class OverlayStore(Store):
+    def __init__(self, base: Store, passthrough: Callable[[str], bool] = lambda key: False):
+        self.base = base
+        self.display_url = base.display_url
+        self.prefix = ""  # confinement is the base's: see owner_of
+        self._passthrough = passthrough
+        self._values: dict[str, tuple[str, dict | None] | None] = {}  # None: deleted here
+        self._logs: dict[str, list[str] | None] = {}  # a log written here (a copy of the base's), None: deleted
+        self._locks: dict[str, str] = {}
+        self._holds: dict[str, tuple[float, float]] = {}  # token -> (USD, monotonic deadline)
+        self.written: list[tuple[str, str]] = []  # (op, key), in order: what the overlay kept from the base
+
+    # --- confinement: the base's ---
+    def owner_of(self, key: Any) -> str | None:
+        return self.base.owner_of(key)
+
+    def _ready(self, write: bool = True) -> None:
+        pass
+
+    def _registry_has(self, name: str) -> bool:
+        return self.base._registry_has(name)
+
+    def _registry_names(self) -> set[str]:
+        return self.base._registry_names()
+
+    def _registry_add(self, name: str, adopt: bool) -> None:
+        pass  # registering is a write; the overlay keeps none
+
+    # --- values ---
+    def get_text(self, key: str) -> str | None:
+        if key in self._values:
+            held = self._values[key]
+            return None if held is None else held[0]
+        return self.base.get_text(key)
+
+    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+        if key in self._values:
+            held = self._values[key]
+            return (None, None) if held is None else held
+        return self.base.get_with_metadata(key)
+
+    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
+        if self._passthrough(key):
+            self.base.put(key, value, metadata=metadata, ttl=ttl)
+            return
+        self._values[key] = (encode(value), metadata)
+        self.written.append(("put", key))
+
+    def delete(self, key: str) -> bool:
+        if self._passthrough(key):
+            return self.base.delete(key)
+        existed = self.get_text(key) is not None
+        self._values[key] = None
+        self.written.append(("delete", key))
+        return existed
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        if self._passthrough(key):
+            return self.base.incr(key, amount)
+        held = self.get_text(key)
+        try:
+            value = int(held or 0) + amount
+        except ValueError:  # as every store says it: the caller repairs a malformed counter
+            raise MalformedValue(f"value of {key!r} is not an integer") from None
+        self.put(key, str(value))
+        return value
+
+    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+        found = {k.name: k for k in self.base.list_all(prefix)}
+        for key, held in self._values.items():
+            if key.startswith(prefix):
+                if held is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = KeyInfo(key, metadata=held[1])
+        for key, log in self._logs.items():
+            if key.startswith(prefix):
+                if log:
+                    found[key] = KeyInfo(key, is_log=True)
+                else:
+                    found.pop(key, None)
+        return ListResult(keys=sorted(found.values(), key=lambda k: k.name))  # one page: cursor None
+
+    # --- logs ---
+    def _log(self, key: str) -> list[str]:
+        log = self._logs.get(key)
+        if log is None:
+            log = [] if key in self._logs else list(self.base.read_log(key))
+            self._logs[key] = log
+        return log
+
+    def fresh_log(self, key: str) -> None:
+        """Start ``key`` empty here, whatever the base holds (a replay's own karma, under the old id)."""
+        self._logs[key] = []
+
+    def append(self, log_key: str, entry: Any) -> int:
+        if self._passthrough(log_key):
+            return self.base.append(log_key, entry)
+        log = self._log(log_key)
+        log.append(entry if isinstance(entry, str) else encode(entry))
+        return len(log)
+
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
+        if self._passthrough(log_key) or log_key not in self._logs:
+            return self.base.read_log(log_key, start, stop)
+        return list((self._logs[log_key] or [])[start:stop])  # Python slice semantics, as every backend
+
+    def log_length(self, log_key: str) -> int:
+        if self._passthrough(log_key) or log_key not in self._logs:
+            return self.base.log_length(log_key)
+        return len(self._logs[log_key] or [])
+
+    def delete_log(self, log_key: str) -> bool:
+        if self._passthrough(log_key):
+            return self.base.delete_log(log_key)
+        existed = self.log_length(log_key) > 0
+        self._logs[log_key] = None
+        self.written.append(("delete_log", log_key))
+        return existed
+
+    def trim_log(self, log_key: str, keep: int) -> None:
+        if self._passthrough(log_key):
+            self.base.trim_log(log_key, keep)
+            return
+        log = self._log(log_key)
+        del log[:max(0, len(log) - keep)]
+
+    # --- locks: held here only (a passthrough name is the store's: a lock guarding a passthrough key) ---
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        if self._passthrough(name):
+            return self.base.acquire_lock(name, owner, ttl_ms)
+        if name in self._locks and self._locks[name] != owner:
+            return False
+        self._locks[name] = owner
+        return True
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        if self._passthrough(name):
+            return self.base.release_lock(name, owner)
+        if self._locks.get(name) == owner:
+            del self._locks[name]
+            return True
+        return False
+
+    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        return self._locks.get(name) == owner
+
+    def lock_owner(self, name: str) -> str | None:
+        return self._locks.get(name)
+
+    # --- today's spend: the store's when it passes through (real calls are real money), else kept here ---
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.reserve_spend(day, amount, ceiling, token, ttl_s)
+        now = time.monotonic()
+        self._holds = {t: h for t, h in self._holds.items() if h[1] > now}
+        if spent_on(day, self.get_text(keys.DAILY_COST)) + sum(h[0] for h in self._holds.values()) + amount \
+                > ceiling + 1e-12:
+            return False
+        self._holds[token] = (amount, now + ttl_s)
+        return True
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.settle_spend(day, token, actual)
+        self._holds.pop(token, None)
+        total = max(0.0, spent_on(day, self.get_text(keys.DAILY_COST)) + actual)
+        self.put(keys.DAILY_COST, spend_record(day, total))
+        return round(total, 10)
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        if self._passthrough(keys.DAILY_COST):
+            return self.base.daily_spend(day)
+        now = time.monotonic()
+        return spent_on(day, self.get_text(keys.DAILY_COST)), sum(h[0] for h in self._holds.values() if h[1] > now)
+
+    def usage(self) -> dict:
+        return self.base.usage()

@@ -1,0 +1,600 @@
+"""The embedded store: one SQLite file, WAL, every write durable when it returns.
+
+Two processes may use one file at once (SQLite's own locking, a busy timeout,
+and ``BEGIN IMMEDIATE`` for read-modify-write). Logs are rows keyed by
+(log, sequence), so an append costs one B-tree insert whatever the log's size.
+
+The file holds every agent's secrets, so the file, its WAL and shared-memory
+files and any directory created for it are owner-only (0600 / 0700): a process
+running as another user (an escaped sandbox worker) cannot read it. Agents
+sharing the file are confined as described in :mod:`brainstem.store.names`; the
+registry of their names is the ``agents`` table. Today's spend held by calls
+in flight is the ``spend_holds`` table, keyed like the spend itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from brainstem.core.errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
+from brainstem.core.keys import DAILY_COST
+from brainstem.store.base import (
+    KeyInfo,
+    ListResult,
+    Store,
+    decode_log_entry,
+    decode_metadata,
+    decode_text,
+    encode,
+    lease_lost,
+    spend_record,
+    spent_on,
+)
+from brainstem.store.names import adopt_hint
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL, metadata TEXT, expires_at REAL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS logs (
+    key TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (key, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0,
+    bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spend_holds (key TEXT NOT NULL, token TEXT NOT NULL, usd REAL NOT NULL,
+    expires_at REAL NOT NULL, PRIMARY KEY (key, token)) WITHOUT ROWID;
+"""
+
+
+RETRY_SECONDS = 5.0  # how long a statement keeps retrying a database locked beyond the busy timeout
+
+
+class SQLiteStore(Store):
+    """``read_only``: the file (or, with no write-ahead log beside it, its directory) is not writable
+    by this process, so it is opened read-only: every read works, every write is a one-line
+    :class:`StoreReadOnly`. Nothing is created or converted in a read-only store."""
+
+    _stuck = False  # the last statement gave up on a lock: do not wait again until one succeeds
+
+    def __init__(self, path: str | Path, prefix: str = "", busy_timeout_ms: int = 10_000,
+                 retry_seconds: float | None = None):
+        self.path = Path(path).expanduser()
+        self._set_prefix(prefix, "agent prefix")
+        self.display_url = "sqlite:///" + str(self.path) + (f"?prefix={self.prefix}" if self.prefix else "")
+        self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
+        self._lock = threading.RLock()
+        self.read_only = _not_writable(self.path)
+        try:
+            if self.read_only:
+                self._db = _open_read_only(self.path, busy_timeout_ms)
+                self._base = "base" if _has_column(self._db, "base") else "0"
+                self._counted = _has_column(self._db, "bytes")
+                return
+            _make_private(self.path)
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
+                                       timeout=busy_timeout_ms / 1000)
+            self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            # Switching a new file to WAL needs an exclusive lock, and SQLite answers "database is
+            # locked" at once, without its busy handler, when another process opening the same new
+            # file holds a shared one: the setup is retried like any statement.
+            self._run(_set_up)
+            _tighten(self.path)
+        except StoreUnavailable:
+            raise  # already one line naming the file (full, read-only, locked)
+        except (sqlite3.Error, OSError) as exc:
+            if isinstance(exc, sqlite3.Error) and _is_full(exc):
+                raise StoreFull(f"the store's disk is full: cannot open SQLite store {self.path}: "
+                                f"{_reason(exc)}") from None
+            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {_reason(exc)}") from None
+
+    # A log's entries are numbered from 0 as appended (``length`` is the next number); ``base`` is the
+    # number of the oldest one kept, raised by trim_log, so indexes count from the oldest kept entry, as
+    # Redis's LTRIM leaves them. A read-only file from before ``base`` existed has none: "0" then.
+    _base = "base"
+    _counted = True  # log_keys.bytes holds each log's size, so usage() need not read every entry
+
+    # --- helpers ---
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def _run(self, fn):
+        """``fn(db)``, retried for a while when another process keeps the database locked beyond the
+        busy timeout; every SQLite failure becomes one line naming the file."""
+        # After a statement has used up its retries, the next ones fail at once until one succeeds:
+        # a store that stays locked costs one wait, not one per statement.
+        deadline = time.monotonic() + (0.0 if self._stuck else self.retry_seconds)
+        pause = 0.05
+        while True:
+            with self._lock:
+                try:
+                    out = fn(self._db)
+                    self._stuck = False
+                    return out
+                except sqlite3.DatabaseError as exc:
+                    _abandon(self._db)
+                    left = deadline - time.monotonic()
+                    if not (_is_busy(exc) and left > 0):
+                        self._stuck = self._stuck or _is_busy(exc)
+                        raise self._error(exc) from None
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 1.0)
+
+    def _error(self, exc: sqlite3.DatabaseError) -> StoreUnavailable:
+        if _is_full(exc):
+            return StoreFull(f"the store's disk is full: SQLite store {self.path}: {_reason(exc)} (free space "
+                             "on its filesystem, or move the store with BRAINSTEM_KV)")
+        if _is_read_only(exc):
+            return StoreReadOnly(f"SQLite store {self.path} is read-only and refused a write ({_reason(exc)}): "
+                                 "this user needs write permission on the file and its directory")
+        if _is_busy(exc):
+            return StoreUnavailable(f"SQLite store {self.path} stayed locked by another process for more than "
+                                    f"{self.retry_seconds:g}s beyond its busy timeout: {_reason(exc)}")
+        return StoreUnavailable(f"SQLite store {self.path}: {_reason(exc)}")
+
+    def _tx(self, fn):
+        """Run ``fn(db)`` inside BEGIN IMMEDIATE ... COMMIT (rolled back on error)."""
+        def body(db):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return out
+        return self._run(body)
+
+    # --- the registry of agent names ---
+    def _registry_has(self, name: str) -> bool:
+        return self._run(lambda db: db.execute("SELECT 1 FROM agents WHERE name = ?", (name,)).fetchone()) is not None
+
+    def _registry_names(self) -> set[str]:
+        return {r[0] for r in self._run(lambda db: db.execute("SELECT name FROM agents").fetchall())}
+
+    def _registry_add(self, name: str, adopt: bool) -> None:
+        lo, hi = name + ":", _prefix_upper_bound(name + ":")
+
+        def body(db):
+            # One transaction: the check and the registration cannot interleave with another registration.
+            if db.execute("SELECT 1 FROM agents WHERE name = ?", (name,)).fetchone():
+                return None
+            own_log = db.execute("SELECT 1 FROM log_keys WHERE key >= ? AND key < ? LIMIT 1", (lo, hi)).fetchone()
+            if not adopt and not own_log:
+                # Keys already under NAME: are the default agent's, unless a log is among them: only
+                # NAME's own runtime appends logs there (an agent from before names were registered).
+                now = time.time()
+                row = db.execute(
+                    "SELECT key FROM kv WHERE key >= ? AND key < ? AND (expires_at IS NULL OR expires_at > ?) "
+                    "UNION ALL SELECT name FROM locks WHERE name >= ? AND name < ? AND expires_at > ? "
+                    "ORDER BY 1 LIMIT 1", (lo, hi, now, lo, hi, now)).fetchone()
+                if row is not None:
+                    return row[0]
+            db.execute("INSERT INTO agents (name, registered_at) VALUES (?, ?)", (name, time.time()))
+            return None
+        clash = self._tx(body)
+        if clash is not None:
+            raise ConfigError(f"cannot register agent {name!r} in {self.path}: the default agent already "
+                              f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
+                              f"another name; if they are {name}'s own from before agents were registered: "
+                              f"{adopt_hint(name)}")
+
+    # --- values ---
+    def get_text(self, key: str) -> str | None:
+        row = self._run(lambda db: db.execute(
+            "SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?", (self._k(key),)).fetchone())
+        if row is None or (row[1] is not None and row[1] <= time.time()):
+            return None
+        return decode_text(key, row[0])
+
+    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+        # As bytes, decoded here: text that is not UTF-8 (or a BLOB) is a NotText naming the key.
+        row = self._run(lambda db: db.execute(
+            "SELECT CAST(value AS BLOB), CAST(metadata AS BLOB), expires_at FROM kv WHERE key = ?",
+            (self._k(key),)).fetchone())
+        if row is None or (row[2] is not None and row[2] <= time.time()):
+            return None, None
+        return decode_text(key, row[0]), decode_metadata(key, row[1])
+
+    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
+        text = encode(value)
+        meta = json.dumps(metadata) if metadata is not None else None
+        expires = time.time() + ttl if ttl else None
+        upsert = ("INSERT INTO kv (key, value, metadata, expires_at) VALUES (?, ?, ?, ?) "
+                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value, metadata = excluded.metadata, "
+                  "expires_at = excluded.expires_at")
+        fence = self.fence_for(key)
+        if not ttl and fence is None:
+            self._run(lambda db: db.execute(upsert, (self._k(key), text, meta, expires)))
+            return
+
+        def body(db):
+            self._check_fence(db, fence, key)
+            if ttl:  # keys with a TTL are rare; writing one is when the expired ones are swept, in the same write
+                _purge(db)
+            db.execute(upsert, (self._k(key), text, meta, expires))
+        self._tx(body)
+
+    def delete(self, key: str) -> bool:
+        fence = self.fence_for(key)
+        if fence is not None:
+            def body(db):
+                self._check_fence(db, fence, key)
+                return db.execute("DELETE FROM kv WHERE key = ?", (self._k(key),)).rowcount > 0
+            return self._tx(body)
+        cur = self._run(lambda db: db.execute("DELETE FROM kv WHERE key = ?", (self._k(key),)))
+        return cur.rowcount > 0
+
+    def _check_fence(self, db, fence: tuple[str, str] | None, key: str) -> None:
+        """Inside the write's transaction: LeaseLost unless the lease's lock is still its owner's."""
+        if fence is None:
+            return
+        row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(fence[0]),)).fetchone()
+        if row is None or row[0] != fence[1] or row[1] <= time.time():
+            raise lease_lost(key)
+
+    def incr(self, key: str, amount: int = 1) -> int:
+        fence = self.fence_for(key)
+
+        def body(db):
+            self._check_fence(db, fence, key)
+            row = db.execute("SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?",
+                             (self._k(key),)).fetchone()
+            current = 0
+            if row is not None and not (row[1] is not None and row[1] <= time.time()):
+                try:
+                    current = int(row[0])
+                except ValueError:
+                    raise MalformedValue(f"value of {key!r} is not an integer: {bytes(row[0][:40])!r}") from None
+            new = current + amount
+            db.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                       "value = excluded.value, expires_at = NULL", (self._k(key), str(new)))
+            return new
+        return self._tx(body)
+
+    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+        full = self._k(prefix)
+        after = self._k(cursor) if cursor is not None else None
+        upper = _prefix_upper_bound(full)
+        now = time.time()
+
+        def body(db):
+            # Values and logs share one namespace; merge the two ordered scans.
+            q = ("SELECT key, CAST(metadata AS BLOB), expires_at, 0 FROM kv WHERE key >= ? AND (? IS NULL OR key < ?) "
+                 "AND (? IS NULL OR key > ?) AND (expires_at IS NULL OR expires_at > ?) "
+                 "UNION ALL SELECT key, NULL, NULL, 1 FROM log_keys WHERE key >= ? AND (? IS NULL OR key < ?) "
+                 "AND (? IS NULL OR key > ?) ORDER BY 1 LIMIT ?")
+            return db.execute(q, (full, upper, upper, after, after, now,
+                                  full, upper, upper, after, after, limit + 1)).fetchall()
+        rows = self._run(body)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        n = len(self.prefix)
+        keys = [KeyInfo(name=r[0][n:], metadata=_listed_metadata(r[0][n:], r[1]),
+                        expiration=r[2], is_log=bool(r[3])) for r in rows]
+        return ListResult(keys=keys, cursor=keys[-1].name if more and keys else None)
+
+    # --- logs ---
+    def append(self, log_key: str, entry: Any) -> int:
+        text = encode(entry)
+        key = self._k(log_key)
+
+        fence = self.fence_for(log_key)
+
+        def body(db):
+            self._check_fence(db, fence, log_key)
+            length, base = db.execute(
+                "INSERT INTO log_keys (key, length, bytes) VALUES (?, 1, length(?)) ON CONFLICT(key) DO UPDATE "
+                f"SET length = length + 1, bytes = bytes + length(?) RETURNING length, {self._base}",
+                (key, text, text)).fetchone()
+            db.execute("INSERT INTO logs (key, seq, entry) VALUES (?, ?, ?)", (key, length - 1, text))
+            return length - base
+        return self._tx(body)
+
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
+        """Entries ``start`` .. ``stop`` (exclusive, Python slice semantics incl. negatives)."""
+        key = self._k(log_key)
+        if start < 0 or (stop is not None and stop < 0):
+            n = self.log_length(log_key)
+            start, stop, _ = slice(start, stop).indices(n)
+        hi = stop if stop is not None else 2**62
+        base = f"(SELECT {self._base} FROM log_keys WHERE key = ?)"
+        rows = self._run(lambda db: db.execute(
+            f"SELECT CAST(entry AS BLOB) FROM logs WHERE key = ? AND seq >= {base} + ? AND seq < {base} + ? "
+            "ORDER BY seq", (key, key, start, key, hi)).fetchall())
+        return [decode_log_entry(r[0]) for r in rows]
+
+    def log_length(self, log_key: str) -> int:
+        row = self._run(lambda db: db.execute(f"SELECT length - {self._base} FROM log_keys WHERE key = ?",
+                                              (self._k(log_key),)).fetchone())
+        return row[0] if row else 0
+
+    def delete_log(self, log_key: str) -> bool:
+        key = self._k(log_key)
+        fence = self.fence_for(log_key)
+
+        def body(db):
+            self._check_fence(db, fence, log_key)
+            db.execute("DELETE FROM logs WHERE key = ?", (key,))
+            return db.execute("DELETE FROM log_keys WHERE key = ?", (key,)).rowcount > 0
+        return self._tx(body)
+
+    def trim_log(self, log_key: str, keep: int) -> None:
+        # Sequence numbers keep counting from the log's length, so trimming never reuses one.
+        key = self._k(log_key)
+        fence = self.fence_for(log_key)
+
+        def body(db):
+            self._check_fence(db, fence, log_key)
+            db.execute("UPDATE log_keys SET base = max(base, length - ?) WHERE key = ?", (max(0, keep), key))
+            db.execute("UPDATE log_keys SET bytes = max(0, bytes - (SELECT coalesce(sum(length(entry)), 0) FROM logs "
+                       "WHERE key = ? AND seq < log_keys.base)) WHERE key = ?", (key, key))
+            db.execute("DELETE FROM logs WHERE key = ? AND seq < (SELECT base FROM log_keys WHERE key = ?)",
+                       (key, key))
+        self._tx(body)
+
+    # --- locks ---
+    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        def body(db):
+            now = time.time()
+            row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(name),)).fetchone()
+            if row is not None and row[1] > now:
+                return False
+            db.execute("INSERT INTO locks (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE "
+                       "SET owner = excluded.owner, expires_at = excluded.expires_at",
+                       (self._k(name), owner, now + ttl_ms / 1000))
+            return True
+        return self._tx(body)
+
+    def release_lock(self, name: str, owner: str) -> bool:
+        cur = self._run(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND owner = ?",
+                                              (self._k(name), owner)))
+        return cur.rowcount > 0
+
+    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+        cur = self._run(lambda db: db.execute(
+            "UPDATE locks SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?",
+            (time.time() + ttl_ms / 1000, self._k(name), owner, time.time())))
+        return cur.rowcount > 0
+
+    def lock_owner(self, name: str) -> str | None:
+        row = self._run(lambda db: db.execute("SELECT owner, expires_at FROM locks WHERE name = ?",
+                                              (self._k(name),)).fetchone())
+        return row[0] if row and row[1] > time.time() else None
+
+    # --- today's spend: one BEGIN IMMEDIATE transaction each, so every process of every host sharing
+    # the file sees the others' holds ---
+    def _spent(self, db, day: str) -> float:
+        row = db.execute("SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?",
+                         (self._k(DAILY_COST),)).fetchone()
+        if row is None or (row[1] is not None and row[1] <= time.time()):
+            return 0.0
+        return spent_on(day, bytes(row[0]).decode("utf-8", errors="replace"))
+
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+        key = self._k(DAILY_COST)
+        fence = self.fence_for(DAILY_COST)
+
+        def body(db):
+            self._check_fence(db, fence, DAILY_COST)  # a session that lost its lease spends nothing more
+            now = time.time()
+            db.execute("DELETE FROM spend_holds WHERE key = ? AND expires_at <= ?", (key, now))
+            held = db.execute("SELECT coalesce(sum(usd), 0) FROM spend_holds WHERE key = ?", (key,)).fetchone()[0]
+            if self._spent(db, day) + held + amount > ceiling + 1e-12:
+                return False
+            db.execute("INSERT INTO spend_holds (key, token, usd, expires_at) VALUES (?, ?, ?, ?) ON CONFLICT"
+                       "(key, token) DO UPDATE SET usd = excluded.usd, expires_at = excluded.expires_at",
+                       (key, token, float(amount), now + ttl_s))
+            return True
+        return self._tx(body)
+
+    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+        key = self._k(DAILY_COST)
+
+        def body(db):
+            if token is not None:
+                db.execute("DELETE FROM spend_holds WHERE key = ? AND token = ?", (key, token))
+            total = max(0.0, self._spent(db, day) + actual)
+            db.execute("INSERT INTO kv (key, value, metadata, expires_at) VALUES (?, ?, NULL, NULL) ON CONFLICT(key) "
+                       "DO UPDATE SET value = excluded.value, metadata = NULL, expires_at = NULL",
+                       (key, spend_record(day, total)))
+            return round(total, 10)
+        return self._tx(body)
+
+    def daily_spend(self, day: str) -> tuple[float, float]:
+        key = self._k(DAILY_COST)
+
+        def body(db):
+            try:
+                held = db.execute("SELECT coalesce(sum(usd), 0) FROM spend_holds WHERE key = ? AND expires_at > ?",
+                                  (key, time.time())).fetchone()[0]
+            except sqlite3.OperationalError as exc:  # a read-only file from before holds: none held
+                if "no such table" not in str(exc):
+                    raise
+                held = 0.0
+            return self._spent(db, day), float(held)
+        return self._run(body)
+
+    # --- housekeeping ---
+    def usage(self) -> dict:
+        def body(db):
+            p = self.prefix
+            hi = _prefix_upper_bound(p)
+            keys, vbytes = db.execute(
+                "SELECT count(*), coalesce(sum(length(key) + length(value) + coalesce(length(metadata), 0)), 0) "
+                "FROM kv WHERE key >= ? AND (? IS NULL OR key < ?)", (p, hi, hi)).fetchone()
+            logs, entries = db.execute(
+                f"SELECT count(*), coalesce(sum(length - {self._base}), 0) FROM log_keys "
+                "WHERE key >= ? AND (? IS NULL OR key < ?)",
+                (p, hi, hi)).fetchone()
+            if self._counted:  # one row per log, not one per entry: the sleep path's ground truth stays cheap
+                lbytes = db.execute("SELECT coalesce(sum(bytes), 0) FROM log_keys WHERE key >= ? AND "
+                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+            else:
+                lbytes = db.execute("SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND "
+                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+            page = db.execute("PRAGMA page_size").fetchone()[0] * db.execute("PRAGMA page_count").fetchone()[0]
+            return {"backend": "sqlite", "keys": keys + logs, "logs": logs, "log_entries": entries,
+                    "bytes": vbytes + lbytes, "file_bytes": page}
+        return self._run(body)
+
+    def purge_expired(self) -> int:
+        """Delete the rows of expired keys (reads already treat them as absent). Also done by every put
+        with a TTL."""
+        return self._run(_purge)
+
+    def close(self) -> None:
+        with self._lock:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
+
+
+def _purge(db: sqlite3.Connection) -> int:
+    return db.execute("DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= ?", (time.time(),)).rowcount
+
+
+def _listed_metadata(key: str, raw: bytes | None) -> dict | None:
+    """Metadata for a listing: one key's unreadable metadata must not hide the others."""
+    try:
+        return decode_metadata(key, raw)
+    except MalformedValue:
+        return None
+
+
+def _not_writable(path: Path) -> bool:
+    """True when an existing store cannot be written by this process: the file is not writable, or
+    its directory is not and the write-ahead log SQLite would need there is missing."""
+    if not path.exists():
+        return False
+    if not os.access(path, os.W_OK):
+        return True
+    wal = path.with_name(path.name + "-wal")
+    return not os.access(path.parent, os.W_OK) and not (wal.exists() and os.access(wal, os.W_OK))
+
+
+def _open_read_only(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A read-only connection: nothing created, no journal mode changed. When SQLite cannot even set
+    up its shared-memory file for reading (a WAL store in a directory this user cannot write), the
+    file is read as immutable: nobody can be writing it through a directory that refuses new files."""
+    from urllib.parse import quote
+
+    base = "file:" + quote(str(path.resolve()))
+    last: sqlite3.Error | None = None
+    for query in ("?mode=ro", "?mode=ro&immutable=1"):
+        db = sqlite3.connect(base + query, uri=True, isolation_level=None, check_same_thread=False,
+                             timeout=busy_timeout_ms / 1000)
+        try:
+            db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            db.execute("SELECT 1 FROM kv LIMIT 1").fetchall()
+            return db
+        except sqlite3.Error as exc:
+            last = exc
+            db.close()
+    assert last is not None
+    raise last
+
+
+def _set_up(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.executescript(SCHEMA)
+    if not _has_column(db, "base"):  # a file from before trimmed logs kept their own numbering
+        _add_column(db, "base")
+    if not _has_column(db, "bytes"):  # a file from before logs counted their size: counted once, here
+        if _add_column(db, "bytes"):
+            db.execute("UPDATE log_keys SET bytes = (SELECT coalesce(sum(length(entry)), 0) FROM logs "
+                       "WHERE logs.key = log_keys.key)")
+
+
+def _add_column(db: sqlite3.Connection, column: str) -> bool:
+    """False when another process opening the same file added it first."""
+    try:
+        db.execute(f"ALTER TABLE log_keys ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+        return True
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" in str(exc):
+            return False
+        raise
+
+
+def _has_column(db: sqlite3.Connection, column: str) -> bool:
+    return any(row[1] == column for row in db.execute("PRAGMA table_info(log_keys)"))
+
+
+def _abandon(db: sqlite3.Connection) -> None:
+    """Roll back whatever a failed statement left open, so the connection is usable (and retryable)."""
+    try:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def _is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _is_full(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
+
+
+def _is_read_only(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_READONLY) or "readonly database" in str(exc)
+
+
+def _make_private(path: Path) -> None:
+    """Create the store's missing directories (0700) and the file itself (0600) before SQLite does,
+    so neither is ever readable by another user, whatever the umask."""
+    missing = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    _tighten(path)
+
+
+def _tighten(path: Path) -> None:
+    """The file and its WAL and shared-memory files owner-only, when we own them (SQLite gives new
+    -wal and -shm files the database file's mode; this also closes up files an older version left open)."""
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            info = os.stat(p)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(p, info.st_mode & 0o700)
+        except FileNotFoundError:
+            pass
+
+
+def _prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix`` (None: no bound)."""
+    if not prefix:
+        return None
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _reason(exc: BaseException) -> str:
+    msg = str(exc) or type(exc).__name__
+    if "not a database" in msg or "malformed" in msg:
+        return f"{msg} (the file is corrupt or not a Brainstem store; move it aside or point BRAINSTEM_KV elsewhere)"
+    return msg

@@ -1,0 +1,566 @@
+"""Running one KV tool: its meta validated, its grants enforced, its code in the sandbox.
+
+Scope is enforced here, on the runtime side of the sandbox channel, where
+tool code cannot reach: ``ctx.kv`` under ``own`` reads and writes only
+``tooldata:{name}:``; under ``read_all`` it reads anything but ``secret:*``
+and still writes only under its own prefix; every write goes through the
+agent's guarded view and counts against the write quotas. ``ctx.secrets``
+holds placeholders for what the meta asks for *and* the operator bound
+(``BRAINSTEM_TOOL_SECRETS``); the values stay here and go on the wire only
+to their bound hosts (see :mod:`brainstem.core.secrets`). An omission is noted in
+karma and the tool still runs. Every ``ctx.fetch`` is a ``fetch`` entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from brainstem.core import events, keys
+from brainstem.core.errors import BrainstemError
+from brainstem.core.scrubber import Scrubber
+from brainstem.core.secrets import Binding, placeholder_for
+from brainstem.state import refusals
+from brainstem.state.guarded import AgentKV
+from brainstem.store.base import Store
+
+MAX_TIMEOUT_MS = 300_000
+# Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
+# bounded, so a session of large pages does not bloat the flight recorder.
+FETCH_RECORD_CHARS = 16_000
+FETCH_RECORD_HEADERS = 40
+FETCH_RECORD_MIN_BYTES = 200  # what a karma entry costs at the least, counted against the write quotas
+
+
+class ToolMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    description: str = ""
+    input: dict[str, Any] = Field(default_factory=dict)
+    secrets: list[str] = Field(default_factory=list)
+    kv_secrets: list[str] = Field(default_factory=list)
+    kv_access: Literal["none", "own", "read_all"] = "none"
+    timeout_ms: int = Field(10_000, ge=50, le=MAX_TIMEOUT_MS)
+    mode: Literal["automated", "supervised", "manual"] = "automated"
+
+
+@dataclass
+class ToolOutcome:
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    duration_ms: float = 0.0
+    retryable: bool = True  # False when trying again cannot help (no such tool, invalid meta)
+
+
+class ToolError(Exception):
+    """The tool cannot run at all (missing, meta invalid); a failed tool step, never a failed runtime."""
+
+
+def load_tool(store: Store, name: str) -> tuple[str, ToolMeta]:
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ToolError(f"invalid tool name {name!r}")
+    code = store.get(keys.tool_code(name))
+    if code is None:
+        raise ToolError(f"no tool named {name!r} (tool:{name}:code is missing)")
+    return code, parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
+
+
+def parse_meta(key: str, raw: str | None) -> ToolMeta:
+    """The meta stored at ``key`` (defaults when absent); a bad one is a one-line :class:`ToolError`
+    naming the field, the same for tools, adapters and checkers."""
+    if raw is None:
+        return ToolMeta()
+    try:
+        return ToolMeta.model_validate(json.loads(raw))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        where = ".".join(map(str, e["loc"])) or "the value"
+        raise ToolError(f"{key} is invalid: {where}: {e['msg']}") from None
+    except ValueError:
+        raise ToolError(f"{key} is not valid JSON") from None
+
+
+def list_tools(store: Store) -> list[dict[str, Any]]:
+    """Every tool in the store (a ``tool:NAME:code`` or a ``tool:NAME:meta``), by name, with what its
+    meta declares. A tool that cannot run as stored has ``error`` (its meta is invalid, or its code
+    is missing) and the meta's fields are then None."""
+    names: set[str] = set()
+    for info in store.list_all("tool:"):
+        parts = info.name.split(":")
+        if len(parts) == 3 and parts[2] in ("code", "meta") and parts[1]:
+            names.add(parts[1])
+    out = []
+    for name in sorted(names):
+        row: dict[str, Any] = {"name": name, "description": None, "mode": None, "kv_access": None,
+                               "secrets": None, "kv_secrets": None, "timeout_ms": None, "error": None}
+        try:
+            meta = parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
+        except ToolError as exc:
+            row["error"] = str(exc)
+        except BrainstemError as exc:  # a meta that is not text
+            row["error"] = str(exc)
+        else:
+            row.update(description=meta.description, mode=meta.mode, kv_access=meta.kv_access,
+                       secrets=list(meta.secrets), kv_secrets=list(meta.kv_secrets), timeout_ms=meta.timeout_ms)
+        if row["error"] is None:
+            try:
+                if store.get_text(keys.tool_code(name)) is None:
+                    row["error"] = f"{keys.tool_code(name)} is missing"
+            except BrainstemError as exc:
+                row["error"] = str(exc)
+        out.append(row)
+    return out
+
+
+class QuotaExceeded(Exception):
+    """A tool write would pass the operator's write quota (message for the tool)."""
+
+
+@dataclass
+class ToolPolicy:
+    """What the operator allows every run of code from the store, in one process or session.
+
+    ``bindings`` decide which secrets a meta may be granted and where they may go, ``fetch_allow``
+    which private hosts fetch may reach, ``meter`` (a :class:`~brainstem.llm.meter.WireMeter`)
+    prices and charges requests to the LLM host, and the quotas bound what tools write.
+    ``on_secrets`` is told the values granted (label -> value), so karma can redact them.
+    """
+
+    bindings: Mapping[str, Binding] = field(default_factory=dict)
+    fetch_allow: list[str] = field(default_factory=list)
+    public: Mapping[str, str | None] = field(default_factory=dict)
+    meter: Any = None
+    # Replay: answers each fetch from the recording (``answer(tool, method, url) -> dict``) instead of the world.
+    fetch_replay: Any = None
+    tool_write_quota: int = 10 * 1024 * 1024
+    session_write_quota: int = 50 * 1024 * 1024
+    # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
+    session_written: list[int] = field(default_factory=lambda: [0])
+    on_secrets: Callable[[dict[str, str]], None] | None = None
+    # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
+    known_secrets: Mapping[str, str] = field(default_factory=dict)
+    # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
+    # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
+    withdrawn: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
+        return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
+                   public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
+                   session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
+                   **kwargs)
+
+    def held_secrets(self, store: Store) -> dict[str, str]:
+        """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""
+        out = dict(self.known_secrets)
+        for label, binding in self.bindings.items():
+            if binding.from_store and label not in out:
+                try:
+                    value = store.get(label)
+                except BrainstemError:
+                    continue  # not text: it cannot be granted either
+                if isinstance(value, str) and value:
+                    out[label] = value
+        return out
+
+
+def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
+                           on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolPolicy:
+    """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
+    requests metered under one session's ceiling and today's (each held against today's in the store
+    before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
+    from brainstem.llm.meter import WireMeter
+    from brainstem.state.budget import Budget, DailyLedger, daily_spent
+    from brainstem.state.config import effective_models
+
+    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
+                    max_duration=settings.max_session_seconds, reserve_fraction=0.0,
+                    daily=DailyLedger(store, settings.max_daily_cost))
+    meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
+                      llm_base_url=settings.openrouter_base_url)
+    return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
+
+
+class ToolServices:
+    """The runtime side of ``ctx`` for one execution of code from the store."""
+
+    def __init__(self, name: str, meta: ToolMeta, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
+                 policy: ToolPolicy, env: Mapping[str, str] | None = None,
+                 on_read: Callable[[list[str]], None] | None = None):
+        from brainstem.core.secrets import grant
+
+        self.name = name
+        self.kv_access = meta.kv_access
+        self._store = store
+        self._kv = agent_kv
+        self._record = record
+        self._prefix = keys.tooldata_prefix(name)
+        self._policy = policy
+        self._on_read = on_read
+        self._written = 0
+        self._explained: set[str] = set()  # the secrets put into the fetch in progress: its echo is expected
+        if policy.withdrawn or refusals.held(store):
+            # Code met a secret's value: no code of this agent runs again until the operator has looked, so
+            # whether it was stopped confirms one guess, once (`brainstem refusals`).
+            raise ToolError(refusals.HELD_MESSAGE)
+        self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
+                            read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
+                            public=policy.public)
+        if policy.on_secrets is not None:
+            policy.on_secrets(self.grants.values())
+        self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
+        held = {**policy.held_secrets(store), **self.grants.values()}
+        self.scrubber = Scrubber(held, self.grants.placeholders(), opaque=map(placeholder_for, held))
+
+    # --- the one way in and out of the sandbox (see brainstem.sandbox.runner.Services) ---
+    def scrub(self, value: Any, explained: set[str] | frozenset[str] = frozenset()) -> Any:
+        """``value`` as the code may see it. Secret text in it that the code's own request explains (a
+        bound host echoing what was put in) is replaced; any other means the code arranged to be handed
+        it (a guess echoed by a server it controls, say): stopped, as for sending it."""
+        held = self.scrubber.holds(value)
+        if not held:
+            return value
+        unexplained = [label for label in held if label not in explained]
+        if unexplained:
+            self.refuse_value(unexplained, direction="in")
+        return self.scrubber.clean(value)
+
+    def inspect(self, value: Any) -> None:
+        held = self.scrubber.holds(value)
+        if held:
+            self.refuse_value(held, direction="out")
+
+    def refuse_value(self, labels: list[str], **where: Any) -> None:
+        """Code sent (or was about to be handed) secret text it cannot account for: record it, hold all
+        of the agent's code until the operator has looked, and stop it at once, with no answer."""
+        from brainstem.sandbox import StopExecution
+
+        self._record(events.SECRET_REFUSED, tool=self.name, secrets=labels, **where,
+                     reason="secret text the code can only have through a leak or a guess; stopped, and the "
+                            "agent's code is held until the operator clears it (brainstem refusals --clear)")
+        self._policy.withdrawn.setdefault("tool", self.name)
+        refusals.note(self._store, self.name)
+        where_found = "in what it sent" if where.get("direction") == "out" else "in what it was to be handed"
+        raise StopExecution(f"stopped: secret text {where_found} (secret_refused); {refusals.HELD_MESSAGE}")
+
+    # --- ctx.kv ---
+    def _read_key(self, key: str) -> str:
+        if not isinstance(key, str) or not key:
+            raise ValueError("key must be a non-empty string")
+        if self.kv_access == "own":
+            return self._prefix + key
+        if self.kv_access == "read_all":
+            if keys.is_secret(key):
+                raise PermissionError("secret:* keys are not readable by tools")
+            return key
+        raise PermissionError("this tool has no KV access")
+
+    def _write_key(self, key: str) -> str:
+        if self.kv_access not in ("own", "read_all"):
+            raise PermissionError("this tool has no KV access")
+        if not isinstance(key, str) or not key:
+            raise ValueError("key must be a non-empty string")
+        # Under read_all (reads take full keys) a full key naming our own prefix is accepted as such;
+        # under own every key is relative, exactly as kv_get and kv_list treat it, so a write reads back.
+        if self.kv_access == "read_all" and key.startswith(self._prefix):
+            return key
+        return self._prefix + key
+
+    def kv_get(self, key: str) -> str | None:
+        full = self._read_key(key)
+        if self._on_read is not None:
+            self._on_read([full])
+        return self._store.get(full)
+
+    def kv_put(self, key: str, value: str) -> None:
+        full = self._write_key(key)
+        size = len(full.encode("utf-8")) + len(str(value).encode("utf-8"))
+        self._charge_quota(full, size)
+        self._kv.put(full, value, source=f"tool:{self.name}")
+
+    def _charge_record(self, what: str, size: int) -> None:
+        """What the runtime records for the code (fetch answers, log lines) counts against the write
+        quotas too, so karma stops growing at them: past them the code ends, ``quota_exceeded``."""
+        from brainstem.sandbox import StopExecution
+
+        try:
+            self._charge_quota(f"karma ({what})", size)
+        except QuotaExceeded as exc:
+            raise StopExecution(f"stopped: quota_exceeded: {exc}") from None
+
+    def charge_result(self, value: Any) -> None:
+        """Count the code's result, which karma records, against the quotas (:class:`QuotaExceeded`)."""
+        self._charge_quota("karma (result)", len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")))
+
+    def _charge_quota(self, key: str, size: int) -> None:
+        p = self._policy
+        if self._written + size > p.tool_write_quota:
+            limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
+        elif p.session_written[0] + size > p.session_write_quota:
+            limit, used = p.session_write_quota, p.session_written[0]
+            which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
+        else:
+            self._written += size
+            p.session_written[0] += size
+            return
+        self._record(events.QUOTA_EXCEEDED, tool=self.name, key=key, bytes=size, written=used, quota=limit)
+        raise QuotaExceeded(f"write quota exceeded: writing {size} bytes to {key} would pass {limit} bytes "
+                            f"({which}; {used} written so far)")
+
+    def kv_delete(self, key: str) -> bool:
+        return self._kv.delete(self._write_key(key), source=f"tool:{self.name}")
+
+    def kv_list(self, prefix: str = "") -> list[str]:
+        if self.kv_access == "own":
+            return [k.name[len(self._prefix):] for k in self._store.list_all(self._prefix + (prefix or ""), limit=1000)]
+        if self.kv_access == "read_all":
+            return [k.name for k in self._store.list_all(prefix or "", limit=1000)
+                    if not keys.is_secret(k.name) and not k.is_log]
+        raise PermissionError("this tool has no KV access")
+
+    # --- ctx.fetch / ctx.log ---
+    def fetch(self, url, method="GET", headers=None, json=None, data=None, timeout=None) -> dict:
+        from brainstem.sandbox.egress import FetchError, fetch
+
+        trace: list = []
+        t0 = time.monotonic()
+        self._explained = set()
+        self._charge_record("fetch", FETCH_RECORD_MIN_BYTES)  # no request goes out once the quota is spent
+        if self._policy.fetch_replay is not None:
+            return self._replayed_fetch(url, method, t0)
+        try:
+            result = fetch(url, method=method, headers=headers, json=json, data=data, timeout=timeout,
+                           allow=self._policy.fetch_allow, guard=_FetchGuard(self), trace=trace)
+        except FetchError as exc:
+            self._record_fetch(url, method, trace, t0, error=str(exc))
+            raise
+        self._record_fetch(url, method, trace, t0, result=result)
+        return result
+
+    def _replayed_fetch(self, url: Any, method: Any, t0: float) -> dict:
+        """A replay's fetch: the answer the original session received, never the world's."""
+        from brainstem.sandbox.egress import FetchError
+
+        fields = {"tool": self.name, "method": str(method).upper()[:10], **_url_fields(url), "replayed": True}
+        try:
+            result = self._policy.fetch_replay.answer(self.name, fields["method"], str(url))
+        except FetchError as exc:
+            self._record(events.FETCH, **fields, error=str(exc), duration_ms=int((time.monotonic() - t0) * 1000))
+            raise
+        self._record(events.FETCH, **fields, status=result.get("status"), bytes=len(result.get("text") or ""),
+                     duration_ms=int((time.monotonic() - t0) * 1000), response=recorded_response(result))
+        return result
+
+    def _record_fetch(self, url: Any, method: Any, trace: list, t0: float, error: str | None = None,
+                      result: dict | None = None) -> None:
+        fields: dict[str, Any] = {"tool": self.name, "method": str(method).upper()[:10]}
+        if trace:
+            last = trace[-1]
+            fields.update(scheme=last.scheme, host=last.host, port=last.port, path=last.path,
+                          status=last.note.get("status"))
+            if len(trace) > 1:
+                fields["redirects"] = [f"{h.scheme}://{h.host}:{h.port}{h.path}" for h in trace[:-1]]
+            names = sorted({n for h in trace for n in h.note.get("secrets", ())})
+            fields["secrets"] = names or None
+            fields["bytes"] = last.note.get("bytes", 0)
+            cost = sum(h.note.get("cost", 0.0) for h in trace)
+            if any("cost" in h.note for h in trace):
+                fields["cost"] = round(cost, 10)
+        else:
+            fields.update(_url_fields(url))
+        fields["duration_ms"] = int((time.monotonic() - t0) * 1000)
+        if error is not None:
+            fields["error"] = error
+        if result is not None:
+            fields["response"] = recorded_response(result)
+            size = len(json.dumps(fields["response"], ensure_ascii=False, default=str))
+            from brainstem.sandbox import StopExecution
+
+            try:
+                self._charge_record("fetch", size)
+            except StopExecution:
+                fields["response"] = None  # the record that would pass the quota is kept short
+                fields["quota_exceeded"] = True
+                self._record(events.FETCH, **fields)
+                raise
+        self._record(events.FETCH, **fields)
+
+    def log(self, message: str) -> None:
+        message = str(message)[:2000]
+        self._charge_record("log", len(message.encode("utf-8")) + FETCH_RECORD_MIN_BYTES)
+        self._record(events.TOOL_LOG, tool=self.name, message=message)
+
+
+def recorded_response(result: dict) -> dict:
+    """What karma keeps of a fetch's answer (scrubbed of secrets already): status, headers, text, capped."""
+    text = result.get("text") or ""
+    headers = dict(list((result.get("headers") or {}).items())[:FETCH_RECORD_HEADERS])
+    out = {"status": result.get("status"), "headers": headers, "text": text[:FETCH_RECORD_CHARS],
+           "truncated": bool(result.get("truncated"))}
+    if len(text) > FETCH_RECORD_CHARS:
+        out["text_cut_at"] = FETCH_RECORD_CHARS  # a replay serves the cut text, and says so
+    return out
+
+
+def _url_fields(url: Any) -> dict[str, Any]:
+    """Where a refused URL pointed, for karma: never its query string."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(str(url)[:2048])
+        return {"scheme": parts.scheme or None, "host": parts.hostname, "port": parts.port, "path": parts.path or "/"}
+    except ValueError:
+        return {"host": None}
+
+
+class _FetchGuard:
+    """Between a tool's fetch and the wire: secrets put in only for their hosts, values scrubbed from
+    what comes back, requests to the LLM host metered."""
+
+    def __init__(self, services: ToolServices):
+        self.s = services
+        self.grants = services.grants
+        self.meter = services._policy.meter
+
+    def outgoing(self, hop):
+        from urllib.parse import quote, quote_plus
+
+        from brainstem.core.secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok
+        from brainstem.sandbox.egress import EgressDenied
+
+        headers = dict(hop.headers)
+        basic = {k: _basic_decode(v) for k, v in headers.items()}
+        body_text = hop.body.decode("utf-8", "surrogateescape") if hop.body is not None else ""
+        llm_base = self.s._policy.public.get("OPENROUTER_BASE_URL")
+        req = Outgoing(host=hop.host, scheme=hop.scheme, url=hop.url, header_names=list(headers),
+                       header_values=[*headers.values(), *[b for b in basic.values() if b]], body=body_text,
+                       headers_only=self.meter is not None and self.meter.is_llm_host(hop.host),
+                       cleartext_ok=cleartext_ok(hop.host, llm_base))
+        held = self.s.scrubber.holds([req.url, *req.header_names, *req.header_values, req.body])
+        if held:  # every hop: a redirect's URL is the server's, but the request's own parts are the tool's
+            self.s.refuse_value(held, host=hop.host, port=hop.port, path=hop.path)
+        try:
+            found = self.grants.check(req)
+        except SecretRefused as exc:
+            texts = [req.url, *req.header_names, *req.header_values, req.body]
+            self.s._record(events.SECRET_REFUSED, tool=self.s.name, host=hop.host, port=hop.port, path=hop.path,
+                           secrets=sorted(g.name for g in self.grants.present(*texts)), reason=str(exc))
+            raise EgressDenied(str(exc)) from None
+        hop.note["secrets"] = [g.name for g in found]
+        self.s._explained.update(g.label for g in found)
+        body = hop.body
+        if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found]):
+            from brainstem.llm.meter import MeterRefused
+
+            try:
+                body = self.meter.before(hop.method, hop.path, body, hop.note)
+            except MeterRefused as exc:
+                raise EgressDenied(str(exc)) from None
+        if not found:
+            return hop.url, headers, body
+        # Quoted for where it lands: a path segment may keep ':' or '&', a query value may not.
+        anywhere = [g for g in found if not req.header_only(g)]
+        before_query, mark, query = hop.url.partition("?")
+        url = (self.grants.put_in(before_query, anywhere, lambda v: quote(v, safe=PCHAR_SAFE)) + mark
+               + self.grants.put_in(query, anywhere, lambda v: quote(v, safe="-._~")))
+        for k, v in list(headers.items()):
+            if basic[k] is not None and any(g.placeholder in basic[k] for g in found):
+                v = "Basic " + base64.b64encode(self.grants.put_in(basic[k], found).encode("utf-8")).decode("ascii")
+            else:
+                v = self.grants.put_in(v, found)
+            if "\r" in v or "\n" in v:
+                raise EgressDenied(f"refused: header {k} would carry a line break")
+            headers[k] = v
+        if body is not None:
+            text = body.decode("utf-8", "surrogateescape")
+            quoting = {"json": lambda v: json.dumps(v)[1:-1], "form": quote_plus}.get(hop.body_kind,
+                                                                                          lambda v: v)
+            body = self.grants.put_in(text, anywhere, quoting).encode("utf-8", "surrogateescape")
+        return url, headers, body
+
+    def incoming(self, hop, status, headers, text, error=None):
+        hop.note["status"] = status
+        if error is not None:
+            hop.note["error"] = error
+        if "worst_case" in hop.note and self.meter is not None:
+            self.meter.after(hop.note, status, text, error, self.s.name)
+        cleaned = self.s.scrub({"headers": headers, "text": text}, self.s._explained)
+        return cleaned["headers"], cleaned["text"]
+
+
+def _basic_decode(value: str) -> str | None:
+    """The decoded credentials of an ``Authorization: Basic`` value, so a placeholder inside is found."""
+    if not value[:6].lower() == "basic ":
+        return None
+    try:
+        return base64.b64decode(value[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
+             policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
+             on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
+             on_supervised: Callable[[ToolOutcome], None] | None = None,
+             mode_floor: str | None = None) -> ToolOutcome:
+    """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
+
+    With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
+    ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run.
+    ``mode_floor`` (the operator's ``BRAINSTEM_TOOL_MODES`` for this tool) is the least supervision it
+    gets, whatever its meta says. ``dry_run`` runs nothing at all. An operator's own ``brainstem tool
+    run`` runs whatever the mode.
+    """
+    from brainstem.sandbox import Limits, run
+
+    t0 = time.monotonic()
+    try:
+        code, meta = load_tool(store, name)
+    except ToolError as exc:
+        record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
+        _record_complete(record, name, step_id, attempt, outcome)
+        return outcome
+    order = ("automated", "supervised", "manual")
+    mode = meta.mode
+    floored = mode_floor in order and order.index(mode_floor) > order.index(mode)
+    if floored:
+        mode = mode_floor
+    not_run = "dry_run" if dry_run else ("manual" if enforce_mode and mode == "manual" else None)
+    if not_run is not None:
+        record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,
+               mode_floor=mode_floor if floored and not_run == "manual" else None)
+        return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False)
+    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+    try:
+        services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
+        timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
+        out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
+        outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)
+        if outcome.ok and outcome.value is not None:
+            try:  # a result is recorded in karma: it counts against the write quotas like a write
+                services.charge_result(outcome.value)
+            except QuotaExceeded as exc:
+                outcome = ToolOutcome(ok=False, error=f"quota_exceeded: {exc}", duration_ms=out.duration_ms,
+                                      retryable=False)
+    except ToolError as exc:
+        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
+                              retryable=False)
+    _record_complete(record, name, step_id, attempt, outcome)
+    if enforce_mode and mode == "supervised" and on_supervised is not None:
+        on_supervised(outcome)
+    return outcome
+
+
+def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,
+                     outcome: ToolOutcome) -> None:
+    record(events.TOOL_COMPLETE, tool=name, step_id=step_id, attempt=attempt, ok=outcome.ok,
+           duration_ms=round(outcome.duration_ms, 1), result=outcome.value if outcome.ok else None,
+           error=outcome.error)
