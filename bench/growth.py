@@ -9,7 +9,7 @@ store's size (live payload bytes and file size).
 
 Also timed, as the median over the 50 sessions before a checkpoint: each
 session's wall time (the whole ``wake()``), and its end bookkeeping
-(``wake._record_end``: the schedule, the session history append with its
+(``ending.record_end``: the schedule, the session history append with its
 trimming and karma retention, the breadcrumbs).
 
 Targets : orient prompt at 10,000 / at 10 <= 1.2; the store grows no
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 import brainstem.session.wake as wake_mod  # noqa: E402
 from brainstem.core.settings import load_settings  # noqa: E402
+from brainstem.session import ending  # noqa: E402
 from brainstem.state.seed import example_soul_path, seed  # noqa: E402
 from brainstem.store import open_store  # noqa: E402
 from tests.doubles import LLMDouble  # noqa: E402
@@ -77,13 +78,13 @@ def main() -> int:
     checkpoints = sorted({c for c in (10, 100, 500, 720, 1000, 2000, 5000, 10_000) if c <= args.sessions}
                          | {args.sessions})
     clock = {"now": datetime(2026, 1, 1, tzinfo=timezone.utc)}
-    wake_mod.now_utc = lambda: clock["now"]  # simulated time: one hour per session
+    ending.now_utc = lambda: clock["now"]  # simulated time: one hour per session
     prompt_sizes: dict[int, int] = {}
     counter = {"orient": 0}
     rows = []
     bookkeeping: list[float] = []  # seconds, per session
     wall: list[float] = []
-    record_end = wake_mod._record_end
+    record_end = ending.record_end
 
     def timed_record_end(run):
         t = time.perf_counter()
@@ -91,7 +92,7 @@ def main() -> int:
             return record_end(run)
         finally:
             bookkeeping.append(time.perf_counter() - t)
-    wake_mod._record_end = timed_record_end
+    ending.record_end = timed_record_end
     with tempfile.TemporaryDirectory() as tmp, LLMDouble() as double:
         double.responder = lambda req: answer(req, prompt_sizes, counter)
         os.environ.update(OPENROUTER_BASE_URL=double.base_url, OPENROUTER_API_KEY="sk-bench-key",

@@ -162,7 +162,7 @@ def main() -> int:
                 t0 = time.perf_counter()
                 recording = replay_mod.load(store, sid)
                 t1 = time.perf_counter()
-                replayed = replay_mod.run(settings, store, recording)
+                replayed = replay_mod.rerun(settings, store, recording)
                 t2 = time.perf_counter()
                 report = replay_mod.compare(replayed)
                 t3 = time.perf_counter()

@@ -521,8 +521,8 @@ def test_run_agent_names_are_normalised_and_checked():
 
     from brainstem.session.scheduler import Runner
 
-    runner = Runner(SimpleNamespace(kv_prefix="", kv="sqlite:///unused.db"), ["bob:", "alice", None])
+    runner = Runner(SimpleNamespace(kv_prefix="", agent="", kv="sqlite:///unused.db"), ["bob:", "alice", None])
     assert [(a.name, a.prefix) for a in runner.agents] == [("bob", "bob:"), ("alice", "alice:"), (None, None)]
     for bad in ("a:b", "", "config", "Bob"):
         with pytest.raises(ConfigError, match="--agent"):
-            Runner(SimpleNamespace(kv_prefix="", kv="sqlite:///unused.db"), [bad])
+            Runner(SimpleNamespace(kv_prefix="", agent="", kv="sqlite:///unused.db"), [bad])

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from brainstem.core.clock import parse_iso
 from brainstem.core.plan import (
     ConditionalStep,
     PlanError,
@@ -20,11 +21,10 @@ from brainstem.core.plan import (
 from brainstem.core.templates import references, render, substitute
 from brainstem.llm.chokepoint import LLM, MIN_USEFUL_TOKENS, LLMError
 from brainstem.llm.openrouter import LLMResponse, ProviderError
+from brainstem.session.ending import MAX_SLEEP, clamp_sleep
 from brainstem.session.executor import match_branch, normalise_answer
-from brainstem.session.wake import MAX_SLEEP, clamp_sleep
 from brainstem.state.budget import Budget, BudgetExceeded
 from brainstem.state.config import Models
-from brainstem.state.sleep import parse_iso
 
 # --- conditional answers ------------------------------------------------------------------------
 

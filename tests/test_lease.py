@@ -22,9 +22,9 @@ from datetime import timedelta
 import pytest
 
 from brainstem.core import events, keys, outcomes
+from brainstem.core.clock import parse_iso
 from brainstem.core.errors import LeaseLost
 from brainstem.state import history as session_history
-from brainstem.state.sleep import parse_iso
 from brainstem.store import karma, open_store
 from brainstem.store.lease import Lease
 

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from brainstem.core import keys
-from brainstem.state.sleep import parse_iso
+from brainstem.core.clock import parse_iso
 from brainstem.store import karma
 
 from .conftest import run_cli

@@ -22,9 +22,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from brainstem.core import keys
+from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state import reflexes
-from brainstem.state.sleep import parse_iso
 from brainstem.store import karma
 
 from .conftest import run_cli

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from brainstem.core import keys
+from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
-from brainstem.state.sleep import parse_iso
 from brainstem.state.versions import versions
 from brainstem.store import karma, open_store
 

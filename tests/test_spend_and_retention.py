@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from brainstem.core import keys
+from brainstem.core.clock import now_utc
 from brainstem.state import history as session_history
 from brainstem.state.budget import add_daily, daily_spent
-from brainstem.state.sleep import now_utc
 from brainstem.store import open_store
 
 

@@ -24,9 +24,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
-from brainstem.state.sleep import parse_iso
 from brainstem.store import karma, open_store
 
 from .conftest import run_cli

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import binascii
 import ipaddress
-import os
 import re
 import secrets as _random
 import urllib.parse
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from brainstem.core import environment
 from brainstem.core.errors import ConfigError
 from brainstem.core.scrubber import forms as scrubber_forms
 
@@ -299,7 +299,7 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
     """
     from brainstem.core import events
 
-    env = os.environ if env is None else env
+    env = environment.variables() if env is None else env
     out = Grants()
 
     def refuse(name: str, reason: str) -> None:

@@ -6,20 +6,23 @@ the secrets bound here (and only towards the hosts they are bound to), and
 fetch reaches private hosts only when they are listed here.
 
 Load with :func:`load_settings`; ``BRAINSTEM_ENV_FILE`` names an optional
-dotenv file whose values the real environment overrides.
+dotenv file whose values the real environment overrides. These settings and
+their light half, :mod:`brainstem.core.environment`, are the only readers of
+the environment and of that file.
 """
 
 from __future__ import annotations
 
-import os
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from brainstem.core import environment, names
+from brainstem.core.environment import default_store_url
 from brainstem.core.errors import ConfigError
 from brainstem.core.secrets import Binding, parse_bindings
-from brainstem.store import default_store_url
 
 CommaList = Annotated[list[str], NoDecode]
 
@@ -33,7 +36,7 @@ class Settings(BaseSettings):
                     description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db "
                                 "or sqlite:////absolute.db "
                                 "(default: the embedded store in ~/.local/share/brainstem/brainstem.db)")
-    kv_prefix: str = Field("", validation_alias="BRAINSTEM_KV_PREFIX",
+    kv_prefix: str | None = Field(None, validation_alias="BRAINSTEM_KV_PREFIX",
                            description="Agent name (keys under NAME:), so several agents can share one store, "
                                        "each confined to its own keys")
     openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
@@ -104,7 +107,14 @@ class Settings(BaseSettings):
     def _check_bindings(self):
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
         self.mode_floors()
+        self.agent  # noqa: B018 -- a bad agent name is one line at startup too
         return self
+
+    @property
+    def agent(self) -> str:
+        """The agent these settings select, as its key prefix (``"NAME:"``, or ``""`` for the default
+        agent): ``BRAINSTEM_KV_PREFIX``, else the store URL's ``?prefix=``."""
+        return names.selected(self.kv, self.kv_prefix)
 
     def mode_floors(self) -> dict[str, str]:
         """The operator's floor on each tool's mode (``*``: every tool), from ``BRAINSTEM_TOOL_MODES``."""
@@ -128,9 +138,9 @@ class Settings(BaseSettings):
                 "BASE_RPC_URL": self.base_rpc_url}
 
     def allowed_secret_values(self) -> dict[str, str]:
-        """The bound environment secrets that are set, by name."""
-        return {b.label: os.environ[b.label] for b in self.bindings().values()
-                if not b.from_store and os.environ.get(b.label)}
+        """The bound environment secrets that are set (in the environment or the env file), by name."""
+        given = environment.variables()
+        return {b.label: given[b.label] for b in self.bindings().values() if not b.from_store and given.get(b.label)}
 
     def known_secrets(self) -> dict[str, str]:
         """Every secret value this process knows of, for redaction."""
@@ -144,8 +154,8 @@ class Settings(BaseSettings):
 
 def load_settings(**overrides) -> Settings:
     """Settings from the environment (and ``BRAINSTEM_ENV_FILE``); a bad value is one clear error."""
-    env_file = os.environ.get("BRAINSTEM_ENV_FILE") or None
-    if env_file and not os.path.isfile(env_file):
+    env_file = environment.env_file()
+    if env_file and not Path(env_file).is_file():
         raise ConfigError(f"BRAINSTEM_ENV_FILE names {env_file!r}, which is not a file")
     try:
         return Settings(_env_file=env_file, **overrides)

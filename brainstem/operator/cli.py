@@ -39,7 +39,7 @@ class Ctx:
         if self._store is None:
             from brainstem.store import open_store
 
-            self._store = open_store(self.settings.kv, prefix=self.settings.kv_prefix or None)
+            self._store = open_store(self.settings.kv, prefix=self.settings.agent)
         return self._store
 
 
@@ -211,7 +211,8 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
             click.echo(f"wake stopped by {exc} before a session began", err=True)
             sys.exit(128 + exc.signum)
     if result.status == "asleep":
-        from brainstem.state.sleep import asleep_line, parse_iso
+        from brainstem.core.clock import parse_iso
+        from brainstem.state.sleep import asleep_line
 
         line = asleep_line(parse_iso(result.next_wake_after), quiet=quiet, verbose=verbose, log_format=log_format,
                            tty=sys.stdout.isatty())
@@ -499,8 +500,8 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
       brainstem sessions --by-day --since 2w # per UTC day: sessions, cost, outcomes
       brainstem karma 12                     # one session's flight recorder, by its number
     """
+    from brainstem.core.clock import iso
     from brainstem.state import history as session_history
-    from brainstem.state.sleep import iso
 
     cutoff = session_history.parse_since(since_text) if since_text else None
     rows = session_history.started_since(session_history.read(c.store), cutoff)
@@ -636,9 +637,10 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
       brainstem tool run web_fetch --input '{"url": "https://example.org"}'
       brainstem tool run kv_read --input '{"key": "wisdom"}' -v
     """
+    from brainstem.core.clock import now_iso
     from brainstem.core.timeline import format_entry
     from brainstem.state.guarded import AgentKV
-    from brainstem.store.karma import Redactor, utcnow_iso
+    from brainstem.store.karma import Redactor
     from brainstem.tools.services import run_tool, standalone_tool_policy
 
     example = '--input \'{"url": "https://example.org"}\''
@@ -651,7 +653,7 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     redact = Redactor(c.settings.known_secrets())
 
     def record(event: str, **fields) -> dict:
-        entry = redact({"t": utcnow_iso(), "event": event, **fields})
+        entry = redact({"t": now_iso(ms=True), "event": event, **fields})
         if verbose:
             click.echo(format_entry(entry), err=True)
         return entry
@@ -701,8 +703,8 @@ def agents_list(c: Ctx) -> None:
 @pass_ctx
 def agents_register(c: Ctx, name: str, adopt: bool) -> None:
     """Register NAME, as opening the store as NAME does on first use."""
+    from brainstem.core.names import agent_prefix
     from brainstem.store import open_store
-    from brainstem.store.names import agent_prefix
 
     bare = agent_prefix(name, "agent name")[:-1]
     if not bare:
@@ -927,8 +929,8 @@ def changes(c: Ctx, since_text: str | None, as_json: bool) -> None:
       brainstem changes --json | jq -r 'select(.who != "operator") | .key'
       brainstem diff prompt:orient           # then look at one of them
     """
+    from brainstem.core.clock import iso
     from brainstem.state.history import parse_since
-    from brainstem.state.sleep import iso
     from brainstem.state.versions import changes as all_changes
 
     cutoff = parse_since(since_text) if since_text else None

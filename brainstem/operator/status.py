@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from brainstem.core import keys
@@ -88,6 +87,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     running = _running(store)
     rejected = store.get_json(keys.REJECTED_SESSION_HISTORY, default=None)
     truth = store.get_json(keys.LAST_GROUND_TRUTH, default=None)
+    given = settings.allowed_secret_values()
     return {
         "store": store.display_url,
         "soul_present": _soul_state(store),
@@ -112,7 +112,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "config_problems": problems or None,
         # Names and hosts only: never a value. A name bound but not set is shown as such.
         "secret_bindings": {b.label: {"hosts": sorted(b.hosts),
-                                      "set": bool(os.environ.get(b.label)) if not b.from_store
+                                      "set": b.label in given if not b.from_store
                                       else store.get(b.label) is not None}
                             for b in settings.bindings().values()},
         "fetch_allow": list(settings.fetch_allow),

@@ -17,12 +17,13 @@ import socket
 from functools import lru_cache
 from pathlib import Path
 
+from brainstem.core import environment
+
 _ours: set[int] = set()
 
 
 def _directory() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "brainstem" / "listening"
+    return environment.state_home() / "brainstem" / "listening"
 
 
 def register(port: int) -> None:

@@ -61,7 +61,7 @@ class StopSession(Exception):
 
 
 class Executor:
-    """Runs a plan's steps for one session. ``s`` is the :class:`~brainstem.session.session.Session`."""
+    """Runs a plan's steps for one session. ``s`` is the :class:`~brainstem.session.build.Session`."""
 
     def __init__(self, session, tripwires: list[MidSessionTripwire] | None = None,
                  reflect: Callable[[], Any] | None = None):

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from brainstem.core import events, keys
+from brainstem.core.clock import iso, now_utc
 from brainstem.core.templates import _MISSING, lookup
 from brainstem.state.config import EFFORT_ORDER, Tripwire
-from brainstem.state.sleep import iso, now_utc
 
 Check = Callable[[], Any]
 

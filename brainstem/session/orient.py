@@ -15,7 +15,7 @@ from brainstem.core.plan import Plan, PlanError, parse_plan
 from brainstem.core.settings import Settings
 from brainstem.core.templates import render
 from brainstem.llm.chokepoint import LLMError
-from brainstem.session.session import Session
+from brainstem.session.build import Session
 from brainstem.state.budget import Budget, BudgetExceeded, clamp
 
 

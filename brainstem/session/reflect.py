@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from brainstem.core import events, keys
+from brainstem.core.clock import now_iso, parse_iso
 from brainstem.core.errors import KVWriteRefused, NotText
 from brainstem.core.json_numbers import finite_or
 from brainstem.core.plan import PlanError, parse_object
@@ -35,9 +36,7 @@ from brainstem.llm.chokepoint import LLMError
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.config import Defaults, Models
-from brainstem.state.sleep import parse_iso
 from brainstem.store.karma import read as read_karma
-from brainstem.store.karma import utcnow_iso
 
 KARMA_LINES_FOR_REFLECT = 150
 CALL_FAILED = "\x00call_failed:"  # marks an error from _ask_json that is a failed call, not a bad answer
@@ -139,8 +138,8 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
         if not failed_call:
             session.record(events.REFLECT_PARSE_ERROR, error=error)
         kept = previous if isinstance(previous, dict) else {}
-        kept = {**kept, ("call_error" if failed_call else "parse_error"): {"session_id": session.id, "at": utcnow_iso(),
-                                                                          "error": error}}
+        failure = {"session_id": session.id, "at": now_iso(ms=True), "error": error}
+        kept = {**kept, ("call_error" if failed_call else "parse_error"): failure}
         session.store.put(keys.LAST_REFLECT, kept)
         return None
     from brainstem.state.memory import remember_note
@@ -149,7 +148,7 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
     memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
                             exclude_none=True)
-    memory.update({"session_id": session.id, "written_at": utcnow_iso()})
+    memory.update({"session_id": session.id, "written_at": now_iso(ms=True)})
     session.store.put(keys.LAST_REFLECT, memory)
     unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
     session.record(events.REFLECT, summary=out.session_summary[:500],
@@ -221,7 +220,7 @@ def run_deep_reflect(session) -> dict | None:
     }
     raw, error = _ask_json(session, "deep_reflect", render(template, variables), session.defaults.deep_reflect)
     out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
-    schedule = {"last_session": session.number, "last_at": utcnow_iso(),
+    schedule = {"last_session": session.number, "last_at": now_iso(ms=True),
                 "after_sessions": session.defaults.deep_reflect.default_interval_sessions,
                 "after_days": session.defaults.deep_reflect.default_interval_days}
     if out is None:
@@ -255,7 +254,7 @@ def run_deep_reflect(session) -> dict | None:
     schedule["after_days"] = min(365.0, max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
     store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
     memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
-              "session_id": session.id, "written_at": utcnow_iso(), "kind": "deep"}
+              "session_id": session.id, "written_at": now_iso(ms=True), "kind": "deep"}
     previous = store.get_json(keys.LAST_REFLECT, default={})
     if isinstance(previous, dict) and previous.get("next_orient_context"):
         memory["next_orient_context"] = previous["next_orient_context"]
@@ -327,7 +326,6 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     may not switch its own check off; the operator may, with ``brainstem kv put``). Either way the
     result is recorded (``replay_gate`` in karma and ``stats:replay_gate``), and the next deep reflection
     is shown it."""
-    from brainstem.session import replay
     from brainstem.state.guarded import check_value
     from brainstem.store.base import encode
 
@@ -349,12 +347,14 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
             return str(exc)
     if n <= 0:
         return None
+    if session.check_change is None:  # fail closed: a session built without its gate applies no such change
+        return "no replay gate in this session"
     # Within this session's own time (and its lock): never more than half of what is left.
-    report = replay.check_change(session.settings, session.store, staged, n, exclude=session.id,
+    report = session.check_change(session.settings, session.store, staged, n, exclude=session.id,
                                  time_left=session.budget.time_left)
     session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
                    refused=report["refused"])
-    session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": utcnow_iso()})
+    session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": now_iso(ms=True)})
     if report["refused"]:
         for key in report["keys"]:
             session.record(events.CONFIG_REJECTED, key=key, source="deep_reflect",

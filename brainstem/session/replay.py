@@ -20,11 +20,8 @@ copies that prefix, then runs orient, the plan and reflection again:
 writes, cost, reflection); nothing in the comparison depends on the clock, so
 the same session and config give byte-identical output.
 
-:func:`check_change` is the gate deep reflection passes a proposed orient
-prompt or config through: the last clean sessions are replayed against the
-staged change with recorded answers only (where the change alters a request,
-the model is assumed to answer as it did), and a change under which a session
-that planned before no longer gets a usable plan is refused.
+Deep reflection's gate (:mod:`brainstem.session.gate`) runs proposed changes
+through it.
 """
 
 from __future__ import annotations
@@ -44,9 +41,16 @@ from brainstem.core.json_numbers import finite_or
 from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.openrouter import LLMResponse
+from brainstem.session.build import build_session, check_ready, hardcoded_provider, make_budget
+from brainstem.session.cycle import Course, plan_and_execute
 from brainstem.state import history as session_history
+from brainstem.state.budget import DailyLedger, daily_spent
+from brainstem.state.config import effective_models, load_defaults
 from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
+from brainstem.store.karma import Karma, Redactor
+from brainstem.store.overlay import OverlayStore
+from brainstem.tools.services import ToolPolicy
 
 # Entries re-recorded with the answer that served them: what the original call logged on its way
 # (an adapter's fetches, a tier falling back), so the karma a reflection reads is the same.
@@ -59,7 +63,6 @@ _VOLATILE = [  # clock readings in prompts (a karma digest's times and durations
     (re.compile(r"\b\d+ ms\b"), "N ms"),
     (re.compile(r"\btier=\S+"), "tier=T"),
 ]
-GATE_MIN_SECONDS = 5.0  # the gate stops replaying when its session has less than this left
 CHARS_PER_TOKEN = 4  # an answer cut by a smaller max_tokens keeps about this many characters a token
 
 
@@ -267,21 +270,10 @@ class Replayed:
     problems: list[str] = field(default_factory=list)
 
 
-def run(settings, store: Store, recording: Recording, *, live: bool = False, assume: bool = False,
+def rerun(settings, store: Store, recording: Recording, *, live: bool = False, assume: bool = False,
         staged: dict[str, Any] | None = None, max_seconds: float | None = None) -> Replayed:
     """Run ``recording`` again in an overlay of ``store``, with ``staged`` keys put there first;
     ``max_seconds`` caps its time budget (the gate runs inside a session's own)."""
-    from brainstem.llm.chokepoint import LLM
-    from brainstem.session import wake as lifecycle
-    from brainstem.session.session import Session
-    from brainstem.state.budget import DailyLedger, daily_spent
-    from brainstem.state.config import effective_models, load_defaults
-    from brainstem.state.guarded import AgentKV
-    from brainstem.state.versions import record_write
-    from brainstem.store.karma import Karma, Redactor
-    from brainstem.store.overlay import OverlayStore
-    from brainstem.tools.services import ToolPolicy
-
     kept = {keys.DAILY_COST, keys.COST_ANOMALIES} if live else set()
     overlay = OverlayStore(store, passthrough=kept.__contains__)
     for key, value in (staged or {}).items():
@@ -291,42 +283,35 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
     karma = Karma(overlay, sid, Redactor(settings.known_secrets()))
     for e in recording.prefix:  # the context the session saw, as it saw it
         overlay.append(keys.karma(sid), karma_mod.encode_entry(e))
-    soul, orient_template = lifecycle.check_ready(overlay, settings, need_key=live)
+    soul, orient_template = check_ready(overlay, settings, need_key=live)
     problems: list[str] = []
     defaults, models = load_defaults(overlay, problems), effective_models(overlay, problems)
     left_today = finite_or(recording.start.get("daily_budget_left"), settings.max_daily_cost)
     if live:
         left_today = min(left_today, max(0.0, settings.max_daily_cost - daily_spent(store)))
-    budget = lifecycle.make_budget(defaults, settings, left_today)
+    budget = make_budget(defaults, settings, left_today)
     if max_seconds is not None:
         budget.max_duration = min(budget.max_duration, max(0.0, max_seconds))
-    agent_kv = AgentKV(overlay, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
-        overlay, key, old, new, source=source, session_id=sid))
     context = dict(recording.context)
     effort = context.get("effort") if isinstance(context.get("effort"), str) else "low"
     number = int(finite_or(recording.start.get("number"), 0))
-    session = Session(id=sid, number=number, settings=settings, store=overlay,
-                      karma=karma, agent_kv=agent_kv, defaults=defaults, models=models, budget=budget, llm=None,
-                      soul=soul, effort=effort, tool_registry=overlay.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
-                      context=context, mode="replay")
-    session.tool_policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording),
-                                                   on_secrets=session.learn_secrets)
-    answers = RecordedAnswers(recording, karma.record, live=lifecycle.hardcoded_provider(settings) if live else None,
+    answers = RecordedAnswers(recording, karma.record, live=hardcoded_provider(settings) if live else None,
                               assume=assume)
-
     if live:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
-    session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul, providers=[answers],
-                      fallback_model=defaults.execution.fallback_model or models.fallback_model,
-                      call_timeout=settings.llm_timeout)
+    session = build_session(settings, overlay, sid=sid, number=number, karma=karma, budget=budget,
+                            defaults=defaults, models=models, soul=soul, context=context, mode="replay",
+                            effort=effort, providers=[answers])
+    session.tool_policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording),
+                                                   on_secrets=session.learn_secrets)
     _track_place(session.llm, answers)
-    run_ = lifecycle._Run(store=overlay, settings=settings, karma=karma, id=sid, number=session.number,
-                          budget=budget, defaults=defaults, mode="replay")
-    run_.session = session
+    course = Course(store=overlay, settings=settings, karma=karma, id=sid, number=session.number,
+                    budget=budget, defaults=defaults, mode="replay")
+    course.session = session
     try:
-        lifecycle._plan_and_execute(run_, session, orient_template, left_today)
+        plan_and_execute(course, session, orient_template, left_today)
     except Exception as exc:  # the one try/except of a replay, as of a session: an outcome, never a traceback
-        run_.outcome = outcomes.ERROR
+        course.outcome = outcomes.ERROR
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
     entries = karma_mod.read(overlay, sid)[len(recording.prefix):]
     karma_id = None
@@ -335,7 +320,7 @@ def run(settings, store: Store, recording: Recording, *, live: bool = False, ass
         for e in karma_mod.read(overlay, sid):
             store.append(keys.karma(karma_id), karma_mod.encode_entry({**e, "replay_of": sid}))
         session_history.note_unlisted(store, karma_id, settings.karma_retention_days)
-    return Replayed(recording=recording, entries=entries, outcome=run_.outcome, cost=round(budget.spent, 10),
+    return Replayed(recording=recording, entries=entries, outcome=course.outcome, cost=round(budget.spent, 10),
                     answers=dict(answers.used), karma_id=karma_id, problems=problems)
 
 
@@ -428,7 +413,7 @@ def compare(replayed: Replayed) -> dict:
 
 # --- printing ---
 
-def _short(value: Any, width: int = 60) -> str:
+def shorten(value: Any, width: int = 60) -> str:
     if value is None:
         return "-"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
@@ -441,7 +426,7 @@ def _plan_line(plan: Any) -> str:
         names = [f"{s.get('id') or '?'} {s.get('type')}" + (f" {s['tool']}" if s.get("tool") else "")
                  for s in plan["steps"] if isinstance(s, dict)]
         return f"{len(names)} steps: " + ", ".join(names)
-    return _short(plan)
+    return shorten(plan)
 
 
 def _step_text(step: dict | None) -> str:
@@ -450,7 +435,7 @@ def _step_text(step: dict | None) -> str:
     status = step.get("status", "?")
     if step.get("not_run"):
         status += f" (not run: {step['not_run']})"
-    return f"{status}: {_short(step.get('result'), 40)}" if step.get("result") is not None else status
+    return f"{status}: {shorten(step.get('result'), 40)}" if step.get("result") is not None else status
 
 
 def render(report: dict) -> list[str]:
@@ -473,12 +458,12 @@ def render(report: dict) -> list[str]:
     for name in ("writes", "cost", "reflection", "outcome"):
         part = report[name]
         if name == "writes":
-            before, now = (f"{len(part['before'])}: " + _short([w[1] for w in part["before"]], 40),
-                           f"{len(part['now'])}: " + _short([w[1] for w in part["now"]], 40))
+            before, now = (f"{len(part['before'])}: " + shorten([w[1] for w in part["before"]], 40),
+                           f"{len(part['now'])}: " + shorten([w[1] for w in part["now"]], 40))
         elif name == "cost":
             before, now = f"${part['before']:.6f}", f"${part['now']:.6f}"
         else:
-            before, now = _short(part["before"], 40), _short(part["now"], 40)
+            before, now = shorten(part["before"], 40), shorten(part["now"], 40)
         rows.append([name, before, "same" if part["same"] else now, mark(part["same"])])
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines.append("")
@@ -492,42 +477,3 @@ def render(report: dict) -> list[str]:
         lines.append(f"live calls were made: their karma is kept as {report['karma']} (brainstem karma "
                      f"{report['karma']})")
     return lines
-
-
-# --- the gate deep reflection passes a proposed change through ---
-
-def check_change(settings, store: Store, staged: dict[str, Any], sessions: int, exclude: str | None = None,
-                 time_left=None) -> dict:
-    """Replay the last ``sessions`` clean sessions against ``staged`` (key -> new value), recorded answers
-    only; ``refused`` names why when a session that planned before no longer gets a usable plan.
-    ``time_left()`` (seconds) bounds it: replays stop when the caller's session has too little left."""
-    report: dict[str, Any] = {"keys": sorted(staged), "replayed": [], "skipped": 0, "refused": None}
-    candidates = [h for h in session_history.read(store) if h.get("outcome") == outcomes.CLEAN
-                  and h.get("kind", "session") == "session" and h.get("id") != exclude]
-    for h in reversed(candidates):
-        if len(report["replayed"]) >= sessions:
-            break
-        left = time_left() if time_left is not None else None
-        if left is not None and left < GATE_MIN_SECONDS:
-            report["out_of_time"] = True  # what was replayed still counts; the rest is not judged
-            break
-        try:
-            recording = load(store, h["id"])
-        except ReplayError:
-            report["skipped"] += 1
-            continue
-        replayed = run(settings, store, recording, assume=True, staged=staged,
-                       max_seconds=None if left is None else left / 2)
-        result = compare(replayed)
-        row = {"session": recording.id, "same": result["same"], "differs": result["differs"],
-               "outcome": replayed.outcome, "answers": replayed.answers}
-        planned_before = isinstance(result["plan"]["before"], dict) and "steps" in result["plan"]["before"]
-        planned_now = isinstance(result["plan"]["now"], dict) and "steps" in result["plan"]["now"]
-        if planned_before and not planned_now:
-            row["broke"] = f"no usable plan any more ({_short(result['plan']['now'], 120)})"
-        elif replayed.outcome == outcomes.ERROR:
-            row["broke"] = "the session ends in error"
-        report["replayed"].append(row)
-        if "broke" in row and report["refused"] is None:
-            report["refused"] = f"session {recording.id}: {row['broke']}"
-    return report

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -32,34 +31,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from brainstem.core import keys
+from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
 from brainstem.core.errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
+from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
-from brainstem.state.sleep import iso, now_utc
 from brainstem.store import open_store
 from brainstem.store.base import Store
-from brainstem.store.karma import utcnow_iso
-from brainstem.store.names import agent_prefix
 
 log = logging.getLogger("brainstem.run")
 
 WAKE_LOG_KEEP = 500
 BACKOFF_MAX = 300.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, None: 1}
-
-
-def parse_duration(text: str, option: str = "--every") -> float:
-    """``30s``, ``5m``, ``12h``, ``7d``, ``2w`` (or plain seconds) -> seconds.
-
-    The one parser of durations on the command line (``run --every``, ``sessions --since``...);
-    ``option`` names the option in the one-line error.
-    """
-    m = _DURATION.match(text or "")
-    if not m:
-        raise ConfigError(f"{option} {text!r} is not a duration: use e.g. 30s, 5m, 12h, 7d, 2w")
-    return float(m.group(1)) * _UNIT[m.group(2)]
-
-
 def parse_every(text: str) -> float:
     """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
     seconds = parse_duration(text, "--every")
@@ -101,7 +83,7 @@ class Agent:
 def _agent(name: str | None, settings: Settings) -> Agent:
     """``--agent NAME`` (or ``NAME:``) -> its Agent; a bad name is a one-line ConfigError. None: the default."""
     if name is None:
-        return Agent(name=None, prefix=settings.kv_prefix or None)
+        return Agent(name=None, prefix=settings.agent or None)
     prefix = agent_prefix(name, "--agent")
     if not prefix:
         raise ConfigError(f"--agent {name!r} is empty: give an agent name, or leave --agent out for the default agent")
@@ -110,7 +92,7 @@ def _agent(name: str | None, settings: Settings) -> Agent:
 
 def record_fire(store: Store, entry: dict) -> None:
     try:
-        store.append(keys.WAKE_LOG, json.dumps({"t": utcnow_iso(), **entry}))
+        store.append(keys.WAKE_LOG, json.dumps({"t": now_iso(ms=True), **entry}))
         if store.log_length(keys.WAKE_LOG) > WAKE_LOG_KEEP * 1.2:
             store.trim_log(keys.WAKE_LOG, WAKE_LOG_KEEP)
     except StoreUnavailable:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from brainstem.core import keys
-from brainstem.state.sleep import iso, now_utc
+from brainstem.core.clock import iso, now_utc
 from brainstem.store.base import Store
 
 MAX_ANOMALIES_KEPT = 20

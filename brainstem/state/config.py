@@ -58,8 +58,11 @@ class FailureHandling(_Loose):
     on_fail: Literal["skip_and_cascade", "stop_session"] = "skip_and_cascade"
 
 
+DEFAULT_SLEEP_SECONDS = 21600.0  # six hours: the sleep of an agent that asks for none
+
+
 class WakeDefaults(_Loose):
-    sleep_seconds: float = Field(21600, gt=0)
+    sleep_seconds: float = Field(DEFAULT_SLEEP_SECONDS, gt=0)
     default_effort: Effort = "low"
 
 

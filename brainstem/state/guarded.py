@@ -24,10 +24,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from brainstem.core import events, keys
+from brainstem.core import events, keys, names
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
 from brainstem.state import lineage
-from brainstem.store import names
 from brainstem.store.base import Store, encode
 
 MAX_KEY_LENGTH = 512

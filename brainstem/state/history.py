@@ -23,8 +23,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from brainstem.core import events, keys
+from brainstem.core.clock import iso, now_iso, now_utc, parse_duration, parse_iso
 from brainstem.core.errors import MalformedValue
-from brainstem.state.sleep import iso, now_utc, parse_iso
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
 
@@ -292,10 +292,6 @@ def note_unlisted(store: Store, karma_id: str, retention_days: float, now: datet
     store.put(keys.UNLISTED_KARMA, keep)
 
 
-def now_iso() -> str:
-    return iso(now_utc())
-
-
 def close_dead_session(store: Store, crumb: dict, outcome: str,
                        on_reject: Callable[[str], None] | None = None, **fields: Any) -> dict | None:
     """Record the end of a session that cannot record it itself (it crashed, or was cut off):
@@ -335,7 +331,6 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: a duration back from now (``30m``, ``12h``, ``7d``, ``2w``) or an ISO date or time
     (``2026-05-01``, ``2026-05-01T12:00:00Z``; UTC when no zone is given) -> the moment it means."""
     from brainstem.core.errors import ConfigError
-    from brainstem.session.scheduler import parse_duration
 
     when = parse_iso(text)
     if when is not None:

@@ -17,9 +17,9 @@ from collections import Counter
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import now_iso
 from brainstem.core.untrusted import Untrusted
 from brainstem.store.base import Store
-from brainstem.store.karma import utcnow_iso
 
 MAX_NOTES = 20
 IGNORED = ("karma:", "history:", "stats:", "session:", "__")
@@ -30,7 +30,7 @@ def flush_reads(store: Store, reads: Counter, session_number: int) -> None:
         return
     stats = store.get_json(keys.READS, default={})
     stats = stats if isinstance(stats, dict) else {}
-    now = utcnow_iso()
+    now = now_iso(ms=True)
     for key, n in reads.items():
         rec = stats.get(key) if isinstance(stats.get(key), dict) else {"count": 0}
         stats[key] = {"count": int(rec.get("count", 0)) + n, "last_read": now, "last_session": session_number}
@@ -42,7 +42,7 @@ def remember_note(store: Store, note: str, session_id: str) -> None:
         return
     notes = store.get_json(keys.NOTES, default=[])
     notes = notes if isinstance(notes, list) else []
-    notes.append({"session_id": session_id, "written_at": utcnow_iso(), "note": note[:2000]})
+    notes.append({"session_id": session_id, "written_at": now_iso(ms=True), "note": note[:2000]})
     store.put(keys.NOTES, notes[-MAX_NOTES:])
 
 

@@ -209,7 +209,7 @@ def holds(c: dict, fs: dict) -> bool:
 
 def cooling(rule: Reflex, fired_at: dict, now: datetime) -> str | None:
     """When ``rule`` last fired, if that is within its cooldown (so it is held back); else None."""
-    from brainstem.state.sleep import parse_iso
+    from brainstem.core.clock import parse_iso
 
     last = parse_iso(fired_at.get(rule.name)) if isinstance(fired_at, dict) else None
     if last is not None and now - last < timedelta(seconds=rule.cooldown_seconds):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import iso, now_utc
 from brainstem.state.budget import today
-from brainstem.state.sleep import iso, now_utc
 from brainstem.store.base import Store
 
 

@@ -18,8 +18,8 @@ import json
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import BadArgument, NotFound, one_line
-from brainstem.state.sleep import iso, now_utc
 from brainstem.store.base import Store
 
 MAX_ITEMS = 1000  # items kept; past this, the oldest settled ones are dropped

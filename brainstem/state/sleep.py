@@ -8,33 +8,14 @@ library: no pydantic, no click, no HTTP client, no web3.
 from __future__ import annotations
 
 import json
-import os
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from brainstem.core import environment
+from brainstem.core.clock import iso, now_utc, parse_iso
 
 if TYPE_CHECKING:
     from brainstem.store.base import Store
-
-
-def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def iso(t: datetime, ms: bool = False) -> str:
-    """ISO-8601 UTC with a ``Z``: to the second (schedules, history), or the millisecond (karma)."""
-    t = t.astimezone(timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if ms else t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_iso(value: Any) -> datetime | None:
-    """ISO-8601 UTC, ``Z`` or ``+00:00``; naive times are taken as UTC; anything else is None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
 def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
@@ -93,7 +74,7 @@ def asleep_line(until: datetime, *, quiet: bool = False, verbose: bool = False, 
 def asleep_fast() -> datetime | None:
     """For ``brainstem wake``: the wake time if asleep, else None (then the full path runs and
     reports any problem properly). Never raises."""
-    if os.environ.get("BRAINSTEM_ENV_FILE"):
+    if environment.env_file():
         return None  # settings may come from a file: let the full path read them
     try:
         from brainstem.core import keys

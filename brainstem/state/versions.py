@@ -14,10 +14,10 @@ import difflib
 from typing import Any
 
 from brainstem.core import keys, outcomes
+from brainstem.core.clock import now_iso
 from brainstem.core.errors import BrainstemError
 from brainstem.state import history as session_history
 from brainstem.store.base import Store
-from brainstem.store.karma import utcnow_iso
 
 MAX_VERSIONS = 20
 # What auto-restore watches: the keys whose breakage stops a session from planning.
@@ -57,7 +57,7 @@ def record_write(store: Store, key: str, old: str | None, new: str | None, *, so
     if vs and vs[-1].get("value") == new:
         return vs[-1]["version"]  # writing the same value again is not a new version
     number = (vs[-1]["version"] + 1) if vs else 1
-    vs.append({"version": number, "value": new, "at": utcnow_iso(), "session_id": session_id, "source": source})
+    vs.append({"version": number, "value": new, "at": now_iso(ms=True), "session_id": session_id, "source": source})
     store.put(history_key(key), vs[-MAX_VERSIONS:])
     return number
 
@@ -108,7 +108,7 @@ def snapshot(store: Store) -> dict[str, Any]:
 
 
 def save_clean_snapshot(store: Store, snap: dict[str, Any], session_id: str) -> None:
-    store.put(keys.LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": utcnow_iso(), "values": snap})
+    store.put(keys.LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": now_iso(ms=True), "values": snap})
 
 
 # The agent's own failures. Interruptions and operator/infrastructure faults (a bad key, no credit,
@@ -138,7 +138,7 @@ def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | No
     if isinstance(mark, dict) and mark.get("streak_start") == streak[0]:
         return None  # already restored for this streak: do not loop
     restored = restore_last_clean(store, session_id)
-    store.put(keys.AUTO_RESTORE_MARK, {"streak_start": streak[0], "at": utcnow_iso(), "session_id": session_id,
+    store.put(keys.AUTO_RESTORE_MARK, {"streak_start": streak[0], "at": now_iso(ms=True), "session_id": session_id,
                                   "restored": restored})
     return {"failed_sessions": streak, "restored": restored}
 
@@ -181,7 +181,7 @@ def changes(store: Store, since: Any = None) -> list[dict]:
     who, source, session_id, deleted, bytes}``. ``since`` (a datetime) keeps the changes made at or
     after it. The value a key had before its history began (version 1, ``initial``) is not a change
     and is left out; values are left out too (``brainstem history KEY --json`` has them)."""
-    from brainstem.state.sleep import parse_iso
+    from brainstem.core.clock import parse_iso
 
     out = []
     for info in store.list_all(keys.VERSIONS_PREFIX):

@@ -1,38 +1,27 @@
-"""The store: a small protocol, a Redis and an SQLite backend, and the agent's guarded view.
+"""The store: a small protocol, a Redis and an SQLite backend, karma and the wake lease.
 
 ``open_store(url)`` picks the backend from the URL and imports only that one,
 so the sleep path never pays for a backend it does not use. Several agents may
-share one store, each confined to its own keys (:mod:`brainstem.store.names`).
+share one store, each confined to its own keys (:mod:`brainstem.core.names`).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from brainstem.core import environment
+from brainstem.core.environment import default_store_path, default_store_url
 from brainstem.core.errors import ConfigError
+from brainstem.core.names import agent_prefix, selected
 from brainstem.store.base import KeyInfo, ListResult, Store
-from brainstem.store.names import agent_prefix
 
 __all__ = ["KeyInfo", "ListResult", "Store", "open_store", "default_store_url", "sqlite_url"]
-
-
-def default_store_path() -> Path:
-    """The embedded store's default file, in the user's data directory."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base).resolve() / "brainstem" / "brainstem.db"
 
 
 def sqlite_url(path: str | Path) -> str:
     """The URL of an SQLite file, as SQLAlchemy writes it: ``sqlite:///relative.db`` (three slashes,
     from the working directory) or ``sqlite:////absolute/path.db`` (four)."""
     return "sqlite:///" + str(path)
-
-
-def default_store_url() -> str:
-    """``BRAINSTEM_KV`` or the embedded store in the user's data directory."""
-    url = os.environ.get("BRAINSTEM_KV", "").strip()
-    return url or sqlite_url(default_store_path())
 
 
 def sqlite_path(url: str) -> Path:
@@ -62,23 +51,15 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
     """Open the store named by ``url`` (default: :func:`default_store_url`).
 
     ``prefix`` selects the agent (default: ``BRAINSTEM_KV_PREFIX``, else the
-    URL's ``?prefix=``): ``NAME:`` or ``NAME``, or empty for the default agent.
+    URL's ``?prefix=``, see :func:`~brainstem.core.names.selected`): ``NAME:`` or ``NAME``, or empty
+    for the default agent.
     An invalid name is a one-line :class:`ConfigError`.
     ``check`` pings Redis so an unreachable server fails here, with one line (at once: the ping is
     not retried). ``retry_seconds`` is how long a later command retries a lost connection or a
     locked file before failing (default 5 s; 0: fail at once).
     """
     url = url or default_store_url()
-    env_prefix = os.environ.get("BRAINSTEM_KV_PREFIX")
-    if prefix is None:
-        prefix = env_prefix
-    if prefix is None:
-        from urllib.parse import parse_qs, urlsplit
-
-        query = parse_qs(urlsplit(url).query).get("prefix")
-        prefix = agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
-    else:
-        prefix = agent_prefix(prefix, "BRAINSTEM_KV_PREFIX" if prefix == env_prefix else "agent prefix")
+    prefix = selected(url, environment.agent_name()) if prefix is None else agent_prefix(prefix)
     if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
         from brainstem.store.redis_store import RedisStore
 

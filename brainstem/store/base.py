@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from brainstem.core import names
 from brainstem.core.errors import ConfigError, ForeignAgentKey, LeaseLost, MalformedValue, NotText, StoreReadOnly
 from brainstem.core.keys import UNFENCED
-from brainstem.store import names
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Store:
 
     Subclasses implement the primitives; the JSON helpers live here once, and so
     does confinement: every primitive a backend defines is wrapped so that a view
-    never reaches another agent's keys (see :mod:`brainstem.store.names`). A named
+    never reaches another agent's keys (see :mod:`brainstem.core.names`). A named
     agent's view is confined by its prefix and registers its name before its
     first operation; the default agent's view refuses keys whose first segment
     is a registered name. Backends provide the registry (``_registry_*``).

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from brainstem.core import events, keys
+from brainstem.core.clock import now_iso
 from brainstem.core.secrets import replacer, secret_forms
-from brainstem.state.sleep import iso, now_utc
 from brainstem.store.base import Store
 from brainstem.store.lease import host_name, process_identity
 
@@ -30,10 +30,6 @@ SENSITIVE_NAMES = frozenset({
     "authorization", "proxy-authorization", "api_key", "apikey", "x-api-key", "password", "passwd",
     "secret", "token", "access_token", "refresh_token", "cookie", "set-cookie", "private_key",
 })
-
-
-def utcnow_iso() -> str:
-    return iso(now_utc(), ms=True)
 
 
 class Redactor:
@@ -118,7 +114,7 @@ class Karma:
 
     def record(self, event: str, **fields: Any) -> dict:
         """Append one entry; durable when this returns. Returns the entry as written."""
-        entry = {"t": utcnow_iso(), "elapsed_ms": self.elapsed_ms, "event": event}
+        entry = {"t": now_iso(ms=True), "elapsed_ms": self.elapsed_ms, "event": event}
         entry.update(fields)
         entry = self.redact(_cap(entry))
         self.store.append(self.key, encode_entry(entry))
@@ -168,7 +164,7 @@ def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
 
 def begin_session(store: Store, session_id: str, **info: Any) -> dict:
     """Mark a session as in progress. Present at the next wake means it died."""
-    crumb = {"id": session_id, "started_at": utcnow_iso(), "pid": os.getpid(), "host": host_name(),
+    crumb = {"id": session_id, "started_at": now_iso(ms=True), "pid": os.getpid(), "host": host_name(),
              "proc": process_identity(os.getpid()), **info}
     store.put(keys.SESSION_CURRENT, crumb)
     store.put(keys.SESSION_LAST_STARTED, session_id)

@@ -23,11 +23,10 @@ agents in threads): tokens held by wakes running here are kept in
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
-from brainstem.core import keys
+from brainstem.core import environment, keys
 from brainstem.core.errors import BrainstemError, LockHeld
 from brainstem.store.base import Store
 
@@ -47,7 +46,7 @@ def use_host_name(name: str | None) -> None:
 def host_name() -> str:
     """This host's identity in lease owners and breadcrumbs: ``BRAINSTEM_HOSTNAME``, else the host name
     (override it where several hosts share one name, e.g. containers on the host network)."""
-    return _HOST or os.environ.get("BRAINSTEM_HOSTNAME", "").strip() or socket.gethostname()
+    return _HOST or environment.hostname()
 
 
 def owner_token(session_hint: str) -> str:

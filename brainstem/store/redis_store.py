@@ -10,7 +10,7 @@ Layout under the agent's key prefix (several agents can share one Redis):
     __agents__                 the registry of agent names: a set, outside every prefix
 
 The default agent's prefix is empty; its view refuses keys under a registered
-``NAME:`` (see :mod:`brainstem.store.names`). In production give each agent its
+``NAME:`` (see :mod:`brainstem.core.names`). In production give each agent its
 own Redis ACL user restricted to ``~NAME:*`` (and read access to ``__agents__``).
 
 On a Redis Cluster (``redis+cluster://host:port,host:port/``, or
@@ -42,6 +42,7 @@ from brainstem.core.errors import (
     StoreUnavailable,
 )
 from brainstem.core.keys import DAILY_COST
+from brainstem.core.names import adopt_hint
 from brainstem.store.base import (
     KeyInfo,
     ListResult,
@@ -52,7 +53,6 @@ from brainstem.store.base import (
     encode,
     lease_lost,
 )
-from brainstem.store.names import adopt_hint
 
 META = "__meta__:"
 LOCK = "__lock__:"

@@ -7,7 +7,7 @@ and ``BEGIN IMMEDIATE`` for read-modify-write). Logs are rows keyed by
 The file holds every agent's secrets, so the file, its WAL and shared-memory
 files and any directory created for it are owner-only (0600 / 0700): a process
 running as another user (an escaped sandbox worker) cannot read it. Agents
-sharing the file are confined as described in :mod:`brainstem.store.names`; the
+sharing the file are confined as described in :mod:`brainstem.core.names`; the
 registry of their names is the ``agents`` table. Today's spend held by calls
 in flight is the ``spend_holds`` table, keyed like the spend itself.
 """
@@ -24,6 +24,7 @@ from typing import Any
 
 from brainstem.core.errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
+from brainstem.core.names import adopt_hint
 from brainstem.store.base import (
     KeyInfo,
     ListResult,
@@ -36,7 +37,6 @@ from brainstem.store.base import (
     spend_record,
     spent_on,
 )
-from brainstem.store.names import adopt_hint
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (

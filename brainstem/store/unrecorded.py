@@ -21,10 +21,11 @@ import json
 import os
 from pathlib import Path
 
+from brainstem.core import environment
+
 
 def _dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "brainstem" / "unrecorded"
+    return environment.state_home() / "brainstem" / "unrecorded"
 
 
 def _path(store_id: str, session_id: str) -> Path:

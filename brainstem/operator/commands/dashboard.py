@@ -33,7 +33,7 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
 
     token = c.settings.dashboard_token.get_secret_value() if c.settings.dashboard_token else None
     auth.check_bind(host, token)
-    names = list(dict.fromkeys(agents)) or [c.settings.kv_prefix.rstrip(":")]
+    names = list(dict.fromkeys(agents)) or [c.settings.agent.rstrip(":")]
     stores = {name: open_store(c.settings.kv, prefix=name or "") for name in names}
     import uvicorn
 

@@ -38,7 +38,7 @@ def replay(c, session_ref: str, live: bool, as_json: bool) -> None:
       brainstem replay 12 --live          # ask the model where the prompt changed
     """
     from brainstem.session.replay import compare, load, render
-    from brainstem.session.replay import run as run_replay
+    from brainstem.session.replay import rerun as run_replay
 
     recording = load(c.store, session_ref)
     report = compare(run_replay(c.settings, c.store, recording, live=live))

@@ -8,8 +8,8 @@ import math
 from typing import Any
 
 from brainstem.core import events, keys
+from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
-from brainstem.state.sleep import parse_iso
 from brainstem.store import karma as karma_mod
 
 DETAIL_CHARS = 20_000  # one expanded entry; karma holds more, the CLI shows it whole
@@ -46,7 +46,7 @@ def _last_days(rows: list[dict], days: int) -> list[dict]:
     """The sessions of the last ``days`` days: ISO times compare as text, so no date is parsed for the rest."""
     from datetime import timedelta
 
-    from brainstem.state.sleep import iso, now_utc
+    from brainstem.core.clock import iso, now_utc
 
     cut = iso(now_utc() - timedelta(days=days))[:10]
     return [h for h in rows if str(h.get("started_at") or "")[:10] >= cut]

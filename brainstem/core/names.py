@@ -72,6 +72,20 @@ def agent_prefix(value: str | None, source: str = "agent prefix") -> str:
     return name + ":"
 
 
+def selected(url: str, name: str | None) -> str:
+    """The agent a store URL and a name select, as its prefix (see :func:`agent_prefix`).
+
+    ``name`` (``BRAINSTEM_KV_PREFIX``) wins when it is set, even empty; else the URL's ``?prefix=``;
+    else the default agent. The one place this is decided: the sleep path, every command and the
+    dashboard see the same agent."""
+    if name is not None:
+        return agent_prefix(name, "BRAINSTEM_KV_PREFIX")
+    from urllib.parse import parse_qs, urlsplit
+
+    query = parse_qs(urlsplit(url).query).get("prefix")
+    return agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
+
+
 def candidate(key: str) -> str | None:
     """The first segment of ``key`` if it could be a registered agent's name, else None.
 

@@ -1,0 +1,170 @@
+"""What one session carries, and the one place it is put together.
+
+:func:`build_session` assembles a :class:`Session` (store views, recorder,
+config, budget, tool policy and the LLM chokepoint) for every kind of session:
+a wake, a dry run, and a replay (including the replays of deep reflection's
+gate). The executor and reflection read from it. It holds no behaviour of its
+own beyond routing a tool run through the sandbox with the session's grants.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from brainstem.core import keys
+from brainstem.core.errors import ConfigError
+from brainstem.core.settings import Settings
+from brainstem.llm.chokepoint import LLM
+from brainstem.llm.providers import OpenRouterProvider
+from brainstem.state import lineage
+from brainstem.state.budget import Budget, clamp
+from brainstem.state.config import Defaults, Models, SessionBudget
+from brainstem.state.guarded import AgentKV
+from brainstem.state.versions import record_write
+from brainstem.store.base import Store
+from brainstem.store.karma import Karma
+from brainstem.tools.services import ToolOutcome, ToolPolicy, run_tool
+
+
+@dataclass
+class Session:
+    id: str
+    number: int
+    settings: Settings
+    store: Store
+    karma: Karma
+    agent_kv: AgentKV
+    defaults: Defaults
+    models: Models
+    budget: Budget
+    llm: LLM
+    soul: str
+    effort: str = "low"
+    tool_registry: Any = None
+    context: dict = field(default_factory=dict)
+    reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
+    tool_policy: ToolPolicy | None = None  # secrets, egress, metering and write quotas of this session's tools
+    mode: str = "live"  # "live", "dry_run" (no tool runs) or "replay" (a recorded session, in an overlay)
+    # The replay gate deep reflection passes a proposed change through (staged keys -> report); given
+    # by the wake, which sits above replay. None: no gate, and reflection then refuses such changes.
+    check_change: Callable[..., dict] | None = None
+
+    def record(self, event: str, **fields: Any) -> dict:
+        return self.karma.record(event, **fields)
+
+    def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
+        left_ms = int(self.budget.time_left() * 1000)
+
+        def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
+            from brainstem.core import events
+            from brainstem.state import review
+
+            item = review.add(self.store, tool=name, session_id=self.id, step_id=step_id,
+                              input=self.karma.redact(args), ok=outcome.ok,
+                              result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
+            self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
+
+        # The operator's BRAINSTEM_TOOL_MODES, following the code through renames and copies.
+        floor = lineage.floor(self.store, name, self.settings.mode_floors()) if isinstance(name, str) else None
+        return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
+                        policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
+                        on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
+                        on_supervised=supervised, mode_floor=floor)
+
+    def policy(self) -> ToolPolicy:
+        if self.tool_policy is None:
+            self.tool_policy = ToolPolicy.from_settings(self.settings, on_secrets=self.learn_secrets)
+        return self.tool_policy
+
+    def learn_secrets(self, secrets: dict[str, str]) -> None:
+        for name, value in secrets.items():
+            self.karma.redact.add(name, value)
+
+    def models_for_prompt(self) -> list[dict]:
+        return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,
+                 "output_cost_per_mtok": m.output_cost_per_mtok, "supports_reasoning": m.supports_reasoning}
+                for m in self.models.models]
+
+
+def build_session(settings: Settings, store: Store, *, sid: str, number: int, karma: Karma, budget: Budget,
+                  defaults: Defaults, models: Models, soul: str, context: dict, mode: str = "live",
+                  effort: str = "low", providers: list | None = None, agent_kv: AgentKV | None = None,
+                  policy: ToolPolicy | None = None, meter: Any = None, on_anomaly: Callable | None = None,
+                  check_change: Callable[..., dict] | None = None) -> Session:
+    """A session ready to plan: ``providers`` answer its LLM calls (default: the cascade, see
+    :func:`cascade`); ``agent_kv`` and ``policy`` are given when something ran before the session was
+    whole (the wake's ground truth), else made here."""
+    session = Session(id=sid, number=number, settings=settings, store=store, karma=karma,
+                      agent_kv=agent_kv or agent_view(store, karma, sid), defaults=defaults, models=models,
+                      budget=budget, llm=None, soul=soul, effort=effort,
+                      tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context,
+                      mode=mode, check_change=check_change)
+    session.tool_policy = policy
+    session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
+                      providers=providers if providers is not None else cascade(settings, session),
+                      fallback_model=defaults.execution.fallback_model or models.fallback_model,
+                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly)
+    return session
+
+
+def agent_view(store: Store, karma: Karma, sid: str) -> AgentKV:
+    """The store as the agent's code and plans write it: checked, and every privileged write versioned."""
+    return AgentKV(store, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
+        store, key, old, new, source=source, session_id=sid))
+
+
+# --- its parts ---
+
+def check_ready(store: Store, settings: Settings, need_key: bool = True) -> tuple[str, str]:
+    """The soul and the orient prompt, or a one-line misconfiguration error."""
+    soul = store.get(keys.SOUL)
+    if not soul or not soul.strip():
+        raise ConfigError(f"no soul in {store.display_url}: run `brainstem seed --soul FILE` (or --example-soul)")
+    orient = store.get(keys.PROMPT_ORIENT)
+    if not orient or not orient.strip():
+        raise ConfigError(f"no prompt:orient in {store.display_url}: run `brainstem seed`")
+    if need_key and "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
+        raise ConfigError("OPENROUTER_API_KEY is not set (or point OPENROUTER_BASE_URL at another "
+                          "OpenAI-compatible server)")
+    return soul, orient
+
+
+def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
+    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
+    return OpenRouterProvider(settings.openrouter_base_url, key, max_attempts=settings.llm_max_attempts,
+                              backoff_base=settings.llm_backoff)
+
+
+def cascade(settings: Settings, session: Session) -> list:
+    """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
+    from brainstem.core.secrets import public_url
+    from brainstem.state import lineage
+    from brainstem.tools.adapters import dynamic_providers
+
+    floor = lineage.floor(session.store, "provider:llm", settings.mode_floors())
+    dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
+                                base_url=public_url(settings.openrouter_base_url), mode_floor=floor,
+                                dry_run=session.mode == "dry_run")
+    return [*dynamic, hardcoded_provider(settings)]
+
+
+_BUDGET = {name: f.default for name, f in SessionBudget.model_fields.items()}  # config's own defaults
+
+
+def make_budget(defaults: Defaults, settings: Settings, left_today: float,
+                cancel: threading.Event | None = None) -> Budget:
+    """The agent's configured budget, clamped under the operator's ceilings and what is left of today's."""
+    budget = Budget(
+        max_cost=min(clamp(defaults.session_budget.max_cost, settings.max_session_cost, _BUDGET["max_cost"]),
+                     left_today),
+        max_steps=int(clamp(defaults.session_budget.max_steps, settings.max_session_steps, _BUDGET["max_steps"])),
+        max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds,
+                           _BUDGET["max_duration_seconds"]),
+        reserve_fraction=defaults.execution.reflect_reserve_fraction)
+    if cancel is not None:
+        budget.cancel = cancel
+    return budget

@@ -1,0 +1,226 @@
+"""The middle of a session: reflexes, then deep reflection or orient, the plan and reflection.
+
+A session's :class:`Course` is filled in here as it goes; the wake
+(:mod:`brainstem.session.wake`) starts it, and :mod:`brainstem.session.ending`
+records how it ended. Replay runs :func:`plan_and_execute` on a recorded
+session's context, so a replayed session takes exactly the path a live one does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from brainstem.core import events, keys, outcomes
+from brainstem.core.clock import iso, now_utc
+from brainstem.core.settings import Settings
+from brainstem.core.untrusted import to_record
+from brainstem.llm.chokepoint import LLM, LLMError
+from brainstem.session.build import Session
+from brainstem.session.context import load_session_context
+from brainstem.session.executor import Executor
+from brainstem.session.orient import orient, plan_budget
+from brainstem.session.reflect import run_deep_reflect, run_reflect
+from brainstem.state import history as session_history
+from brainstem.state.budget import Budget, BudgetExceeded
+from brainstem.state.config import Defaults
+from brainstem.store import karma as karma_mod
+from brainstem.store.base import Store
+from brainstem.store.karma import Karma
+from brainstem.store.lease import Lease
+
+CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for replay
+
+
+@dataclass
+class Course:
+    """One session's course, filled in as it goes (its outcome, why, what it asks of the next wake);
+    :func:`brainstem.session.ending.finish` records its end from this."""
+    store: Store
+    settings: Settings
+    karma: Karma
+    id: str
+    number: int
+    budget: Budget
+    defaults: Defaults
+    started: Any = field(default_factory=now_utc)
+    outcome: str = outcomes.CLEAN
+    reason: str | None = None  # why it ended so, when the outcome alone does not say (faults, interruptions)
+    kind: str = "session"
+    next_wake: dict | None = None
+    reflect_wake: dict | None = None  # what reflection asked for; wins over the plan's request
+    executor: Executor | None = None
+    session: Session | None = None
+    clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
+    mode: str = "live"  # or "dry_run"
+    lease: Lease | None = None  # None: a dry run or a replay, which hold none
+
+
+def think(course: Course, session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
+    """Deep reflection when it is due, else orient, the plan and reflection."""
+    store, context = course.store, session.context
+    load_session_context(session, context)
+    due, why = deep
+    context["deepReflectDue"] = due
+    # What replay needs to run this session again with the context it saw: bounded by the memory caps
+    # in config:defaults, and never more than CONTEXT_RECORD_CHARS (past that, replay says it cannot).
+    recorded = to_record(context)
+    size = len(karma_mod.encode_entry(recorded))
+    if size <= CONTEXT_RECORD_CHARS:
+        session.record(events.CONTEXT, context=recorded)
+    else:
+        session.record(events.CONTEXT, context=None, too_large=size, limit=CONTEXT_RECORD_CHARS)
+    if due:
+        from brainstem.state.memory import summary as memory_summary
+
+        context["memoryStats"] = memory_summary(store, course.number)
+        course.kind = "deep_reflect"
+        session.record(events.DEEP_REFLECT, phase="start", reason=why)
+        tally = CallTally(session.llm)
+        course.next_wake = run_deep_reflect(session)
+        if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
+            llm_fault(course, session, tally.last, "deep reflection")
+    else:
+        plan_and_execute(course, session, orient_template, left_today)
+
+
+class CallTally:
+    """Counts the session's LLM calls that answered and that failed, from a point on (after orient)."""
+
+    def __init__(self, llm: LLM):
+        self.ok = self.failed = 0
+        self.last: LLMError | None = None
+        inner = llm.call
+
+        def call(**kwargs):
+            try:
+                result = inner(**kwargs)
+            except LLMError as exc:
+                self.failed += 1
+                self.last = exc
+                raise
+            self.ok += 1
+            return result
+        llm.call = call
+
+    def reset(self) -> None:
+        self.ok = self.failed = 0
+        self.last = None
+
+
+def plan_and_execute(course: Course, session: Session, orient_template: str, left_today: float) -> None:
+    """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
+    budget = course.budget
+    tally = CallTally(session.llm)
+    try:
+        plan = orient(session, orient_template)
+    except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+        course.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
+        return
+    except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
+        llm_fault(course, session, exc, "orient")
+        return
+    if plan is None:
+        course.outcome = outcomes.NO_PLAN
+        return
+    tally.reset()
+    budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, course.settings, left_today)
+    session.record(events.BUDGET, **budget.snapshot())
+
+    def reflect() -> None:
+        course.reflect_wake = run_reflect(session, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
+
+    executor = course.executor = Executor(session, plan.mid_session_tripwires, reflect=reflect)
+    executor.run(plan.steps)
+    if executor.stop is not None:
+        course.outcome = executor.stop.outcome
+    # Shutting down: finish fast; the next session reflects on this one's karma.
+    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not budget.cancel.is_set():
+        reflect()
+    course.next_wake = course.reflect_wake or plan.next_wake_config
+    if course.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
+        # Every call after orient failed: the session did nothing it meant to; not clean.
+        llm_fault(course, session, tally.last, "every call after orient")
+        if course.outcome == outcomes.ERROR:
+            course.reason = f"every LLM call after orient failed: {tally.last}"[:300]
+
+
+def llm_fault(course: Course, session: Session, exc: LLMError, during: str) -> None:
+    """An LLM failure that ended (or emptied) the session: its fault outcome, or ``error`` when it is
+    the agent's own (an unknown model, its adapter)."""
+    if exc.fault is None:
+        course.outcome, course.reason = outcomes.ERROR, str(exc)[:300]
+        return
+    course.outcome, course.reason = exc.fault, f"{during}: {exc}"[:300]
+    session.record(events.LLM_FAULT, outcome=exc.fault, status=exc.status, during=during, error=str(exc)[:1000],
+             operator_action=outcomes.operator_action(exc.fault))
+
+
+def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -> float | None:
+    """Fire the reflexes whose conditions hold (:mod:`.reflexes`); the seconds to sleep when one of them
+    handled the wake, else None (the wake goes on to orient, with any effort a reflex set). When deep
+    reflection is due (``deep_due``) a reflex's tools run but it does not put the agent back to sleep."""
+    from brainstem.state import reflexes
+
+    store = session.store
+    try:
+        rules, fired_at = reflexes.load(store)
+    except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
+        session.record(events.CONFIG_REJECTED, key=keys.CONFIG_REFLEXES, reason=str(exc))
+        return None
+    if not rules:
+        return None
+    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.recent(store, 100),
+                        now)
+    sleep_for = None
+    for rule in rules:
+        if not reflexes.holds(rule.when, fs):
+            continue
+        last = reflexes.cooling(rule, fired_at, now)
+        if last is not None:
+            session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="cooldown", last_fired=last,
+                           cooldown_seconds=rule.cooldown_seconds)
+            continue
+        session.record(events.REFLEX_FIRED, reflex=rule.name, do=rule.do.model_dump(exclude_none=True))
+        fired_at[rule.name] = iso(now)
+        store.put(keys.REFLEX_STATE, fired_at)  # before its tools run: a crash mid-reflex still cools it
+        ok = reflex_tools(session, rule)
+        if rule.do.effort is not None:  # raises the effort; a tripwire's higher effort stands
+            session.effort = session.context["effort"] = max_effort(session.effort, rule.do.effort)
+        if rule.do.sleep_seconds is not None and ok:
+            if deep_due:
+                # A reflex never skips a due deep reflection: the agent must always get to reconsider its
+                # rules, or one that sleeps on every wake would keep it asleep for good.
+                session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="deep_reflection_due",
+                               note="its tools ran; its sleep is held back so deep reflection runs")
+                continue
+            sleep_for = rule.do.sleep_seconds
+            break
+    return sleep_for
+
+
+def reflex_tools(session: Session, rule) -> bool:
+    """Run a reflex's tool calls in order, under the session's budgets; False (recorded) when one is
+    missing, refused by the budget or fails: the wake then goes on to a normal session."""
+    from brainstem.tools.services import ToolError, load_tool
+
+    for i, call in enumerate(rule.do.tools):
+        step_id = f"reflex:{rule.name}:{i + 1}"
+        try:
+            load_tool(session.store, call.tool)
+            session.budget.before_step()
+        except (ToolError, BudgetExceeded) as exc:
+            session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=str(exc))
+            return False
+        session.budget.steps += 1
+        out = session.run_tool(call.tool, call.input, step_id=step_id)
+        if not out.ok:
+            session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=out.error)
+            return False
+    return True
+
+
+def max_effort(a: str, b: Any) -> str:
+    from brainstem.state.config import max_effort
+
+    return max_effort(a, b if isinstance(b, str) else None)

@@ -1,0 +1,189 @@
+"""How a session ends: its outcome recorded, the next wake set, its history written.
+
+Whatever happened, :func:`finish` records the end of a :class:`~brainstem.session.cycle.Course`,
+waiting briefly for a store that went away (so the session is closed by itself, as
+``store_unavailable``, rather than found dead by the next wake). A session whose lease
+was lost records only that (:func:`lease_lost`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from brainstem.core import events, keys, outcomes
+from brainstem.core.clock import iso, now_utc
+from brainstem.core.errors import LeaseLost, StoreUnavailable
+from brainstem.session.cycle import Course
+from brainstem.state import history as session_history
+from brainstem.state.config import DEFAULT_SLEEP_SECONDS
+from brainstem.state.versions import save_clean_snapshot
+from brainstem.store import karma as karma_mod
+from brainstem.store import unrecorded
+from brainstem.store.base import Store
+from brainstem.store.lease import Lease
+
+MIN_SLEEP, MAX_SLEEP = 60.0, 30 * 86400.0
+
+
+@dataclass
+class WakeResult:
+    status: str  # "asleep" | "ran"
+    outcome: str | None = None
+    session_id: str | None = None
+    message: str = ""
+    next_wake_after: str | None = None
+
+
+def clamp_sleep(value: Any, default: float) -> float:
+    """A requested sleep in seconds, made sane: non-numeric or negative -> default; at most 30 days."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return max(MIN_SLEEP, min(float(default), MAX_SLEEP))
+    if value >= MAX_SLEEP:  # compared before float(): JSON allows integers far past float's range
+        return MAX_SLEEP
+    return max(MIN_SLEEP, float(value))
+
+
+def finish(course: Course) -> WakeResult:
+    """Record the end of the session. A store that went away is waited for, briefly, so the
+    session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake.
+    A session whose lease is lost records only that, in its own karma (see :func:`_lease_lost`)."""
+    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
+    while True:
+        if course.lease is not None and course.lease.lost.is_set():
+            return lease_lost(course)
+        try:
+            return record_end(course)
+        except LeaseLost:
+            return lease_lost(course)
+        except StoreUnavailable as exc:  # unreachable, full or read-only (a failover's replica): the store's
+            # fault, never the agent's; a read-only or full store may pass as soon as an unreachable one
+            if time.monotonic() + delay > deadline:
+                # Gone for longer than we wait: a note on local disk, so the next wake records this
+                # session as the store outage it was rather than as a crash of the agent's.
+                if course.mode != "dry_run":
+                    unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+                raise
+            if course.outcome != outcomes.STORE_UNAVAILABLE and course.outcome != outcomes.INTERRUPTED:
+                course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+STORE_RETRY_SECONDS = 10.0
+
+
+def note_store_lost(store: Store, sid: str, lease: Lease) -> None:
+    """A lease lost because the store was away: say so on local disk at once, before the store is back and
+    a wake on this host finds the session's breadcrumb (see :mod:`.unrecorded`)."""
+    if lease.cause == "store_unavailable":
+        unrecorded.remember(store.display_url, sid, outcomes.STORE_UNAVAILABLE, lease.reason)
+
+
+def lease_lost(course: Course) -> WakeResult:
+    """The session's lease ran out or another wake holds it: it writes no end (the store would refuse
+    it), only a ``lease_lost`` entry in its own karma, retried while the store is away as the end of a
+    session is. The wake that holds the lease next finds its breadcrumb and closes it with what this
+    entry says (``interrupted``, or ``store_unavailable`` when the store was gone), never as a crash
+    of the agent's; with the store gone for longer, a note on local disk says so instead."""
+    lease = course.lease
+    reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
+    cause = (lease.cause if lease is not None else None) or "taken_over"
+    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
+    while True:
+        try:
+            with course.store.unfenced():  # the one thing a session without its lease still writes
+                course.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
+                                 cost=round(course.budget.spent, 10), steps=course.budget.steps)
+            break
+        except StoreUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    return WakeResult("lease_lost", outcome=None, session_id=course.id,
+                      message=f"session {course.id}: stopped, its wake lease was lost ({reason}); the wake that holds "
+                              f"it next records its end")
+
+
+def record_end(course: Course) -> WakeResult:
+    store, budget = course.store, course.budget
+    next_wake = course.next_wake if isinstance(course.next_wake, dict) else {}
+    default_sleep = clamp_sleep(course.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), course.defaults.wake.sleep_seconds)
+    action = outcomes.operator_action(course.outcome)
+    if action is not None:
+        # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
+        # it works at the next tick without --force. A clean session ends the streak.
+        streak = outcomes.fault_streak(session_history.recent(store, 32)) + 1
+        sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
+    elif course.outcome == outcomes.INTERRUPTED:
+        # Stopped from outside, its work cut short: due again as soon as the runtime is back.
+        sleep = MIN_SLEEP
+    ended = now_utc()
+    wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep, "set_by": course.id}
+    if action is not None:
+        wake_cfg["retry_after_fault"] = course.outcome
+    if next_wake.get("effort") in ("low", "medium", "high", "max"):
+        wake_cfg["effort"] = next_wake["effort"]
+    store.put(keys.WAKE_CONFIG, wake_cfg)
+    duration_ms = int((ended - course.started).total_seconds() * 1000)
+    entry = {"id": course.id, "number": course.number, "kind": course.kind, "started_at": iso(course.started),
+             "ended_at": iso(ended), "outcome": course.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
+             "steps_failed": course.executor.steps_failed if course.executor else 0, "duration_ms": duration_ms}
+    if course.reason:
+        entry["reason"] = course.reason
+    if action is not None:
+        entry["operator_action"] = action
+    last = store.get_json(keys.LAST_REFLECT, default=None)
+    if isinstance(last, dict) and last.get("session_id") == course.id:
+        summary = last.get("session_summary") or last.get("reflection")
+        if summary:
+            entry["summary"] = str(summary)[:300]
+    if course.session is not None and course.session.reads:
+        from brainstem.state.memory import flush_reads
+
+        flush_reads(store, course.session.reads, course.number)
+    if course.outcome == outcomes.CLEAN and course.kind == "session" and course.clean_snapshot is not None:
+        save_clean_snapshot(store, course.clean_snapshot, course.id)
+    expired = None
+    # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
+    if course.kind == "reflex" or course.mode == "dry_run":
+        session_history.note_unlisted(store, course.id, course.settings.karma_retention_days, now=ended)
+    else:
+        # Keyed by id: a kill between this write and session_end leaves the session in the history, and
+        # the next wake's crash detection skips it rather than record it a second time as crashed.
+        expired = session_history.append(store, entry, retention_days=course.settings.karma_retention_days, now=ended,
+                                         on_reject=lambda why: course.karma.record(
+                                             events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
+                                             kept_raw_at=keys.REJECTED_SESSION_HISTORY))
+    course.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
+                     steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
+                     karma_expired=expired or None, reason=course.reason, operator_action=action,
+                     dry_run=course.mode == "dry_run" or None)
+    karma_mod.end_session(store, course.id)
+    what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
+    if course.mode == "dry_run":
+        message = (f"dry run {course.id}: {course.outcome}, ${budget.spent:.4f}, {budget.steps} steps; nothing was "
+                   f"written but its karma (brainstem karma {course.id})")
+    else:
+        message = (f"{what} {course.id}: {course.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+                   f"next wake {wake_cfg['next_wake_after']}")
+    if action is not None:
+        message += f"; operator: {action}"
+    elif course.outcome == outcomes.INTERRUPTED and course.reason:
+        message += f" ({course.reason})"
+    return WakeResult("ran", outcome=course.outcome, session_id=course.id, next_wake_after=wake_cfg["next_wake_after"],
+                      message=message)
+
+
+def _try(fn) -> None:
+    try:
+        fn()
+    except StoreUnavailable:
+        pass
+
+
