@@ -3,12 +3,12 @@
 Prints the median wall time of
   * a trivial sandboxed call, with the kernel isolation of the workers on
     (network namespace, seccomp, Landlock, reduced capabilities: see
-    brainstem/sandbox/isolation.py) and, for comparison, with it switched off
+    brainstem/sandbox/kernel/) and, for comparison, with it switched off
     (BRAINSTEM_SANDBOX_ISOLATION=off, which only the bench and the tests use:
     it weakens the sandbox); the two are measured in alternating rounds so
     that machine load affects both alike,
   * a sandboxed call that does ctx.fetch of a loopback http.server page
-    (through brainstem.sandbox.egress.fetch with allow=["127.0.0.1"]),
+    (through brainstem.sandbox.fetch.fetch with allow=["127.0.0.1"]),
     isolation on,
   * the same trivial function called in-process (baseline),
 and the ratio.  Target: trivial sandboxed call, isolation on, <= 5 ms median.
@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brainstem.sandbox import Limits, run, shutdown  # noqa: E402
-from brainstem.sandbox.egress import fetch  # noqa: E402
-from brainstem.sandbox.isolation import ENV_SWITCH, report  # noqa: E402
+from brainstem.sandbox import Limits, report, run, shutdown  # noqa: E402
+from brainstem.sandbox.fetch import fetch  # noqa: E402
+from brainstem.sandbox.kernel.switch import ENV_SWITCH  # noqa: E402
 
 TARGET_MS = 5.0
 ROUNDS = 10

@@ -529,7 +529,8 @@ def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(open_app, 
     Written through the real sandbox, as an agent-written tool would."""
     from brainstem.core.settings import load_settings
     from brainstem.state.guarded import AgentKV
-    from brainstem.tools.services import ToolPolicy, run_tool
+    from brainstem.tools.policy import ToolPolicy
+    from brainstem.tools.services import run_tool
 
     payload = '"><script>alert(1)</script><img src=x onerror=alert(2)>'
     st.put(keys.tool_code("evil"), "def execute(args, ctx):\n"

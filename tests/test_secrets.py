@@ -11,7 +11,9 @@ from brainstem.core.errors import ConfigError
 from brainstem.core.secrets import grant, parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
 from brainstem.store.sqlite_store import SQLiteStore
-from brainstem.tools.services import ToolMeta, ToolPolicy, ToolServices
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import ToolServices
+from brainstem.tools.tool import ToolMeta
 
 from .sandbox.hostile import Host
 

@@ -56,7 +56,7 @@ from brainstem.core.secrets import parse_bindings, placeholder_for
 from brainstem.sandbox import egress
 from brainstem.state.guarded import AgentKV
 from brainstem.store.sqlite_store import SQLiteStore
-from brainstem.tools.services import ToolPolicy
+from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool as run_in_runtime
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,7 +24,8 @@ from brainstem.core.secrets import parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import seed
 from brainstem.store.sqlite_store import SQLiteStore
-from brainstem.tools.services import ToolPolicy, run_tool
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import run_tool
 
 from .doubles import LLMDouble, RPCDouble
 
@@ -486,7 +487,7 @@ def test_topup_openrouter_is_honestly_not_implemented(run, web):
 # --- every seeded tool is loadable and runs in the sandbox -----------------------------------------------
 
 def test_every_seeded_tool_has_valid_meta(store):
-    from brainstem.tools.services import load_tool
+    from brainstem.tools.tool import load_tool
 
     names = sorted(k.name.split(":")[1] for k in store.list_all("tool:") if k.name.endswith(":code"))
     assert names == ["check_or_balance", "check_wallet_balance", "kv_read", "kv_write", "send_telegram",

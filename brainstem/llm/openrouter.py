@@ -318,16 +318,47 @@ def chat(
     clock = DeadlineClock(time.monotonic() + float(timeout))
     end = deadline if deadline is not None else float("inf")
     requested_model = str(request.get("model") or "") if isinstance(request, dict) else ""
+    payload = _payload(request)
+    url = f"{str(base_url).rstrip('/')}/chat/completions"
+    headers = _headers(api_key)
+    max_attempts = max(1, int(max_attempts))
+    attempts = [0]  # the requests that went out (a try with no time left sends none)
+
+    def once(client: httpx.Client) -> LLMResponse:
+        now = time.monotonic()
+        clock.deadline = min(now + float(timeout), end)
+        if clock.deadline <= now:
+            raise ProviderError("openrouter: the session's time ran out before the request", retryable=True)
+        attempts[0] += 1
+        return _post(client, url, payload, headers, clock.deadline - now, requested_model)
+
     try:
-        payload = json.dumps(request).encode("utf-8")
+        with httpx.Client(transport=transport or deadline_transport(clock, tls_context()),
+                          timeout=_timeout(timeout), verify=tls_context()) as client:
+            result = _retrying(max_attempts, backoff_base, backoff_max, end, sleep)(once, client)
+    except ProviderError as e:
+        raise _final_error(e, attempts[0], api_key) from None
+    except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
+        raise ProviderError(
+            _redact(f"openrouter: unexpected {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT)}", api_key),
+            attempts=attempts[0],
+        ) from None
+    result.attempts = attempts[0]
+    return result
+
+
+def _payload(request: dict) -> bytes:
+    try:
+        return json.dumps(request).encode("utf-8")
     except (TypeError, ValueError) as e:
         raise ProviderError("openrouter: request is not JSON-serialisable: "
                             f"{one_line(type(e).__name__, _MESSAGE_LIMIT)}") from None
 
-    url = f"{str(base_url).rstrip('/')}/chat/completions"
-    headers = _headers(api_key)
-    max_attempts = max(1, int(max_attempts))
-    attempts = 0
+
+def _retrying(max_attempts: int, backoff_base: float, backoff_max: float, end: float,
+              sleep: Callable[[float], None]) -> Retrying:
+    """The retry policy: a retryable :class:`ProviderError` is tried again, at most ``max_attempts`` in
+    all, after the server's ``Retry-After`` or an exponential pause with jitter, never past ``end``."""
 
     def wait(state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -342,61 +373,50 @@ def chat(
     def out_of_time(state: RetryCallState) -> bool:
         return end - time.monotonic() <= 0.05
 
-    def once(client: httpx.Client) -> LLMResponse:
-        nonlocal attempts
-        now = time.monotonic()
-        clock.deadline = min(now + float(timeout), end)
-        if clock.deadline <= now:
-            raise ProviderError("openrouter: the session's time ran out before the request", retryable=True)
-        attempts += 1
-        try:
-            resp = client.post(url, content=payload, headers=headers, timeout=_timeout(clock.deadline - now))
-        except _RETRYABLE_TRANSPORT as e:
-            raise ProviderError(
-                f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}", retryable=True
-            ) from None
-        except httpx.HTTPError as e:  # bad URL, unsupported protocol, decoding...
-            raise ProviderError(
-                f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}"
-            ) from None
-        if resp.status_code != 200:
-            raise _http_error(resp)
-        try:
-            body = json.loads(resp.content)
-        except (ValueError, UnicodeDecodeError):
-            raise ProviderError("openrouter: response was not JSON", status=200, malformed=True) from None
-        return _parse_body(body, requested_model)
+    return Retrying(
+        stop=stop_after_attempt(max_attempts) | out_of_time,
+        wait=wait,
+        retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
+        sleep=sleep,
+        reraise=True,
+    )
 
+
+def _post(client: httpx.Client, url: str, payload: bytes, headers: dict[str, str], seconds: float,
+          requested_model: str) -> LLMResponse:
+    """One attempt: the request sent, with ``seconds`` for all of it, and its answer parsed."""
     try:
-        with httpx.Client(transport=transport or deadline_transport(clock, tls_context()),
-                          timeout=_timeout(timeout), verify=tls_context()) as client:
-            retrying = Retrying(
-                stop=stop_after_attempt(max_attempts) | out_of_time,
-                wait=wait,
-                retry=retry_if_exception(lambda e: isinstance(e, ProviderError) and e.retryable),
-                sleep=sleep,
-                reraise=True,
-            )
-            result = retrying(once, client)
-    except ProviderError as e:
-        msg = e.message
-        if attempts > 1:
-            msg = f"{msg} (after {attempts} attempts)"
+        resp = client.post(url, content=payload, headers=headers, timeout=_timeout(seconds))
+    except _RETRYABLE_TRANSPORT as e:
         raise ProviderError(
-            _redact(msg, api_key),
-            status=e.status,
-            retryable=e.retryable,
-            retry_after=e.retry_after,
-            attempts=attempts,
-            malformed=e.malformed,
+            f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}", retryable=True
         ) from None
-    except Exception as e:  # noqa: BLE001 - the safety net must not leak anything else
+    except httpx.HTTPError as e:  # bad URL, unsupported protocol, decoding...
         raise ProviderError(
-            _redact(f"openrouter: unexpected {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT)}", api_key),
-            attempts=attempts,
+            f"openrouter: {type(e).__name__}: {one_line(e, _MESSAGE_LIMIT) or 'no detail'}"
         ) from None
-    result.attempts = attempts
-    return result
+    if resp.status_code != 200:
+        raise _http_error(resp)
+    try:
+        body = json.loads(resp.content)
+    except (ValueError, UnicodeDecodeError):
+        raise ProviderError("openrouter: response was not JSON", status=200, malformed=True) from None
+    return _parse_body(body, requested_model)
+
+
+def _final_error(e: ProviderError, attempts: int, api_key: str | None) -> ProviderError:
+    """The error :func:`chat` raises: the last attempt's, saying how many were made, the key redacted."""
+    msg = e.message
+    if attempts > 1:
+        msg = f"{msg} (after {attempts} attempts)"
+    return ProviderError(
+        _redact(msg, api_key),
+        status=e.status,
+        retryable=e.retryable,
+        retry_after=e.retry_after,
+        attempts=attempts,
+        malformed=e.malformed,
+    )
 
 
 # --------------------------------------------------------------------------- credit

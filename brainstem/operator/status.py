@@ -1,4 +1,9 @@
-"""Where the agent stands, for ``brainstem status`` and ``brainstem sessions``: read-only views of the store."""
+"""Where the agent stands, for ``brainstem status``, its dashboard page and ``karma --follow``.
+
+:func:`status` gathers the report (read-only views of the store, one dict the
+dashboard and ``status --json`` share); :func:`render` turns it into the
+labelled lines ``brainstem status`` prints, section by section.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from brainstem.core import keys
 from brainstem.core.errors import NotText
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
+from brainstem.operator.output import as_text, labelled, usd
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.state import history as session_history
 from brainstem.state import refusals
@@ -75,6 +81,7 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
 
 
 def status(store: Store, settings: Settings) -> dict[str, Any]:
+    """Everything ``brainstem status`` shows, as one JSON-ready dict (``status --json`` prints it as it is)."""
     problems: list[str] = []
     defaults = load_defaults(store, problems)
     load_models(store, problems)  # an invalid price list is named here, not only in the next session's karma
@@ -149,8 +156,141 @@ def _soul_state(store: Store) -> bool | str:
 def _sandbox_report() -> dict[str, Any]:
     """Which kernel protections the sandbox's workers run under here, and why any is off."""
     try:
-        from brainstem.sandbox.isolation import report
+        from brainstem.sandbox import report
 
         return report()
     except Exception as exc:  # noqa: BLE001 - status must show the rest even if the sandbox cannot start
         return {"error": f"the sandbox could not be checked: {type(exc).__name__}: {exc}"[:300]}
+
+
+# --- rendering: the report as ``brainstem status`` prints it, one labelled line each ---------
+
+def render(report: dict[str, Any]) -> list[str]:
+    """The report as labelled lines, in a fixed order: the agent, what runs, spend and schedule,
+    what needs the operator, then the protections."""
+    return (_agent_lines(report) + _running_lines(report) + _spend_lines(report) + _attention_lines(report)
+            + _protection_lines(report))
+
+
+def _agent_lines(report: dict[str, Any]) -> list[str]:
+    """The store, the soul, the session count and the last session (with what the operator must do)."""
+    last = report["last_session"] or {}
+    soul = report["soul_present"]
+    out = [labelled("store", report["store"]),
+           labelled("soul", "present" if soul is True else "MISSING (brainstem seed --soul FILE)" if not soul
+                    else "NOT TEXT (brainstem kv put soul --file FILE --force-soul)"),
+           labelled("sessions", as_text(report["sessions"]))]
+    if last:
+        out.append(labelled("last session", f"{as_text(last.get('id'))}  {as_text(last.get('outcome'))}  "
+                                            f"{as_text(last.get('ended_at') or last.get('started_at'))}  "
+                                            f"{usd(last.get('cost') or 0)}  {as_text(last.get('steps', 0))} steps"))
+    if last and report.get("operator_action"):
+        out.append(labelled("OPERATOR", report["operator_action"]))
+    return out
+
+
+def _running_lines(report: dict[str, Any]) -> list[str]:
+    """A session running now (or one that died), and damage to the session history."""
+    out = []
+    running = report["running"]
+    if running:
+        where = (f" (pid {running.get('pid')} on {as_text(running.get('host'), 'unknown host')})"
+                 if running.get("pid") else "")
+        if running["state"] == "running":
+            out.append(labelled("running now", f"session {as_text(running.get('id'))} since "
+                                               f"{as_text(running.get('started_at'))}{where}"))
+        elif running["state"] == "locked":
+            out.append(labelled("running now", f"a wake holds the lock ({as_text(running.get('lock_holder'))}), "
+                                               f"no session begun yet"))
+        else:
+            out.append(labelled("died", f"session {as_text(running.get('id'), '(unknown id)')} started "
+                                        f"{as_text(running.get('started_at'), 'at an unknown time')}{where} and is "
+                                        f"gone (its lock expired or its process exited); the next wake records "
+                                        f"it as crashed"))
+    if report.get("session_history_rejected"):
+        r = report["session_history_rejected"]
+        out.append(labelled("history problem", f"{as_text(r.get('at'))}: {as_text(r.get('reason'))} (its raw text "
+                                               f"is kept in {as_text(r.get('raw_kept_at'))})"))
+    for d in report.get("history_damaged") or []:
+        out.append(labelled("HISTORY DAMAGED", f"entry {as_text(d.get('position'))} of session_history is not "
+                                               f"readable JSON (session {as_text(d.get('id'), 'unknown')}); it is "
+                                               f"listed as damaged, and its karma stays readable with brainstem "
+                                               f"karma"))
+    return out
+
+
+def _spend_lines(report: dict[str, Any]) -> list[str]:
+    """Failures in a row, spend against the ceilings, balances, the next wake, deep reflection, config."""
+    truth = report["balances_last_seen"] or {}
+    bal = truth.get("balances") if isinstance(truth.get("balances"), dict) else {}
+
+    def money(v):
+        return "unknown" if v is None else usd(v, 2)
+    out = [labelled("failing in a row", as_text(report["failing_in_a_row"])),
+           labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)} (per "
+                                   f"session at most {usd(report['session_ceiling'], 2)})"),
+           labelled("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC "
+                                f"{money(bal.get('wallet_usdc'))}"
+                    + (f" (as of {as_text(truth.get('at'))})" if truth else "")),
+           labelled("next wake", f"{report['next_wake_after'] or 'due now'}{' (asleep)' if report['asleep'] else ''}"),
+           labelled("deep reflection", f"{'due at next wake' if report['deep_reflection_due_next_wake'] else 'not due'}"
+                                       f" ({as_text(report['deep_reflection'])})")]
+    out += [labelled("config problem", as_text(p)) for p in report["config_problems"] or []]
+    return out
+
+
+def _attention_lines(report: dict[str, Any]) -> list[str]:
+    """What waits for the operator: cost anomalies to check, secret refusals, tool runs to review."""
+    out = []
+    for n, a in enumerate(report["cost_anomalies_today"] or [], 1):
+        head = (f"{as_text(a.get('at'))} session {as_text(a.get('session_id'))}: the endpoint reported "
+                f"{usd(a.get('reported', 0))} for a {as_text(a.get('model'))} call that could cost at most "
+                f"{usd(a.get('worst_case', 0))}.")
+        if "corrected_to" in a:
+            out.append(labelled(f"COST ANOMALY {n}", f"{head} Corrected by the operator to {usd(a['corrected_to'])}."))
+        else:
+            out.append(labelled(f"COST ANOMALY {n}", f"{head} It counts towards today's ceiling as billed; check the "
+                                                     f"provider's activity page, and if it billed less, `brainstem "
+                                                     f"anomaly {n} --billed USD` corrects today's spend for this "
+                                                     f"call alone."))
+    refused = report.get("secret_refusals") or {}
+    if refused.get("total"):
+        hold = ("the agent's code is HELD until you clear it: brainstem refusals --clear" if refused.get("held")
+                else "cleared")
+        out.append(labelled("SECRET REFUSED", f"{refused['total']} time(s), {refused['today']} today: code met "
+                                              f"secret text it could only have by a leak or a guess (last: "
+                                              f"{as_text(refused.get('last_tool'))} at "
+                                              f"{as_text(refused.get('last_at'))}); {hold}. Look for "
+                                              f"secret_refused in its karma"))
+    if report["reviews_pending"]:
+        out.append(labelled("REVIEW", f"{report['reviews_pending']} run(s) of supervised tools wait for your "
+                                      f"verdict: brainstem review"))
+    return out
+
+
+def _protection_lines(report: dict[str, Any]) -> list[str]:
+    """Reflexes, tool mode floors, the sandbox's protections and the secret bindings."""
+    out = []
+    reflexes = report.get("reflexes")
+    if reflexes and reflexes.get("error"):
+        out.append(labelled("reflexes", f"IGNORED: {reflexes['error']}"))
+    elif reflexes:
+        out.append(labelled("reflexes", ", ".join(f"{r['name']} (last fired {as_text(r['last_fired'], 'never')})"
+                                                  for r in reflexes["rules"]) or "none"))
+    for name, mode in (report.get("tool_mode_floors") or {}).items():
+        out.append(labelled("tool mode", f"{name}: at least {mode} (BRAINSTEM_TOOL_MODES)"))
+    sandbox = report.get("sandbox") or {}
+    if sandbox.get("error"):
+        out.append(labelled("sandbox", sandbox["error"]))
+    else:
+        prot = sandbox.get("protections") or {}
+        on = [k for k, v in prot.items() if v.get("state") == "on"]
+        off = [k for k, v in prot.items() if v.get("state") == "off"]
+        out.append(labelled("sandbox", f"runtime as {as_text(sandbox.get('runtime'))}; on: {', '.join(on) or 'none'}"
+                            + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else "")))
+    bindings = report["secret_bindings"]
+    if not bindings:
+        out.append(labelled("secrets", "none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)"))
+    for label, b in bindings.items():
+        out.append(labelled("secret", f"{label} -> {', '.join(b['hosts'])}{'' if b['set'] else '  (NOT SET)'}"))
+    return out

@@ -16,7 +16,7 @@ loops:
 * at ``timeout_ms`` after the spawn it SIGKILLs the worker's process group
   (the worker called ``setsid``) and marks it ``timed_out``;
 * a control packet ``{"op": "report"}`` carrying one fd gets the isolation
-  report (see :mod:`brainstem.sandbox.isolation`) written to that fd;
+  report (see :mod:`brainstem.sandbox.kernel.report`) written to that fd;
 * when the control socket closes (the runtime exited or died) it kills every
   worker and exits.  ``PR_SET_PDEATHSIG=SIGKILL`` covers the case where it
   would not even get to read that EOF; each worker has the same death signal
@@ -27,7 +27,7 @@ The server never sees tool code, arguments or secrets: those travel from the
 runtime to the worker over the channel.
 
 Before its first fork it isolates itself and prepares what each worker adds
-(``isolation.setup_server``): its own network namespace (and user namespace
+(``kernel.setup.setup_server``): its own network namespace (and user namespace
 when workers cannot be made nobody), a reduced capability set, Landlock or an
 empty root, a seccomp filter; then it checks all that on a probe worker.
 ``BOOT`` is built when the runtime starts the server, so it carries the
@@ -48,7 +48,7 @@ import time
 
 
 def _boot() -> str:
-    from brainstem.sandbox.isolation import switch_from_env
+    from brainstem.sandbox.kernel.switch import switch_from_env
 
     disabled = switch_from_env()  # a tuple of known layer names only
     return (
@@ -163,7 +163,8 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
 
 def _set_up(disabled: tuple[str, ...], parent: int):
     """Warm the interpreter, build the kernel isolation (or say why not), and die with the runtime."""
-    from brainstem.sandbox import isolation, worker
+    from brainstem.sandbox import worker
+    from brainstem.sandbox.kernel.setup import setup_failed, setup_server
 
     worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent == 1:
@@ -171,9 +172,9 @@ def _set_up(disabled: tuple[str, ...], parent: int):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker.policy.warm_up()
     try:
-        setup = isolation.setup_server(tuple(disabled), worker._lock_down)
+        setup = setup_server(tuple(disabled), worker._lock_down)
     except Exception as e:  # noqa: BLE001 - the sandbox must stay usable: run without, and say so
-        setup = isolation.setup_failed(tuple(disabled), e)
+        setup = setup_failed(tuple(disabled), e)
     # Entering a user namespace clears the parent-death signal: set it again.
     worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:

@@ -9,28 +9,23 @@ channel, then serves the worker's ``ctx`` requests by calling ``services``
 JSON text crosses: the worker's result is re-parsed here with ``json.loads``.
 
 A worker's death (timeout kill, signal, memory cap, any exit) is a failed
-``Outcome``, never an exception of the runtime.
+``Outcome``, never an exception of the runtime.  See ``fork_client`` (the
+fork server that starts workers) and ``ctx`` (what a ``ctx`` request gets).
 """
 
 from __future__ import annotations
 
-import atexit
-import concurrent.futures
 import json
-import math
 import os
-import queue
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from brainstem.core.errors import one_line
+from brainstem.sandbox.ctx import MAX_RESPONSE_BYTES, Services, StopExecution, answer, inspect_with, scrub_with
+from brainstem.sandbox.fork_client import SandboxUnavailable, spawn_worker
 from brainstem.sandbox.protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
 
 # How long past timeout_ms the runtime waits before it kills the worker itself
@@ -38,9 +33,6 @@ from brainstem.sandbox.protocol import HEADER, FrameTooLarge, NotJSON, encode_fr
 GRACE_S = 1.0
 MAX_CTX_CALLS = 1000
 MAX_REQUEST_BYTES = 4 * 1024 * 1024  # worker -> runtime ctx request
-MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # runtime -> worker ctx response
-MAX_SERVICE_ERROR_CHARS = 1000
-START_TIMEOUT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -58,195 +50,6 @@ class Outcome:
     error: str | None  # one line, operator-readable
     duration_ms: float
     output: str = ""  # what the tool printed (capped by Limits.max_output_bytes)
-
-
-class Services(Protocol):
-    """The runtime side of ``ctx``; every call happens in the process that called ``run``."""
-
-    secrets: Mapping[str, str]  # already filtered by the runtime
-    kv_access: str  # "none" | "own" | "read_all"
-
-    def kv_get(self, key: str) -> str | None: ...
-
-    def kv_put(self, key: str, value: str) -> None: ...
-
-    def kv_list(self, prefix: str) -> list[str]: ...
-
-    def kv_delete(self, key: str) -> bool: ...
-
-    def fetch(self, url, method, headers, json, data, timeout) -> dict: ...
-
-    def log(self, message: str) -> None: ...
-
-    # The one way back in and the one way out: every value handed to the worker passes ``scrub``, and
-    # everything the worker sends passes ``inspect``, which raises :class:`StopExecution` when it holds
-    # something it must not (a secret's value: the worker could only have it through a leak or a guess).
-    def scrub(self, value: Any) -> Any: ...
-
-    def inspect(self, value: Any) -> None: ...
-
-
-class StopExecution(Exception):
-    """Raised by ``Services``: kill the worker at once; the message is the run's error."""
-
-
-class SandboxUnavailable(Exception):
-    pass
-
-
-# --------------------------------------------------------------------------- fork server handle
-
-
-class _Keeper:
-    """A thread that lives as long as the process and starts fork servers.
-
-    ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits,
-    so the fork server must not be started from a short-lived worker thread.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def call(self, fn):
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._loop, name="brainstem-sandbox-keeper", daemon=True
-                )
-                self._thread.start()
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, future))
-        return future.result()
-
-    def _loop(self) -> None:
-        while True:
-            fn, future = self._queue.get()
-            try:
-                future.set_result(fn())
-            except BaseException as e:  # noqa: BLE001
-                future.set_exception(e)
-
-
-_keeper = _Keeper()
-
-
-class _ForkServer:
-    def __init__(self) -> None:
-        from brainstem.sandbox.forkserver import BOOT
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", BOOT, json.dumps(sys.path), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                env={},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                close_fds=True,
-            )
-        finally:
-            theirs.close()
-        self.control = ours
-        self.lock = threading.Lock()
-        ours.settimeout(START_TIMEOUT_S)
-        try:
-            hello = ours.recv(4096)
-        except OSError as e:
-            self.stop()
-            raise SandboxUnavailable(f"fork server did not start: {e}") from None
-        if hello != b"ready":
-            self.stop()
-            why = hello.decode(errors="replace")[len("error: "):] if hello.startswith(b"error: ") else ""
-            raise SandboxUnavailable(f"fork server did not start: {why}" if why else "fork server did not start")
-        ours.settimeout(5.0)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def spawn(self, params: dict, fds: list[int]) -> None:
-        with self.lock:
-            socket.send_fds(self.control, [json.dumps(params).encode()], fds)
-
-    def stop(self) -> None:
-        try:
-            self.control.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-_server: _ForkServer | None = None
-_server_lock = threading.Lock()
-
-
-def _get_server(restart: bool = False) -> _ForkServer:
-    global _server
-    with _server_lock:
-        if restart or _server is None or not _server.alive():
-            if _server is not None:
-                _server.stop()
-                _server = None
-            _server = _keeper.call(_ForkServer)
-        return _server
-
-
-def shutdown() -> None:
-    """Stop the fork server (it kills any worker still running)."""
-    global _server
-    with _server_lock:
-        if _server is not None:
-            _server.stop()
-            _server = None
-
-
-atexit.register(shutdown)
-
-
-def server_pid() -> int | None:
-    """The fork server's pid, if it is running (for diagnostics and tests)."""
-    services = _server
-    return services.proc.pid if services is not None and services.alive() else None
-
-
-def _spawn(params: dict) -> tuple[socket.socket, socket.socket]:
-    """Start one worker; return (channel, status) sockets. Restarts a dead fork server once."""
-    for attempt in (0, 1):
-        server = _get_server(restart=attempt == 1)
-        chan, chan_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        stat, stat_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            server.spawn(params, [chan_child.fileno(), stat_child.fileno()])
-        except OSError:
-            chan.close()
-            stat.close()
-            if attempt == 1:
-                raise SandboxUnavailable("fork server is not responding") from None
-            continue
-        finally:
-            chan_child.close()
-            stat_child.close()
-        return chan, stat
-    raise SandboxUnavailable("fork server is not responding")  # pragma: no cover
-
-
-# --------------------------------------------------------------------------- one execution
-
-
-
-
-def _service_error(e: BaseException) -> str:
-    try:
-        msg = str(e)
-    except Exception:  # noqa: BLE001
-        msg = ""
-    msg = msg or type(e).__name__
-    return msg[:MAX_SERVICE_ERROR_CHARS]
 
 
 def _signal_name(num: int) -> str:
@@ -377,7 +180,7 @@ class _Execution:
             op = msg.get("op")
             try:
                 if op == "result":
-                    _inspect(self.services, msg)
+                    inspect_with(self.services, msg)
                     return self._result(msg)
                 response = self._handle(op, msg)
             except StopExecution as e:
@@ -441,82 +244,11 @@ class _Execution:
 
     # -- ctx requests
     def _handle(self, op: Any, msg: dict) -> dict:
-        """One ctx request; its answer (value or error text) is scrubbed like everything handed back."""
+        """One ctx request, counted against the run's limit; see :func:`ctx.answer`."""
         self.calls += 1
         if self.calls > MAX_CTX_CALLS:
             return {"ok": False, "error": f"too many ctx calls (limit {MAX_CTX_CALLS} per execution)"}
-        try:
-            _inspect(self.services, msg)
-            value = self._dispatch(op, msg)
-        except StopExecution:
-            raise
-        except _Refused as e:
-            return _scrub(self.services, {"ok": False, "error": str(e)})
-        except Exception as e:  # noqa: BLE001 - services errors become the tool's RuntimeError
-            return _scrub(self.services, {"ok": False, "error": _service_error(e)})
-        return _scrub(self.services, {"ok": True, "value": value})
-
-    def _dispatch(self, op: Any, msg: dict) -> Any:
-        services = self.services
-        if op in ("kv_get", "kv_put", "kv_list", "kv_delete") and not self.kv_granted:
-            raise _Refused("kv access is not granted to this tool")
-        if op == "kv_get":
-            value = services.kv_get(_str_arg(msg, "key"))
-            if value is not None and type(value) is not str:
-                value = str(value)
-            return value
-        if op == "kv_put":
-            services.kv_put(_str_arg(msg, "key"), _str_arg(msg, "value"))
-            return None
-        if op == "kv_list":
-            keys = services.kv_list(_str_arg(msg, "prefix"))
-            return [str(k) for k in keys]
-        if op == "kv_delete":
-            return bool(services.kv_delete(_str_arg(msg, "key")))
-        if op == "log":
-            services.log(_str_arg(msg, "message"))
-            return None
-        if op == "fetch":
-            remaining = max(0.1, self.deadline - time.monotonic())
-            timeout = msg.get("timeout")
-            if type(timeout) not in (int, float) or not math.isfinite(timeout) or timeout <= 0:
-                timeout = remaining
-            headers = msg.get("headers")
-            result = services.fetch(
-                url=_str_arg(msg, "url"),
-                method=_str_arg(msg, "method"),
-                headers=dict(headers) if type(headers) is dict else None,
-                json=msg.get("json"),
-                data=msg.get("data"),
-                timeout=min(float(timeout), remaining),
-            )
-            try:
-                return to_plain(result, max_bytes=MAX_RESPONSE_BYTES - 1024, what="fetch response")
-            except NotJSON as e:
-                raise _Refused(str(e)) from None
-        raise _Refused(f"unknown ctx operation {str(op)[:40]!r}")
-
-
-class _Refused(Exception):
-    pass
-
-
-def _scrub(services: Services, value: Any) -> Any:
-    scrub = getattr(services, "scrub", None)
-    return value if scrub is None else scrub(value)
-
-
-def _inspect(services: Services, value: Any) -> None:
-    inspect = getattr(services, "inspect", None)
-    if inspect is not None:
-        inspect(value)
-
-
-def _str_arg(msg: dict, name: str) -> str:
-    value = msg.get(name)
-    if type(value) is not str:
-        raise _Refused(f"{name} must be a str")
-    return value
+        return answer(self.services, op, msg, self.kv_granted, self.deadline)
 
 
 # --------------------------------------------------------------------------- public entry point
@@ -543,7 +275,7 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
             {
                 "code": code,
                 "entrypoint": entrypoint,
-                "args": _scrub(services, to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args")),
+                "args": scrub_with(services, to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args")),
                 "secrets": secrets,
                 "kv": kv_granted,
                 "limits": {
@@ -560,7 +292,7 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
         return fail(one_line(str(e)))
 
     try:
-        chan, stat = _spawn({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})
+        chan, stat = spawn_worker({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})
     except (SandboxUnavailable, OSError) as e:
         return fail(f"sandbox unavailable: {one_line(e)}")
     status = _Status(stat)

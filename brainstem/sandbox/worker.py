@@ -14,8 +14,8 @@ when running as root and the fork server found it possible, drop to nobody
 ``PR_SET_PDEATHSIG=SIGKILL`` (set after the uid change, which would clear it)
 and a check that the fork server is still our parent; ``PR_SET_NO_NEW_PRIVS``;
 rlimits (AS, CPU, NPROC 0, FSIZE 0, NOFILE, CORE 0); last
-:func:`isolation.lock_worker`, which adds the worker's part of the seccomp
-filter.  Before all that the worker inherited what the fork server
+:func:`kernel.lockdown.lock_worker`, which adds the worker's part of the
+seccomp filter.  Before all that the worker inherited what the fork server
 did to itself: network (and user) namespace, reduced capabilities, Landlock
 or an empty root, the bulk of the seccomp filter.
 """
@@ -31,12 +31,14 @@ import types
 from typing import Any, NoReturn
 
 from brainstem.core.errors import one_line
-from brainstem.sandbox import isolation, policy
+from brainstem.sandbox import policy, tool_builtins
+from brainstem.sandbox.kernel import lockdown
+from brainstem.sandbox.kernel.caps import NOBODY
+from brainstem.sandbox.kernel.libc import LockDownFailed, reason
 from brainstem.sandbox.protocol import FrameTooLarge, NotJSON, dumps, encode_frame, read_frame_fd, to_plain, write_all
 
 CHANNEL_FD = 3
 STATUS_FD = 4  # during the lock-down only
-NOBODY = 65534
 NOFILE_LIMIT = 8
 
 # Frame caps on the worker side.
@@ -66,7 +68,7 @@ def prctl(option: int, arg: int | bytes = 0) -> None:
 
 
 def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, status_fd: int = -1) -> None:
-    """Raises :class:`isolation.LockDownFailed` naming the step that failed.
+    """Raises :class:`LockDownFailed` naming the step that failed.
 
     ``status_fd`` (the fork server's status socket for this worker) is kept
     at STATUS_FD until the end, so that a failure can be told there.
@@ -91,14 +93,14 @@ def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, s
         os.closerange(CHANNEL_FD + 1 if _status_fd < 0 else STATUS_FD + 1, 1 << 20)
         os.environ.clear()
         step = f"switching to uid {NOBODY}"
-        isolation.become_nobody()
+        lockdown.become_nobody()
         step = "parent-death signal"
         prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != server_pid:
             os._exit(70)
         prctl(_PR_SET_NO_NEW_PRIVS, 1)
         prctl(_PR_SET_NAME, b"brainstem-tool")
-        policy.reseed()
+        tool_builtins.reseed()
         step = "rlimits"
         cpu = max(1, math.ceil(timeout_ms / 1000)) + 1
         memory = memory_mb * 1024 * 1024
@@ -113,9 +115,9 @@ def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, s
             soft, hard = value if isinstance(value, tuple) else (value, value)
             resource.setrlimit(res, (soft, hard))
         step = "capabilities, Landlock, seccomp"
-        isolation.lock_worker()
+        lockdown.lock_worker()
     except Exception as e:
-        raise isolation.LockDownFailed(f"{step}: {isolation.reason(e)}") from None
+        raise LockDownFailed(f"{step}: {reason(e)}") from None
     if _status_fd >= 0:
         os.close(_status_fd)
         _status_fd = -1
@@ -128,7 +130,7 @@ def _tell_failure(e: BaseException) -> None:
     """One line on the fork server's status socket, which the runtime reports as the call's error."""
     if _status_fd < 0:
         return
-    line = one_line(f"worker could not start: {isolation.reason(e)}", MAX_ERROR_CHARS)
+    line = one_line(f"worker could not start: {reason(e)}", MAX_ERROR_CHARS)
     try:
         os.write(_status_fd, dumps({"error": line}) + b"\n")
     except BaseException:  # noqa: BLE001 - the exit status still tells
@@ -319,7 +321,7 @@ def child_main(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, s
     try:
         try:
             _lock_down(chan_fd, server_pid, timeout_ms, memory_mb, status_fd)
-        except isolation.LockDownFailed as e:
+        except LockDownFailed as e:
             _tell_failure(e)
             os._exit(72)
         memory_frame = encode_frame(

@@ -27,7 +27,8 @@ from brainstem.state.guarded import AgentKV
 from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
-from brainstem.tools.services import ToolOutcome, ToolPolicy, run_tool
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import ToolOutcome, run_tool
 
 
 @dataclass

@@ -202,7 +202,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -
 def reflex_tools(session: Session, rule) -> bool:
     """Run a reflex's tool calls in order, under the session's budgets; False (recorded) when one is
     missing, refused by the budget or fails: the wake then goes on to a normal session."""
-    from brainstem.tools.services import ToolError, load_tool
+    from brainstem.tools.tool import ToolError, load_tool
 
     for i, call in enumerate(rule.do.tools):
         step_id = f"reflex:{rule.name}:{i + 1}"

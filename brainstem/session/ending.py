@@ -8,12 +8,12 @@ was lost records only that (:func:`lease_lost`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from brainstem.core import events, keys, outcomes
+from brainstem.core.backoff import call_with_backoff
 from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import LeaseLost, StoreUnavailable
 from brainstem.session.cycle import Course
@@ -49,27 +49,34 @@ def clamp_sleep(value: Any, default: float) -> float:
 def finish(course: Course) -> WakeResult:
     """Record the end of the session. A store that went away is waited for, briefly, so the
     session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake.
-    A session whose lease is lost records only that, in its own karma (see :func:`_lease_lost`)."""
-    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
-    while True:
+    A session whose lease is lost records only that, in its own karma (see :func:`lease_lost`)."""
+    def attempt() -> WakeResult:
         if course.lease is not None and course.lease.lost.is_set():
             return lease_lost(course)
         try:
             return record_end(course)
         except LeaseLost:
             return lease_lost(course)
-        except StoreUnavailable as exc:  # unreachable, full or read-only (a failover's replica): the store's
-            # fault, never the agent's; a read-only or full store may pass as soon as an unreachable one
-            if time.monotonic() + delay > deadline:
-                # Gone for longer than we wait: a note on local disk, so the next wake records this
-                # session as the store outage it was rather than as a crash of the agent's.
-                if course.mode != "dry_run":
-                    unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
-                raise
-            if course.outcome != outcomes.STORE_UNAVAILABLE and course.outcome != outcomes.INTERRUPTED:
-                course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+
+    def waiting(exc: BaseException) -> None:  # unreachable, full or read-only (a failover's replica): the
+        # store's fault, never the agent's; a read-only or full store may pass as soon as an unreachable one
+        if course.outcome not in (outcomes.STORE_UNAVAILABLE, outcomes.INTERRUPTED):
+            course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
+
+    try:
+        return _while_the_store_is_away(attempt, on_retry=waiting)
+    except StoreUnavailable as exc:
+        # Gone for longer than we wait: a note on local disk, so the next wake records this
+        # session as the store outage it was rather than as a crash of the agent's.
+        if course.mode != "dry_run":
+            unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+        raise
+
+
+def _while_the_store_is_away(fn, on_retry=None):
+    """``fn()``, tried again while the store is unavailable, for at most :data:`STORE_RETRY_SECONDS`."""
+    return call_with_backoff(fn, deadline_seconds=STORE_RETRY_SECONDS, first_delay=0.25, max_delay=2.0,
+                             retry_on=StoreUnavailable, on_retry=on_retry, clip_to_deadline=False)
 
 
 STORE_RETRY_SECONDS = 10.0
@@ -91,19 +98,15 @@ def lease_lost(course: Course) -> WakeResult:
     lease = course.lease
     reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
     cause = (lease.cause if lease is not None else None) or "taken_over"
-    delay, deadline = 0.25, time.monotonic() + STORE_RETRY_SECONDS
-    while True:
-        try:
-            with course.store.unfenced():  # the one thing a session without its lease still writes
-                course.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
-                                 cost=round(course.budget.spent, 10), steps=course.budget.steps)
-            break
-        except StoreUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
-                break
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+    def record() -> None:
+        with course.store.unfenced():  # the one thing a session without its lease still writes
+            course.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
+                                cost=round(course.budget.spent, 10), steps=course.budget.steps)
+
+    try:
+        _while_the_store_is_away(record)
+    except StoreUnavailable as exc:
+        unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
     return WakeResult("lease_lost", outcome=None, session_id=course.id,
                       message=f"session {course.id}: stopped, its wake lease was lost ({reason}); the wake that holds "
                               f"it next records its end")

@@ -50,7 +50,7 @@ from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.overlay import OverlayStore
-from brainstem.tools.services import ToolPolicy
+from brainstem.tools.policy import ToolPolicy
 
 # Entries re-recorded with the answer that served them: what the original call logged on its way
 # (an adapter's fetches, a tier falling back), so the karma a reflection reads is the same.

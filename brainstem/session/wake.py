@@ -58,7 +58,7 @@ from brainstem.store.lease import (
     session_alive_here,
     use_host_name,
 )
-from brainstem.tools.services import ToolPolicy
+from brainstem.tools.policy import ToolPolicy
 
 # --- the wake --------------------------------------------------------------------
 

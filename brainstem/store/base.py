@@ -400,6 +400,14 @@ def decode_metadata(key: str, raw: bytes | str | None) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
+def listed_metadata(key: str, raw: bytes | str | None) -> dict | None:
+    """Metadata for a listing: one key's unreadable metadata must not hide the others."""
+    try:
+        return decode_metadata(key, raw)
+    except MalformedValue:
+        return None
+
+
 def decode_log_entry(raw: bytes | str) -> str:
     """A log entry as text; bytes that are not UTF-8 are replaced (one bad entry must not hide a log)."""
     return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="replace")

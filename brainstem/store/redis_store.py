@@ -1,13 +1,10 @@
 """The production store: Redis, through redis-py.
 
-Layout under the agent's key prefix (several agents can share one Redis):
-
-    {prefix}{key}              the value, a plain string (``redis-cli GET`` works)
-    {prefix}{key}              or, for a log such as karma, a Redis list (RPUSH: O(1))
-    {prefix}__meta__:{key}     the metadata of a value, JSON, with the value's TTL
-    {prefix}__lock__:{name}    a lock: SET NX PX with an owner token
-    {prefix}__holds__:stats:daily_cost  today's spend held by calls in flight: a hash, token -> "USD DEADLINE_MS"
-    __agents__                 the registry of agent names: a set, outside every prefix
+Several agents can share one Redis, each under its own key prefix; how the keys
+are laid out, and the Lua scripts that keep the locks, the fenced writes and
+today's spend atomic, are in :mod:`brainstem.store.redis_scripts`; reaching the
+server (URLs, clients) is :mod:`brainstem.store.redis_client`, and its failures
+become the store's in :mod:`brainstem.store.redis_errors`.
 
 The default agent's prefix is empty; its view refuses keys under a registered
 ``NAME:`` (see :mod:`brainstem.core.names`). In production give each agent its
@@ -24,25 +21,18 @@ decided on the logical key, before this physical prefix is added.
 
 from __future__ import annotations
 
-import functools
 import json
 import threading
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs
 
 import redis
 
-from brainstem.core.errors import (
-    BrainstemError,
-    ConfigError,
-    MalformedValue,
-    StoreFull,
-    StoreReadOnly,
-    StoreUnavailable,
-)
+from brainstem.core.errors import ConfigError, MalformedValue, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
+from brainstem.store import redis_scripts as lua
 from brainstem.store.base import (
     KeyInfo,
     ListResult,
@@ -52,262 +42,13 @@ from brainstem.store.base import (
     decode_text,
     encode,
     lease_lost,
+    listed_metadata,
 )
-
-META = "__meta__:"
-LOCK = "__lock__:"
-HOLDS = "__holds__:"
-_INTERNAL = (META, LOCK, HOLDS)
-REGISTRY = "__agents__"  # outside every prefix
-DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
-CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
-
-# Compare-and-delete / compare-and-expire: only the owner may release or extend.
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
-_REFRESH = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) "
-            "else return 0 end")
-# A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
-_APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
-                 "return redis.call('RPUSH', KEYS[1], ARGV[1])")
-
-# A write to a fenced key (see ``Store.lease``): done only if the lease's lock still names its owner,
-# in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.
-# KEYS: the lock, the key, its metadata; ARGV: owner, op (put | del | append | append_again | incr | dellog
-# | trim), value (the amount, the entries to keep), PX (0: none), metadata ('' : none). -1: the lease is not
-# the owner's.
-_FENCED = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local op = ARGV[2]
-local function set(key, value)
-  if ARGV[4] ~= '0' then redis.call('SET', key, value, 'PX', ARGV[4]) else redis.call('SET', key, value) end
-end
-if op == 'put' then
-  set(KEYS[2], ARGV[3])
-  if ARGV[5] ~= '' then
-    set(KEYS[3], ARGV[5])
-  else
-    redis.call('DEL', KEYS[3])
-  end
-  return 1
-elseif op == 'del' then
-  if redis.call('TYPE', KEYS[2]).ok == 'list' then return 0 end
-  local n = redis.call('DEL', KEYS[2])
-  redis.call('DEL', KEYS[3])
-  return n
-end
-if op == 'incr' then return redis.call('INCRBY', KEYS[2], ARGV[3]) end
-if op == 'dellog' then
-  if redis.call('TYPE', KEYS[2]).ok ~= 'list' then return 0 end
-  return redis.call('DEL', KEYS[2])
-end
-if op == 'trim' then
-  if tonumber(ARGV[3]) > 0 then redis.call('LTRIM', KEYS[2], -tonumber(ARGV[3]), -1) else redis.call('DEL', KEYS[2]) end
-  return 1
-end
-if op == 'append_again' and redis.call('LINDEX', KEYS[2], -1) == ARGV[3] then return redis.call('LLEN', KEYS[2]) end
-return redis.call('RPUSH', KEYS[2], ARGV[3])
-"""
-
-# Today's spend (see ``Store.reserve_spend``). KEYS: the spend value (JSON {"date", "usd"}), its holds
-# (a hash, token -> "USD DEADLINE_MS"). Deadlines are the server's clock, so hosts whose clocks differ
-# agree on when a hold has expired; expired holds are dropped by whoever looks next.
-_SPEND_LIB = """
-if redis.replicate_commands then pcall(redis.replicate_commands) end  -- TIME before writes (Redis < 5)
-local function spent(day)
-  local raw = redis.call('GET', KEYS[1])
-  if not raw then return 0 end
-  local ok, rec = pcall(cjson.decode, raw)
-  if ok and type(rec) == 'table' and rec.date == day and type(rec.usd) == 'number' and rec.usd == rec.usd
-     and rec.usd ~= math.huge and rec.usd ~= -math.huge then
-    return rec.usd
-  end
-  return 0
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function held(now, drop)
-  local total = 0
-  local all = redis.call('HGETALL', KEYS[2])
-  for i = 1, #all, 2 do
-    local usd, deadline = string.match(all[i + 1], '^(%S+) (%S+)$')
-    deadline = tonumber(deadline)
-    if deadline == nil or deadline <= now then
-      if drop then redis.call('HDEL', KEYS[2], all[i]) end
-    elseif usd ~= 'S' then
-      total = total + (tonumber(usd) or 0)
-    end
-  end
-  return total
-end
-"""
-# KEYS: the spend, its holds, the session's lease lock; ARGV: day, amount, ceiling, token, ttl_ms, the lease's
-# owner ('': unfenced). 1: held; 0: it would pass the ceiling; -1: the lease is not the owner's.
-_RESERVE = _SPEND_LIB + """
-if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return -1 end  -- fenced: the lease is gone
-local now = now_ms()
-local amount = tonumber(ARGV[2])
-local was = redis.call('HGET', KEYS[2], ARGV[4])
-if was and string.sub(was, 1, 2) ~= 'S ' then return 1 end  -- a retry of a reserve that was done
-if spent(ARGV[1]) + held(now, true) + amount > tonumber(ARGV[3]) + 1e-12 then return 0 end
-local ttl = tonumber(ARGV[5])
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. ' ' .. string.format('%d', now + ttl))
-if redis.call('PTTL', KEYS[2]) < ttl then redis.call('PEXPIRE', KEYS[2], ttl) end
-return 1
-"""
-# ARGV: day, token ('': none), actual. The day's spend after, as text. A settled hold stays a minute as
-# "S DEADLINE", counting nothing, so a settle retried after a lost reply is not added twice.
-_SETTLE = _SPEND_LIB + """
-if ARGV[2] ~= '' then
-  local was = redis.call('HGET', KEYS[2], ARGV[2])
-  if was and string.sub(was, 1, 2) == 'S ' then return tostring(spent(ARGV[1])) end
-  redis.call('HSET', KEYS[2], ARGV[2], 'S ' .. string.format('%d', now_ms() + 60000))
-  if redis.call('PTTL', KEYS[2]) < 60000 then redis.call('PEXPIRE', KEYS[2], 60000) end
-end
-local total = spent(ARGV[1]) + tonumber(ARGV[3])
-if total < 0 then total = 0 end
-local text = string.format('%.10f', total):gsub('0+$', ''):gsub('%.$', '')
-redis.call('SET', KEYS[1], '{"date":"' .. ARGV[1] .. '","usd":' .. text .. '}')
-redis.call('DEL', KEYS[3])
-return text
-"""
-# ARGV: day. {spent, held}, as text.
-_DAILY = _SPEND_LIB + """
-return {tostring(spent(ARGV[1])), tostring(held(now_ms(), false))}
-"""
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password (and user) replaced, safe to print."""
-    scheme, sep, rest = url.partition("://")
-    if scheme in CLUSTER_SCHEMES:  # host:port,host:port is no netloc urlsplit can read
-        netloc, slash, tail = rest.partition("/")
-        if "@" in netloc:
-            netloc = "***@" + netloc.rpartition("@")[2]
-        return f"{scheme}{sep}{netloc}{slash}{tail}"
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
-
+from brainstem.store.redis_client import is_cluster, new_client, redact_url
+from brainstem.store.redis_errors import guard
+from brainstem.store.redis_scripts import DEFAULT_TAG, HOLDS, INTERNAL, LOCK, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
-
-
-def _guard(fn=None, *, retry: bool = True):
-    """Turn Redis failures into one operator-readable line naming the server.
-
-    A lost connection is retried with growing pauses for up to ``retry_seconds`` (a restart or a
-    failover of a few seconds is survived); a refused password, a read-only replica and a full
-    server are not retried.
-    """
-    if fn is None:
-        return lambda f: _guard(f, retry=retry)
-
-    @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        # After a command has used up its retries, the next ones try once until one succeeds: a
-        # server that stays down costs one wait, not one per command.
-        deadline = time.monotonic() + (self.retry_seconds if retry and not self._down else 0.0)
-        pause = 0.05
-        while True:
-            try:
-                out = fn(self, *args, **kwargs)
-                self._down = False
-                return out
-            except redis.AuthenticationError as exc:  # a ConnectionError too: before the branch below
-                raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
-            except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
-                    redis.exceptions.TryAgainError, redis.exceptions.RedisClusterException) as exc:
-                # A cluster failing over answers CLUSTERDOWN / TRYAGAIN for a moment: retried as a lost connection.
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._down = True
-                    raise StoreUnavailable(f"cannot reach Redis at {self.display_url}: {_reason(exc)}") from None
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 1.0)
-            except redis.ResponseError as exc:
-                text = str(exc)
-                first = text.splitlines()[0] if text else type(exc).__name__
-                if "WRONGTYPE" in text:
-                    raise MalformedValue(f"{args[0]!r} holds a different kind of value "
-                                         "(a log is not a value)") from None
-                if "NOAUTH" in text or "WRONGPASS" in text:
-                    raise StoreUnavailable(_auth_message(self.display_url, exc)) from None
-                if isinstance(exc, redis.exceptions.ReadOnlyError) or text.startswith("READONLY"):
-                    raise StoreReadOnly(f"Redis at {self.display_url} is read-only (a replica?) and refused a "
-                                        f"write: {first}") from None
-                if isinstance(exc, redis.exceptions.OutOfMemoryError) or text.startswith("OOM"):
-                    raise StoreFull(f"the store is full: Redis at {self.display_url} "
-                                    f"refused a write: {first}") from None
-                if text.startswith("MISCONF"):
-                    raise StoreFull(f"the store's disk is full or not writable: Redis at {self.display_url} "
-                                    f"cannot persist and refuses writes: {first}") from None
-                if isinstance(exc, redis.exceptions.NoPermissionError) or "NOPERM" in text:
-                    what = fn.__name__.lstrip("_").replace("_", " ")
-                    raise ConfigError(f"Redis at {self.display_url} refused {what} for the ACL user: "
-                                      f"{first} (an agent's user needs ~NAME:* and read access to "
-                                      f"{REGISTRY}, where the operator registers NAME)") from None
-                if "unauthenticated" in text:  # a large command sent after the server began asking for a password
-                    raise StoreUnavailable(_auth_message(self.display_url, "NOAUTH")) from None
-                raise
-            except UnicodeDecodeError:
-                raise MalformedValue(f"Redis at {self.display_url} answered {fn.__name__.lstrip('_')} with bytes "
-                                     "that are not UTF-8 text (a key or value written around Brainstem)") from None
-            except BrainstemError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - see below
-                # Mid-failover the client breaks in ways no list of types covers ('NoneType' object has no
-                # attribute 'readline', I/O on a closed file, a cluster error without a node...), and a
-                # client shared by threads can stay broken after the cluster has healed: rebuild it, and
-                # retry as for a lost connection.
-                self._rebuild()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._down = True
-                    raise StoreUnavailable(f"cannot reach Redis at {self.display_url}: the client failed "
-                                           f"({type(exc).__name__})") from None
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, 1.0)
-    return wrapper
-
-
-def _auth_message(url: str, exc: BaseException) -> str:
-    text = str(exc)
-    if "NOAUTH" in text or "Authentication required" in text:
-        return f"Redis at {url} needs a password (put it in the URL: redis://:PASSWORD@host:port/db)"
-    return f"Redis at {url} refused the password (check the one in the URL)"
-
-
-def parse_cluster_url(url: str) -> dict:
-    """``redis+cluster://[user:password@]host:port[,host:port...][/0][?prefix=NAME]`` -> the client's
-    arguments; a malformed URL is a one-line ConfigError showing the form."""
-    from brainstem.core.errors import ConfigError
-
-    form = "redis+cluster://[:PASSWORD@]HOST:PORT[,HOST:PORT...][/0] (rediss+cluster:// for TLS)"
-    scheme, _, rest = url.partition("://")
-    netloc, _, path = rest.partition("/")
-    path = path.split("?", 1)[0]
-    userinfo, _, hosts = netloc.rpartition("@")
-    shown = redact_url(url)
-    if path not in ("", "0"):
-        raise ConfigError(f"BRAINSTEM_KV {shown}: a Redis Cluster has only database 0 (got /{path}); use {form}")
-    nodes = []
-    for item in hosts.split(","):
-        host, _, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"BRAINSTEM_KV {shown}: {item.strip() or 'an empty node'!r} is not HOST:PORT; use {form}")
-        nodes.append((host, int(port)))
-    user, _, password = userinfo.partition(":")
-    from urllib.parse import unquote
-
-    return {"nodes": nodes, "username": unquote(user) or None, "password": unquote(password) or None,
-            "ssl": scheme == "rediss+cluster"}
 
 
 class RedisStore(Store):
@@ -322,39 +63,21 @@ class RedisStore(Store):
         self.display_url = redact_url(url)
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._set_prefix(prefix, "agent prefix")
-        self.cluster = url.partition("://")[0] in CLUSTER_SCHEMES
+        self.cluster = is_cluster(url)
         self._url, self._socket_timeout, self._handed = url, socket_timeout, client is not None
         self._rebuilding = threading.Lock()
         self._connect(client)
 
     def _connect(self, client: redis.Redis | None = None) -> None:
-        url, socket_timeout = self._url, self._socket_timeout
-        try:
-            if client is not None:  # fast unit tests hand in a fakeredis instance
-                self._r = client
-            elif self.cluster:
-                from redis.cluster import ClusterNode, RedisCluster
-
-                args = parse_cluster_url(url.partition("?")[0])
-                self._r = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in args["nodes"]],
-                                       username=args["username"], password=args["password"], ssl=args["ssl"],
-                                       decode_responses=True, socket_timeout=socket_timeout,
-                                       socket_connect_timeout=socket_timeout)
-            else:
-                clean = urlunsplit(urlsplit(url)._replace(query=""))
-                self._r = redis.Redis.from_url(clean, decode_responses=True, socket_timeout=socket_timeout,
-                                               socket_connect_timeout=socket_timeout)
-        except ValueError as exc:
-            raise StoreUnavailable(f"bad Redis URL {self.display_url}: {exc}") from None
-        except (redis.RedisError, redis.exceptions.RedisClusterException) as exc:
-            raise StoreUnavailable(f"cannot reach the Redis Cluster at {self.display_url}: {_reason(exc)}") from None
-        self._release = self._r.register_script(_RELEASE)
-        self._refresh = self._r.register_script(_REFRESH)
-        self._append_again = self._r.register_script(_APPEND_AGAIN)
-        self._fenced_script = self._r.register_script(_FENCED)
-        self._reserve_script = self._r.register_script(_RESERVE)
-        self._settle_script = self._r.register_script(_SETTLE)
-        self._daily_script = self._r.register_script(_DAILY)
+        # Fast unit tests hand in a fakeredis instance.
+        self._r = client if client is not None else new_client(self._url, self._socket_timeout)
+        self._release = self._r.register_script(lua.RELEASE)
+        self._refresh = self._r.register_script(lua.REFRESH)
+        self._append_again = self._r.register_script(lua.APPEND_AGAIN)
+        self._fenced_script = self._r.register_script(lua.FENCED)
+        self._reserve_script = self._r.register_script(lua.RESERVE)
+        self._settle_script = self._r.register_script(lua.SETTLE)
+        self._daily_script = self._r.register_script(lua.DAILY)
 
     def _rebuild(self) -> None:
         """A new client in place of one that may be broken (a handed-in one is kept)."""
@@ -392,7 +115,7 @@ class RedisStore(Store):
         return node.redis_connection.execute_command("SCAN", cursor, "MATCH", pattern, "COUNT", count,
                                                      NEVER_DECODE=True)
 
-    @_guard(retry=False)  # opening fails fast: nothing has been started that a retry would save
+    @guard(retry=False)  # opening fails fast: nothing has been started that a retry would save
     def ping(self) -> None:
         self._r.ping()
 
@@ -401,15 +124,15 @@ class RedisStore(Store):
         return self._r.execute_command(*command, NEVER_DECODE=True)
 
     # --- the registry of agent names ---
-    @_guard
+    @guard
     def _registry_has(self, name: str) -> bool:
         return bool(self._registry_call(self._r.sismember, REGISTRY, name))
 
-    @_guard
+    @guard
     def _registry_names(self) -> set[str]:
         return set(self._registry_call(self._r.smembers, REGISTRY))
 
-    @_guard
+    @guard
     def _registry_add(self, name: str, adopt: bool) -> None:
         if self._registry_call(self._r.sismember, REGISTRY, name):
             return
@@ -464,11 +187,11 @@ class RedisStore(Store):
             raise
 
     # --- values ---
-    @_guard
+    @guard
     def get_text(self, key: str) -> str | None:
         return decode_text(key, self._raw("GET", self._k(key)))
 
-    @_guard
+    @guard
     def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
         value, meta = self._raw("MGET", self._k(key), self._k(META + key))
         if value is None:
@@ -484,7 +207,7 @@ class RedisStore(Store):
             raise lease_lost(key)
         return out
 
-    @_guard
+    @guard
     def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
         px = int(ttl * 1000) if ttl else None
         fence = self.fence_for(key)
@@ -499,7 +222,7 @@ class RedisStore(Store):
             pipe.delete(self._k(META + key))
         pipe.execute()
 
-    @_guard
+    @guard
     def delete(self, key: str) -> bool:
         # A log is deleted through delete_log, so a value delete never drops karma by accident.
         fence = self.fence_for(key)
@@ -513,7 +236,7 @@ class RedisStore(Store):
         n, _ = pipe.execute()
         return n > 0
 
-    @_guard
+    @guard
     def incr(self, key: str, amount: int = 1) -> int:
         try:
             fence = self.fence_for(key)
@@ -525,7 +248,7 @@ class RedisStore(Store):
                 raise MalformedValue(f"value of {key!r} is not an integer") from None
             raise
 
-    @_guard
+    @guard
     def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
         # SCAN is cursor-based and unordered; a page is sorted, list_all sorts the whole.
         scan_cursor = int(cursor) if cursor else 0
@@ -540,7 +263,7 @@ class RedisStore(Store):
                     b = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     continue  # a key name that is not text: no command here could name it
-                if not b[n:].startswith(_INTERNAL) and b != REGISTRY:
+                if not b[n:].startswith(INTERNAL) and b != REGISTRY:
                     names.append(b)
             if scan_cursor == 0 or len(names) >= limit:
                 break
@@ -558,7 +281,7 @@ class RedisStore(Store):
             if kind == "none":  # expired or deleted between SCAN and now
                 continue
             is_log = kind == "list"
-            keys.append(KeyInfo(name=name[n:], metadata=None if is_log else _listed_metadata(name[n:], meta),
+            keys.append(KeyInfo(name=name[n:], metadata=None if is_log else listed_metadata(name[n:], meta),
                                 expiration=now + pttl / 1000 if pttl and pttl > 0 else None, is_log=is_log))
         return ListResult(keys=keys, cursor=str(scan_cursor) if scan_cursor else None)
 
@@ -566,7 +289,7 @@ class RedisStore(Store):
     def append(self, log_key: str, entry: Any) -> int:
         return self._append(log_key, encode(entry), [0])
 
-    @_guard
+    @guard
     def _append(self, log_key: str, text: str, tries: list[int]) -> int:
         # Retried after a lost connection, an entry is pushed only if it is not already the last one:
         # a karma entry (an llm_call and its cost) is never recorded twice.
@@ -579,7 +302,7 @@ class RedisStore(Store):
             return self._r.rpush(key, text)
         return int(self._append_again(keys=[key], args=[text]))
 
-    @_guard
+    @guard
     def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
         # Python slice semantics on top of LRANGE's inclusive end.
         if stop is None:
@@ -596,11 +319,11 @@ class RedisStore(Store):
             end = stop - 1
         return [decode_log_entry(e) for e in self._raw("LRANGE", self._k(log_key), start, end)]
 
-    @_guard
+    @guard
     def log_length(self, log_key: str) -> int:
         return self._r.llen(self._k(log_key))
 
-    @_guard
+    @guard
     def delete_log(self, log_key: str) -> bool:
         fence = self.fence_for(log_key)
         if fence is not None:
@@ -609,7 +332,7 @@ class RedisStore(Store):
             return False
         return self._r.delete(self._k(log_key)) > 0
 
-    @_guard
+    @guard
     def trim_log(self, log_key: str, keep: int) -> None:
         fence = self.fence_for(log_key)
         if fence is not None:
@@ -618,19 +341,19 @@ class RedisStore(Store):
         self._r.ltrim(self._k(log_key), -keep, -1) if keep > 0 else self._r.delete(self._k(log_key))
 
     # --- locks ---
-    @_guard
+    @guard
     def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         return bool(self._r.set(self._k(LOCK + name), owner, nx=True, px=int(ttl_ms)))
 
-    @_guard
+    @guard
     def release_lock(self, name: str, owner: str) -> bool:
         return bool(self._release(keys=[self._k(LOCK + name)], args=[owner]))
 
-    @_guard
+    @guard
     def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
         return bool(self._refresh(keys=[self._k(LOCK + name)], args=[owner, int(ttl_ms)]))
 
-    @_guard
+    @guard
     def lock_owner(self, name: str) -> str | None:
         return self._r.get(self._k(LOCK + name))
 
@@ -638,7 +361,7 @@ class RedisStore(Store):
     def _spend_keys(self) -> list[str]:
         return [self._k(DAILY_COST), self._k(HOLDS + DAILY_COST), self._k(META + DAILY_COST)]
 
-    @_guard
+    @guard
     def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
         fence = self.fence_for(DAILY_COST)
         lock = self._k(LOCK + (fence[0] if fence else "wake"))
@@ -649,17 +372,17 @@ class RedisStore(Store):
             raise lease_lost(DAILY_COST)
         return bool(out)
 
-    @_guard
+    @guard
     def settle_spend(self, day: str, token: str | None, actual: float) -> float:
         return float(self._settle_script(keys=self._spend_keys(), args=[day, token or "", repr(float(actual))]))
 
-    @_guard
+    @guard
     def daily_spend(self, day: str) -> tuple[float, float]:
         spent, held = self._daily_script(keys=self._spend_keys()[:2], args=[day])
         return float(spent), float(held)
 
     # --- housekeeping ---
-    @_guard
+    @guard
     def usage(self) -> dict:
         try:
             used = self._r.info("memory").get("used_memory")
@@ -667,7 +390,7 @@ class RedisStore(Store):
             used = None
         if self.prefix or self.cluster:
             n = len(self._space())
-            keys = sum(1 for k in self._scan_all(_glob_escape(self._space()) + "*") if not k[n:].startswith(_INTERNAL))
+            keys = sum(1 for k in self._scan_all(_glob_escape(self._space()) + "*") if not k[n:].startswith(INTERNAL))
         else:
             keys = self._r.dbsize()
         # bytes: the whole server's memory; per-agent sizes would cost a scan of every log.
@@ -682,16 +405,3 @@ class RedisStore(Store):
 
 def _glob_escape(s: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in s)
-
-
-def _reason(exc: BaseException) -> str:
-    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return msg
-
-
-def _listed_metadata(key: str, raw: bytes | None) -> dict | None:
-    """Metadata for a listing: one key's unreadable metadata must not hide the others."""
-    try:
-        return decode_metadata(key, raw)
-    except MalformedValue:
-        return None

@@ -1,28 +1,26 @@
 """The embedded store: one SQLite file, WAL, every write durable when it returns.
 
 Two processes may use one file at once (SQLite's own locking, a busy timeout,
-and ``BEGIN IMMEDIATE`` for read-modify-write). Logs are rows keyed by
-(log, sequence), so an append costs one B-tree insert whatever the log's size.
-
-The file holds every agent's secrets, so the file, its WAL and shared-memory
-files and any directory created for it are owner-only (0600 / 0700): a process
-running as another user (an escaped sandbox worker) cannot read it. Agents
-sharing the file are confined as described in :mod:`brainstem.core.names`; the
-registry of their names is the ``agents`` table. Today's spend held by calls
-in flight is the ``spend_holds`` table, keyed like the spend itself.
+and ``BEGIN IMMEDIATE`` for read-modify-write); a file another process keeps
+locked beyond the busy timeout is waited out for a while. The tables are in
+:mod:`brainstem.store.sqlite_schema`; the file is owner-only
+(:mod:`brainstem.store.sqlite_file`). Agents sharing the file are confined as
+described in :mod:`brainstem.core.names`; the registry of their names is the
+``agents`` table. Today's spend held by calls in flight is the ``spend_holds``
+table, keyed like the spend itself.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from brainstem.core.errors import ConfigError, MalformedValue, StoreFull, StoreReadOnly, StoreUnavailable
+from brainstem.core.backoff import call_with_backoff
+from brainstem.core.errors import ConfigError, MalformedValue, StoreFull, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
 from brainstem.store.base import (
@@ -34,25 +32,13 @@ from brainstem.store.base import (
     decode_text,
     encode,
     lease_lost,
+    listed_metadata,
     spend_record,
     spent_on,
 )
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS kv (
-    key TEXT PRIMARY KEY, value TEXT NOT NULL, metadata TEXT, expires_at REAL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS logs (
-    key TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL, PRIMARY KEY (key, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0,
-    bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS spend_holds (key TEXT NOT NULL, token TEXT NOT NULL, usd REAL NOT NULL,
-    expires_at REAL NOT NULL, PRIMARY KEY (key, token)) WITHOUT ROWID;
-"""
-
+from brainstem.store.sqlite_errors import abandon, is_busy, is_full, reason, store_error
+from brainstem.store.sqlite_file import make_private, not_writable, open_read_only, tighten
+from brainstem.store.sqlite_schema import has_column, set_up
 
 RETRY_SECONDS = 5.0  # how long a statement keeps retrying a database locked beyond the busy timeout
 
@@ -71,29 +57,29 @@ class SQLiteStore(Store):
         self.display_url = "sqlite:///" + str(self.path) + (f"?prefix={self.prefix}" if self.prefix else "")
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._lock = threading.RLock()
-        self.read_only = _not_writable(self.path)
+        self.read_only = not_writable(self.path)
         try:
             if self.read_only:
-                self._db = _open_read_only(self.path, busy_timeout_ms)
-                self._base = "base" if _has_column(self._db, "base") else "0"
-                self._counted = _has_column(self._db, "bytes")
+                self._db = open_read_only(self.path, busy_timeout_ms)
+                self._base = "base" if has_column(self._db, "base") else "0"
+                self._counted = has_column(self._db, "bytes")
                 return
-            _make_private(self.path)
+            make_private(self.path)
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
                                        timeout=busy_timeout_ms / 1000)
             self._db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             # Switching a new file to WAL needs an exclusive lock, and SQLite answers "database is
             # locked" at once, without its busy handler, when another process opening the same new
             # file holds a shared one: the setup is retried like any statement.
-            self._run(_set_up)
-            _tighten(self.path)
+            self._run(set_up)
+            tighten(self.path)
         except StoreUnavailable:
             raise  # already one line naming the file (full, read-only, locked)
         except (sqlite3.Error, OSError) as exc:
-            if isinstance(exc, sqlite3.Error) and _is_full(exc):
+            if isinstance(exc, sqlite3.Error) and is_full(exc):
                 raise StoreFull(f"the store's disk is full: cannot open SQLite store {self.path}: "
-                                f"{_reason(exc)}") from None
-            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {_reason(exc)}") from None
+                                f"{reason(exc)}") from None
+            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {reason(exc)}") from None
 
     # A log's entries are numbered from 0 as appended (``length`` is the next number); ``base`` is the
     # number of the oldest one kept, raised by trim_log, so indexes count from the oldest kept entry, as
@@ -108,36 +94,24 @@ class SQLiteStore(Store):
     def _run(self, fn):
         """``fn(db)``, retried for a while when another process keeps the database locked beyond the
         busy timeout; every SQLite failure becomes one line naming the file."""
+        def attempt():
+            with self._lock:  # not held during the pauses between tries
+                try:
+                    return fn(self._db)
+                except sqlite3.DatabaseError:
+                    abandon(self._db)
+                    raise
+
         # After a statement has used up its retries, the next ones fail at once until one succeeds:
         # a store that stays locked costs one wait, not one per statement.
-        deadline = time.monotonic() + (0.0 if self._stuck else self.retry_seconds)
-        pause = 0.05
-        while True:
-            with self._lock:
-                try:
-                    out = fn(self._db)
-                    self._stuck = False
-                    return out
-                except sqlite3.DatabaseError as exc:
-                    _abandon(self._db)
-                    left = deadline - time.monotonic()
-                    if not (_is_busy(exc) and left > 0):
-                        self._stuck = self._stuck or _is_busy(exc)
-                        raise self._error(exc) from None
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, 1.0)
-
-    def _error(self, exc: sqlite3.DatabaseError) -> StoreUnavailable:
-        if _is_full(exc):
-            return StoreFull(f"the store's disk is full: SQLite store {self.path}: {_reason(exc)} (free space "
-                             "on its filesystem, or move the store with BRAINSTEM_KV)")
-        if _is_read_only(exc):
-            return StoreReadOnly(f"SQLite store {self.path} is read-only and refused a write ({_reason(exc)}): "
-                                 "this user needs write permission on the file and its directory")
-        if _is_busy(exc):
-            return StoreUnavailable(f"SQLite store {self.path} stayed locked by another process for more than "
-                                    f"{self.retry_seconds:g}s beyond its busy timeout: {_reason(exc)}")
-        return StoreUnavailable(f"SQLite store {self.path}: {_reason(exc)}")
+        try:
+            out = call_with_backoff(attempt, deadline_seconds=0.0 if self._stuck else self.retry_seconds,
+                                    first_delay=0.05, max_delay=1.0, retry_on=_locked)
+        except sqlite3.DatabaseError as exc:
+            self._stuck = self._stuck or is_busy(exc)
+            raise store_error(exc, self.path, self.retry_seconds) from None
+        self._stuck = False
+        return out
 
     def _tx(self, fn):
         """Run ``fn(db)`` inside BEGIN IMMEDIATE ... COMMIT (rolled back on error)."""
@@ -277,7 +251,7 @@ class SQLiteStore(Store):
         more = len(rows) > limit
         rows = rows[:limit]
         n = len(self.prefix)
-        keys = [KeyInfo(name=r[0][n:], metadata=_listed_metadata(r[0][n:], r[1]),
+        keys = [KeyInfo(name=r[0][n:], metadata=listed_metadata(r[0][n:], r[1]),
                         expiration=r[2], is_log=bool(r[3])) for r in rows]
         return ListResult(keys=keys, cursor=keys[-1].name if more and keys else None)
 
@@ -462,128 +436,8 @@ def _purge(db: sqlite3.Connection) -> int:
     return db.execute("DELETE FROM kv WHERE expires_at IS NOT NULL AND expires_at <= ?", (time.time(),)).rowcount
 
 
-def _listed_metadata(key: str, raw: bytes | None) -> dict | None:
-    """Metadata for a listing: one key's unreadable metadata must not hide the others."""
-    try:
-        return decode_metadata(key, raw)
-    except MalformedValue:
-        return None
-
-
-def _not_writable(path: Path) -> bool:
-    """True when an existing store cannot be written by this process: the file is not writable, or
-    its directory is not and the write-ahead log SQLite would need there is missing."""
-    if not path.exists():
-        return False
-    if not os.access(path, os.W_OK):
-        return True
-    wal = path.with_name(path.name + "-wal")
-    return not os.access(path.parent, os.W_OK) and not (wal.exists() and os.access(wal, os.W_OK))
-
-
-def _open_read_only(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
-    """A read-only connection: nothing created, no journal mode changed. When SQLite cannot even set
-    up its shared-memory file for reading (a WAL store in a directory this user cannot write), the
-    file is read as immutable: nobody can be writing it through a directory that refuses new files."""
-    from urllib.parse import quote
-
-    base = "file:" + quote(str(path.resolve()))
-    last: sqlite3.Error | None = None
-    for query in ("?mode=ro", "?mode=ro&immutable=1"):
-        db = sqlite3.connect(base + query, uri=True, isolation_level=None, check_same_thread=False,
-                             timeout=busy_timeout_ms / 1000)
-        try:
-            db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
-            db.execute("SELECT 1 FROM kv LIMIT 1").fetchall()
-            return db
-        except sqlite3.Error as exc:
-            last = exc
-            db.close()
-    assert last is not None
-    raise last
-
-
-def _set_up(db: sqlite3.Connection) -> None:
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.executescript(SCHEMA)
-    if not _has_column(db, "base"):  # a file from before trimmed logs kept their own numbering
-        _add_column(db, "base")
-    if not _has_column(db, "bytes"):  # a file from before logs counted their size: counted once, here
-        if _add_column(db, "bytes"):
-            db.execute("UPDATE log_keys SET bytes = (SELECT coalesce(sum(length(entry)), 0) FROM logs "
-                       "WHERE logs.key = log_keys.key)")
-
-
-def _add_column(db: sqlite3.Connection, column: str) -> bool:
-    """False when another process opening the same file added it first."""
-    try:
-        db.execute(f"ALTER TABLE log_keys ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
-        return True
-    except sqlite3.OperationalError as exc:
-        if "duplicate column" in str(exc):
-            return False
-        raise
-
-
-def _has_column(db: sqlite3.Connection, column: str) -> bool:
-    return any(row[1] == column for row in db.execute("PRAGMA table_info(log_keys)"))
-
-
-def _abandon(db: sqlite3.Connection) -> None:
-    """Roll back whatever a failed statement left open, so the connection is usable (and retryable)."""
-    try:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass
-
-
-def _is_busy(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _is_full(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
-
-
-def _is_read_only(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return (code is not None and code & 0xFF == sqlite3.SQLITE_READONLY) or "readonly database" in str(exc)
-
-
-def _make_private(path: Path) -> None:
-    """Create the store's missing directories (0700) and the file itself (0600) before SQLite does,
-    so neither is ever readable by another user, whatever the umask."""
-    missing = []
-    parent = path.parent
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            pass
-    if not path.exists():
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
-    _tighten(path)
-
-
-def _tighten(path: Path) -> None:
-    """The file and its WAL and shared-memory files owner-only, when we own them (SQLite gives new
-    -wal and -shm files the database file's mode; this also closes up files an older version left open)."""
-    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        try:
-            info = os.stat(p)
-            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-                os.chmod(p, info.st_mode & 0o700)
-        except FileNotFoundError:
-            pass
+def _locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.DatabaseError) and is_busy(exc)
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:
@@ -593,8 +447,3 @@ def _prefix_upper_bound(prefix: str) -> str | None:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def _reason(exc: BaseException) -> str:
-    msg = str(exc) or type(exc).__name__
-    if "not a database" in msg or "malformed" in msg:
-        return f"{msg} (the file is corrupt or not a Brainstem store; move it aside or point BRAINSTEM_KV elsewhere)"
-    return msg

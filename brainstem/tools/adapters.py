@@ -28,7 +28,9 @@ from brainstem.llm.openrouter import LLMResponse, ProviderError
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
-from brainstem.tools.services import ToolError, ToolMeta, ToolPolicy, ToolServices, parse_meta
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import ToolServices
+from brainstem.tools.tool import ToolError, ToolMeta, parse_meta
 
 
 def _meta(store: Store, key: str) -> ToolMeta:

@@ -1,4 +1,4 @@
-"""Running one KV tool: its meta validated, its grants enforced, its code in the sandbox.
+"""Running one KV tool: its grants enforced, its ``ctx`` served, its code in the sandbox.
 
 Scope is enforced here, on the runtime side of the sandbox channel, where
 tool code cannot reach: ``ctx.kv`` under ``own`` reads and writes only
@@ -17,36 +17,23 @@ import base64
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from dataclasses import dataclass
+from typing import Any
 
 from brainstem.core import events, keys
-from brainstem.core.errors import BrainstemError
 from brainstem.core.scrubber import Scrubber
-from brainstem.core.secrets import Binding, placeholder_for
+from brainstem.core.secrets import placeholder_for
 from brainstem.state import refusals
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.tool import ToolError, ToolMeta, load_tool
 
-MAX_TIMEOUT_MS = 300_000
 # Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
 # bounded, so a session of large pages does not bloat the flight recorder.
 FETCH_RECORD_CHARS = 16_000
 FETCH_RECORD_HEADERS = 40
 FETCH_RECORD_MIN_BYTES = 200  # what a karma entry costs at the least, counted against the write quotas
-
-
-class ToolMeta(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    description: str = ""
-    input: dict[str, Any] = Field(default_factory=dict)
-    secrets: list[str] = Field(default_factory=list)
-    kv_secrets: list[str] = Field(default_factory=list)
-    kv_access: Literal["none", "own", "read_all"] = "none"
-    timeout_ms: int = Field(10_000, ge=50, le=MAX_TIMEOUT_MS)
-    mode: Literal["automated", "supervised", "manual"] = "automated"
 
 
 @dataclass
@@ -58,134 +45,8 @@ class ToolOutcome:
     retryable: bool = True  # False when trying again cannot help (no such tool, invalid meta)
 
 
-class ToolError(Exception):
-    """The tool cannot run at all (missing, meta invalid); a failed tool step, never a failed runtime."""
-
-
-def load_tool(store: Store, name: str) -> tuple[str, ToolMeta]:
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ToolError(f"invalid tool name {name!r}")
-    code = store.get(keys.tool_code(name))
-    if code is None:
-        raise ToolError(f"no tool named {name!r} (tool:{name}:code is missing)")
-    return code, parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
-
-
-def parse_meta(key: str, raw: str | None) -> ToolMeta:
-    """The meta stored at ``key`` (defaults when absent); a bad one is a one-line :class:`ToolError`
-    naming the field, the same for tools, adapters and checkers."""
-    if raw is None:
-        return ToolMeta()
-    try:
-        return ToolMeta.model_validate(json.loads(raw))
-    except ValidationError as exc:
-        e = exc.errors()[0]
-        where = ".".join(map(str, e["loc"])) or "the value"
-        raise ToolError(f"{key} is invalid: {where}: {e['msg']}") from None
-    except ValueError:
-        raise ToolError(f"{key} is not valid JSON") from None
-
-
-def list_tools(store: Store) -> list[dict[str, Any]]:
-    """Every tool in the store (a ``tool:NAME:code`` or a ``tool:NAME:meta``), by name, with what its
-    meta declares. A tool that cannot run as stored has ``error`` (its meta is invalid, or its code
-    is missing) and the meta's fields are then None."""
-    names: set[str] = set()
-    for info in store.list_all("tool:"):
-        parts = info.name.split(":")
-        if len(parts) == 3 and parts[2] in ("code", "meta") and parts[1]:
-            names.add(parts[1])
-    out = []
-    for name in sorted(names):
-        row: dict[str, Any] = {"name": name, "description": None, "mode": None, "kv_access": None,
-                               "secrets": None, "kv_secrets": None, "timeout_ms": None, "error": None}
-        try:
-            meta = parse_meta(keys.tool_meta(name), store.get(keys.tool_meta(name)))
-        except ToolError as exc:
-            row["error"] = str(exc)
-        except BrainstemError as exc:  # a meta that is not text
-            row["error"] = str(exc)
-        else:
-            row.update(description=meta.description, mode=meta.mode, kv_access=meta.kv_access,
-                       secrets=list(meta.secrets), kv_secrets=list(meta.kv_secrets), timeout_ms=meta.timeout_ms)
-        if row["error"] is None:
-            try:
-                if store.get_text(keys.tool_code(name)) is None:
-                    row["error"] = f"{keys.tool_code(name)} is missing"
-            except BrainstemError as exc:
-                row["error"] = str(exc)
-        out.append(row)
-    return out
-
-
 class QuotaExceeded(Exception):
     """A tool write would pass the operator's write quota (message for the tool)."""
-
-
-@dataclass
-class ToolPolicy:
-    """What the operator allows every run of code from the store, in one process or session.
-
-    ``bindings`` decide which secrets a meta may be granted and where they may go, ``fetch_allow``
-    which private hosts fetch may reach, ``meter`` (a :class:`~brainstem.llm.meter.WireMeter`)
-    prices and charges requests to the LLM host, and the quotas bound what tools write.
-    ``on_secrets`` is told the values granted (label -> value), so karma can redact them.
-    """
-
-    bindings: Mapping[str, Binding] = field(default_factory=dict)
-    fetch_allow: list[str] = field(default_factory=list)
-    public: Mapping[str, str | None] = field(default_factory=dict)
-    meter: Any = None
-    # Replay: answers each fetch from the recording (``answer(tool, method, url) -> dict``) instead of the world.
-    fetch_replay: Any = None
-    tool_write_quota: int = 10 * 1024 * 1024
-    session_write_quota: int = 50 * 1024 * 1024
-    # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
-    session_written: list[int] = field(default_factory=lambda: [0])
-    on_secrets: Callable[[dict[str, str]], None] | None = None
-    # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
-    known_secrets: Mapping[str, str] = field(default_factory=dict)
-    # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
-    # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
-    withdrawn: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
-        return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
-                   public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
-                   session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
-                   **kwargs)
-
-    def held_secrets(self, store: Store) -> dict[str, str]:
-        """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""
-        out = dict(self.known_secrets)
-        for label, binding in self.bindings.items():
-            if binding.from_store and label not in out:
-                try:
-                    value = store.get(label)
-                except BrainstemError:
-                    continue  # not text: it cannot be granted either
-                if isinstance(value, str) and value:
-                    out[label] = value
-        return out
-
-
-def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
-                           on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolPolicy:
-    """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
-    requests metered under one session's ceiling and today's (each held against today's in the store
-    before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
-    from brainstem.llm.meter import WireMeter
-    from brainstem.state.budget import Budget, DailyLedger, daily_spent
-    from brainstem.state.config import effective_models
-
-    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
-    budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
-                    max_duration=settings.max_session_seconds, reserve_fraction=0.0,
-                    daily=DailyLedger(store, settings.max_daily_cost))
-    meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
-                      llm_base_url=settings.openrouter_base_url)
-    return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
 
 
 class ToolServices:
@@ -219,7 +80,7 @@ class ToolServices:
         held = {**policy.held_secrets(store), **self.grants.values()}
         self.scrubber = Scrubber(held, self.grants.placeholders(), opaque=map(placeholder_for, held))
 
-    # --- the one way in and out of the sandbox (see brainstem.sandbox.runner.Services) ---
+    # --- the one way in and out of the sandbox (see brainstem.sandbox.ctx.Services) ---
     def scrub(self, value: Any, explained: set[str] | frozenset[str] = frozenset()) -> Any:
         """``value`` as the code may see it. Secret text in it that the code's own request explains (a
         bound host echoing what was put in) is replaced; any other means the code arranged to be handed
@@ -327,7 +188,8 @@ class ToolServices:
 
     # --- ctx.fetch / ctx.log ---
     def fetch(self, url, method="GET", headers=None, json=None, data=None, timeout=None) -> dict:
-        from brainstem.sandbox.egress import FetchError, fetch
+        from brainstem.sandbox.egress import FetchError
+        from brainstem.sandbox.fetch import fetch
 
         trace: list = []
         t0 = time.monotonic()

@@ -9,7 +9,8 @@ import threading
 import httpx
 import pytest
 
-from brainstem.sandbox.egress import EgressDenied, FetchError, check_url, fetch
+from brainstem.sandbox.egress import EgressDenied, FetchError, check_url
+from brainstem.sandbox.fetch import fetch
 
 PUBLIC_IP = "93.184.215.14"
 

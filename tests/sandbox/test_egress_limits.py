@@ -15,6 +15,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.sandbox import egress
+from brainstem.sandbox.fetch import fetch
 from brainstem.state.seed import seed
 from brainstem.store import open_store
 
@@ -54,7 +55,7 @@ def test_fetch_has_one_deadline_for_the_whole_exchange_not_one_per_read():
     try:
         t0 = time.monotonic()
         with pytest.raises(egress.FetchTimeout):
-            egress.fetch(drip.base + "/", timeout=1.0, allow=["127.0.0.1"])
+            fetch(drip.base + "/", timeout=1.0, allow=["127.0.0.1"])
         assert time.monotonic() - t0 < 1.6
     finally:
         drip.close()
@@ -67,7 +68,7 @@ def test_name_resolution_is_inside_the_deadline(monkeypatch):
     monkeypatch.setattr(egress.socket, "getaddrinfo", hang)
     t0 = time.monotonic()
     with pytest.raises(egress.FetchTimeout):
-        egress.fetch("http://slow-dns.example/", timeout=0.5)
+        fetch("http://slow-dns.example/", timeout=0.5)
     assert time.monotonic() - t0 < 1.2
 
 
@@ -106,7 +107,7 @@ def test_a_gzip_bomb_leaves_the_runtime_small_and_the_tool_a_truncated_page(kv, 
 def test_decoding_is_capped_after_decompression_in_process():
     host = bomb_host(gzip_bomb(64 << 20))
     try:
-        out = egress.fetch(host.base + "/", allow=["127.0.0.1"], max_bytes=100_000)
+        out = fetch(host.base + "/", allow=["127.0.0.1"], max_bytes=100_000)
     finally:
         host.close()
     assert out["truncated"] is True and len(out["text"]) == 100_000 and set(out["text"]) == {"\0"}
@@ -122,7 +123,7 @@ def test_unknown_or_too_many_content_encodings_are_refused():
     try:
         for path, why in (("/br", "does not decode"), ("/many", "encoded 4 times")):
             with pytest.raises(egress.FetchError, match=why):
-                egress.fetch(host.base + path, allow=["127.0.0.1"])
+                fetch(host.base + path, allow=["127.0.0.1"])
     finally:
         host.close()
 

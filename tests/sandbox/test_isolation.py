@@ -1,4 +1,4 @@
-"""Kernel isolation of the workers (brainstem/sandbox/isolation.py), checked on real processes.
+"""Kernel isolation of the workers (brainstem/sandbox/kernel/), checked on real processes.
 
 * a running worker, seen from /proc: seccomp filter mode, its own network namespace;
 * a process given the workers' lock-down and then raw Python (as if tool code
@@ -10,20 +10,18 @@
 * the runtime as a non-root user (user namespace), as uid 0 of a user
   namespace without uid 65534 (``unshare -rn``), and with user namespaces or
   Landlock refused (as in a container), still runs tools;
-* a worker or fork server that cannot start says why;
-* the BPF program, evaluated here for x86_64 and aarch64, and the syscall
-  table, checked against the kernel headers and libseccomp (required in CI).
+* a worker or fork server that cannot start says why.
+
+The BPF program and the syscall table, on paper: test_seccomp.py.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import site
@@ -37,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from brainstem.sandbox import Limits, isolation, run, runner, server_pid, shutdown, worker
+from brainstem.sandbox import Limits, fork_client, report, run, server_pid, shutdown, worker
+from brainstem.sandbox.kernel import caps, landlock, libc, lockdown, seccomp, setup, switch, syscalls
 
 from .conftest import FakeServices, assert_runtime_healthy, tool
 from .procfs import PROC, children, descendants, read_all, stat, wait_for, write_all
@@ -45,8 +44,8 @@ from .procfs import PROC, children, descendants, read_all, stat, wait_for, write
 REPO = str(Path(__file__).resolve().parents[2])
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
-ARCH, _ = isolation.seccomp_arch()
-LANDLOCK_ABI, _ = isolation.landlock_abi()
+ARCH, _ = seccomp.seccomp_arch()
+LANDLOCK_ABI, _ = landlock.landlock_abi()
 ROOT = os.geteuid() == 0
 SLEEPER = "import time\ndef execute(args, ctx):\n    time.sleep(args['s'])\n    return 'done'\n"
 
@@ -66,9 +65,9 @@ def _kernel_can_unshare_net() -> bool:
     """Whether this process could make a network namespace (tried in a throwaway child)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
-        libc = ctypes.CDLL(None, use_errno=True)
-        flags = isolation.CLONE_NEWNET | (0 if ROOT else isolation.CLONE_NEWUSER)
-        os._exit(0 if libc.unshare(flags) == 0 else 1)
+        lib = ctypes.CDLL(None, use_errno=True)
+        flags = libc.CLONE_NEWNET | (0 if ROOT else libc.CLONE_NEWUSER)
+        os._exit(0 if lib.unshare(flags) == 0 else 1)
     _, status = os.waitpid(pid, 0)
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
@@ -176,9 +175,9 @@ def _socket_in_ns(pid: int) -> int:
     child = os.fork()
     if child == 0:  # pragma: no cover - child
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
+            lib = ctypes.CDLL(None, use_errno=True)
             fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-            if libc.setns(fd, isolation.CLONE_NEWNET) != 0:
+            if lib.setns(fd, libc.CLONE_NEWNET) != 0:
                 os._exit(2)
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             socket.send_fds(b, [b"s"], [s.fileno()])
@@ -220,17 +219,17 @@ def _locked_child(body, tmp_path, as_fork_server_does: bool = False) -> tuple[di
     """
     r, w = os.pipe()
     parent = os.getpid()
-    nobody = ROOT and not isolation.uid_switch_error()
+    nobody = ROOT and not caps.uid_switch_error()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the forked child
         try:
             if as_fork_server_does:
-                isolation._prctl(isolation._PR_SET_NO_NEW_PRIVS, 1)
+                libc.prctl(libc.PR_SET_NO_NEW_PRIVS, 1)
                 if LANDLOCK_ABI:
-                    isolation.Landlock(LANDLOCK_ABI).restrict()
-                server, extra = isolation.worker_filters(ARCH)
+                    landlock.Landlock(LANDLOCK_ABI).restrict()
+                server, extra = seccomp.worker_filters(ARCH)
                 server.install()
-                isolation._plan = isolation.Plan(nobody, False, None, extra)
+                lockdown.use(lockdown.Plan(nobody, False, None, extra))
             worker._lock_down(w, parent, 5000, 256)
             out: dict = {}
             try:
@@ -262,7 +261,7 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _raw(name: str, *args) -> str:
-    nr = isolation.SYSCALLS[name][isolation.ARCHES[ARCH][0]]
+    nr = syscalls.SYSCALLS[name][syscalls.ARCHES[ARCH][0]]
     if nr is None:
         return "n/a"
     r = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
@@ -278,7 +277,7 @@ def test_escaped_tool_code_cannot_reach_the_system(tmp_path, canaries):
     own_file.write_text("x")
     os.chmod(own_file, 0o666)
     parent = os.getpid()
-    isolation.preload_codecs()  # as the fork server does: nothing can be imported after the lock-down
+    setup.preload_codecs()  # as the fork server does: nothing can be imported after the lock-down
 
     def body(out):
         out["execv"] = _attempt(lambda: os.execv("/bin/true", ["true"]))
@@ -300,12 +299,12 @@ def test_escaped_tool_code_cannot_reach_the_system(tmp_path, canaries):
         out["fork"] = _attempt(lambda: os.fork())
         out["ptrace"] = _raw("ptrace", 16, parent, 0, 0)  # PTRACE_ATTACH
         out["process_vm_readv"] = _raw("process_vm_readv", parent, 0, 0, 0, 0, 0)
-        out["unshare_user"] = _raw("unshare", isolation.CLONE_NEWUSER)
-        out["unshare_net"] = _raw("unshare", isolation.CLONE_NEWNET)
+        out["unshare_user"] = _raw("unshare", libc.CLONE_NEWUSER)
+        out["unshare_net"] = _raw("unshare", libc.CLONE_NEWNET)
         out["setns"] = _raw("setns", 0, 0)
         out["mount"] = _raw("mount", None, None, None, 0, None)
         out["chroot"] = _raw("chroot", ctypes.c_char_p(b"/"))
-        out["clone_newuser"] = _raw("clone", isolation.CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)
+        out["clone_newuser"] = _raw("clone", libc.CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0)
         out["clone3"] = _raw("clone3", 0, 0)
         out["bpf"] = _raw("bpf", 0, 0, 0)
         out["perf_event_open"] = _raw("perf_event_open", 0, 0, -1, -1, 0)
@@ -318,7 +317,7 @@ def test_escaped_tool_code_cannot_reach_the_system(tmp_path, canaries):
         out["shmget"] = _raw("shmget", 0, 4096, 0o1600)
         out["init_module"] = _raw("init_module", 0, 0, 0)
         out["open_by_handle_at"] = _raw("open_by_handle_at", 0, 0, 0)
-        out["unknown_syscall"] = _raw_nr(isolation.UNKNOWN_SYSCALL)
+        out["unknown_syscall"] = _raw_nr(syscalls.UNKNOWN_SYSCALL)
         # What a worker does need still works.
         out["getpid"] = os.getpid()
         out["json"] = json.loads(json.dumps({"a": [1, 2]}))
@@ -366,8 +365,8 @@ def _other_process_calls(parent: int):
         out["kill"] = _raw("kill", parent, 0)
         out["tgkill"] = _raw("tgkill", parent, parent, 0)
         out["pidfd_open"] = _raw("pidfd_open", parent, 0)
-        out["unknown_syscall"] = _raw_nr(isolation.UNKNOWN_SYSCALL)
-        out["just_past_the_table"] = _raw_nr(max(n for nrs in isolation.SYSCALLS.values() for n in nrs if n) + 1)
+        out["unknown_syscall"] = _raw_nr(syscalls.UNKNOWN_SYSCALL)
+        out["just_past_the_table"] = _raw_nr(max(n for nrs in syscalls.SYSCALLS.values() for n in nrs if n) + 1)
     return body
 
 
@@ -439,7 +438,7 @@ def test_escape_attempt_is_a_clean_failed_outcome():
 
 def test_report_says_what_is_on():
     shutdown()
-    r = isolation.report()
+    r = report()
     assert r["available"] and r["switch"] == "on"
     p = r["protections"]
     assert set(p) == {"uid_drop", "user_namespace", "network_namespace", "seccomp", "filesystem",
@@ -462,29 +461,29 @@ def test_report_says_what_is_on():
     assert r["probe"]["seccomp_mode"] == (2 if ARCH else 0)
     # Cheap once the server has answered.
     t = time.perf_counter()
-    assert isolation.report()["protections"] == p
+    assert report()["protections"] == p
     assert time.perf_counter() - t < 0.05
 
 
 def test_report_never_raises(monkeypatch):
     def boom(restart=False):
-        raise runner.SandboxUnavailable("no fork server here")
+        raise fork_client.SandboxUnavailable("no fork server here")
 
-    monkeypatch.setattr(runner, "_get_server", boom)
-    r = isolation.report()
+    monkeypatch.setattr(fork_client, "get_server", boom)
+    r = report()
     assert r["available"] is False and "no fork server here" in r["error"]
 
 
 def test_failed_setup_is_reported_and_leaves_workers_usable(monkeypatch, tmp_path):
     """A bug in the setup must cost the layers, not the sandbox: workers then get none, and the report says why."""
-    monkeypatch.setattr(isolation, "_plan", None)
-    s = isolation.setup_failed((), RuntimeError("boom"))
+    monkeypatch.setattr(lockdown, "_plan", None)
+    s = setup.setup_failed((), RuntimeError("boom"))
     r = json.loads(s.report_bytes)
     assert set(r["off"]) >= {"network_namespace", "seccomp", "filesystem", "capabilities"}
     assert "setup failed" in r["protections"]["seccomp"]["detail"] and "boom" in r["protections"]["seccomp"]["detail"]
 
     def body(out):
-        out["mode"] = isolation._prctl(isolation._PR_GET_SECCOMP)
+        out["mode"] = libc.prctl(libc.PR_GET_SECCOMP)
 
     out, status = _locked_child(body, tmp_path)
     assert os.WIFEXITED(status) and out == {"mode": 0}
@@ -497,7 +496,7 @@ def _setup_in_child(lock_down) -> dict:
     if pid == 0:  # pragma: no cover - child
         try:
             os.close(r)
-            write_all(w, isolation.setup_server((), lock_down).report_bytes)
+            write_all(w, setup.setup_server((), lock_down).report_bytes)
         finally:
             os._exit(0)
     os.close(w)
@@ -510,7 +509,7 @@ def _setup_in_child(lock_down) -> dict:
 def test_a_layer_that_breaks_the_probe_worker_is_backed_off_and_reported():
     def lock_down_that_breaks_under_seccomp(*args):
         worker._lock_down(*args)
-        if isolation._prctl(isolation._PR_GET_SECCOMP) == 2:
+        if libc.prctl(libc.PR_GET_SECCOMP) == 2:
             os._exit(9)
 
     r = _setup_in_child(lock_down_that_breaks_under_seccomp)
@@ -523,30 +522,30 @@ def test_a_layer_that_breaks_the_probe_worker_is_backed_off_and_reported():
 
 
 def test_switch_off_is_reported_and_really_off(monkeypatch):
-    monkeypatch.setenv(isolation.ENV_SWITCH, "off")
+    monkeypatch.setenv(switch.ENV_SWITCH, "off")
     shutdown()
     try:
-        r = isolation.report()
+        r = report()
         p = r["protections"]
         for name in ("network_namespace", "seccomp", "filesystem", "capabilities"):
-            assert p[name]["state"] == "off" and isolation.ENV_SWITCH in p[name]["detail"], (name, p[name])
+            assert p[name]["state"] == "off" and switch.ENV_SWITCH in p[name]["detail"], (name, p[name])
         assert "weakens the sandbox" in p["seccomp"]["detail"]
         assert r["probe"]["seccomp_mode"] == 0
         if ROOT:
             assert p["uid_drop"]["state"] == "on"  # the old lock-down stays whatever the switch says
         assert_runtime_healthy()
     finally:
-        monkeypatch.delenv(isolation.ENV_SWITCH)
+        monkeypatch.delenv(switch.ENV_SWITCH)
         shutdown()
-    assert isolation.report()["switch"] == "on"
+    assert report()["switch"] == "on"
 
 
 def test_switch_values():
-    f = isolation.switch_from_env
-    assert f({}) == () and f({isolation.ENV_SWITCH: "on"}) == ()
-    assert f({isolation.ENV_SWITCH: "OFF"}) == isolation.LAYERS
-    assert f({isolation.ENV_SWITCH: "off:seccomp, landlock,bogus"}) == ("landlock", "seccomp")
-    assert f({isolation.ENV_SWITCH: "no"}) == ()  # anything unknown keeps everything on
+    f = switch.switch_from_env
+    assert f({}) == () and f({switch.ENV_SWITCH: "on"}) == ()
+    assert f({switch.ENV_SWITCH: "OFF"}) == switch.LAYERS
+    assert f({switch.ENV_SWITCH: "off:seccomp, landlock,bogus"}) == ("landlock", "seccomp")
+    assert f({switch.ENV_SWITCH: "no"}) == ()  # anything unknown keeps everything on
 
 
 # --------------------------------------------------------------------------- other environments
@@ -555,13 +554,13 @@ RUNTIME_SCRIPT = r"""
 import json, sys
 sys.path[:0] = json.loads(sys.argv[1])
 deny = json.loads(sys.argv[2])  # syscalls refused to the whole runtime, as a container profile might
-from brainstem.sandbox import isolation
+from brainstem.sandbox.kernel import libc, seccomp
 if deny:
-    arch, _ = isolation.seccomp_arch()
-    isolation._prctl(38, 1)
-    rules = {n: isolation.RET_ERRNO | e for e, names in ((1, deny["eperm"]), (38, deny["enosys"])) for n in names}
-    isolation.Filter(isolation.build_filter(arch, rules, default=isolation.RET_ALLOW)).install()
-from brainstem.sandbox import run, Limits
+    arch, _ = seccomp.seccomp_arch()
+    libc.prctl(38, 1)
+    rules = {n: seccomp.RET_ERRNO | e for e, names in ((1, deny["eperm"]), (38, deny["enosys"])) for n in names}
+    seccomp.Filter(seccomp.build_filter(arch, rules, default=seccomp.RET_ALLOW)).install()
+from brainstem.sandbox import run, Limits, report
 class S:
     secrets = {}
     kv_access = "none"
@@ -571,7 +570,7 @@ o = run("def execute(args, ctx):\n    return 'é'.encode('utf-16-le').hex()\n", 
 out["trivial"] = [o.ok, o.value, o.error]
 o = run("def execute(args, ctx):\n    return {}['missing']\n", "execute", [{}], services=S())
 out["raises"] = [o.ok, o.error]
-out["report"] = isolation.report()
+out["report"] = report()
 print(json.dumps(out), flush=True)
 if "--sleep" in sys.argv:
     o = run("import time\ndef execute(args, ctx):\n    time.sleep(1.5)\n    return 1\n", "execute", [{}],
@@ -612,7 +611,7 @@ def _runtime(prefix: list[str], python: str, deny: dict | None = None, sleep: bo
     args = [*prefix, python, "-c", RUNTIME_SCRIPT, json.dumps(_sys_path()), json.dumps(deny or {})]
     if sleep:
         args.append("--sleep")
-    base = {k: v for k, v in os.environ.items() if k != isolation.ENV_SWITCH}
+    base = {k: v for k, v in os.environ.items() if k != switch.ENV_SWITCH}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
                             env={**base, **(env or {})})
 
@@ -676,7 +675,7 @@ def test_non_root_runtime_uses_a_user_namespace():
         p = r["protections"]
         assert r["runtime"] == f"non-root (uid {UNPRIVILEGED})"
         assert p["uid_drop"]["state"] == "off" and f"uid {UNPRIVILEGED}" in p["uid_drop"]["detail"]
-        assert r["probe"]["uid"] == isolation.NOBODY  # as seen inside the namespace
+        assert r["probe"]["uid"] == caps.NOBODY  # as seen inside the namespace
         if CAN_NETNS:
             assert p["user_namespace"]["state"] == "on" and p["network_namespace"]["state"] == "on"
         if ARCH:
@@ -774,9 +773,9 @@ needs_unshare_r = pytest.mark.skipif(not _unshare_r_permitted(), reason="`unshar
 
 def _assert_rootless(r: dict) -> None:
     p = r["protections"]
-    assert r["runtime"] == f"uid 0 that cannot switch to uid {isolation.NOBODY}", r["runtime"]
+    assert r["runtime"] == f"uid 0 that cannot switch to uid {caps.NOBODY}", r["runtime"]
     assert p["uid_drop"]["state"] == "off"
-    assert f"cannot make workers uid {isolation.NOBODY}" in p["uid_drop"]["detail"]
+    assert f"cannot make workers uid {caps.NOBODY}" in p["uid_drop"]["detail"]
     assert "refused" in p["uid_drop"]["detail"] and "uid_map" in p["uid_drop"]["detail"]
     if ARCH:
         assert p["seccomp"]["state"] == "on", p["seccomp"]
@@ -800,7 +799,7 @@ def test_root_in_a_user_namespace_without_uid_65534_runs_tools():
     _assert_rootless(r)
     p = r["protections"]
     assert p["user_namespace"]["state"] == "on" and p["network_namespace"]["state"] == "on"
-    assert r["probe"]["uid"] == isolation.NOBODY  # as seen inside the fork server's user namespace
+    assert r["probe"]["uid"] == caps.NOBODY  # as seen inside the fork server's user namespace
 
 
 @needs_unprivileged
@@ -833,12 +832,13 @@ def test_root_in_a_user_namespace_without_uid_65534_or_unshare_runs_tools():
 
 
 def _start_fork_server_with(patch: str):
-    """Restart the fork server with ``patch`` (Python, with ``isolation`` and ``worker`` imported) run first."""
+    """Restart the fork server with ``patch`` (Python, with ``lockdown`` and ``worker`` imported) run first."""
     from brainstem.sandbox import forkserver
 
     shutdown()
     forkserver.BOOT = ("import sys,json\nsys.path[:]=json.loads(sys.argv[1])\n"
-                       "from brainstem.sandbox import isolation, worker\n" + patch + "\n"
+                       "from brainstem.sandbox import worker\nfrom brainstem.sandbox.kernel import lockdown\n"
+                       + patch + "\n"
                        "from brainstem.sandbox.forkserver import main\nmain(int(sys.argv[2]),())\n")
 
 
@@ -851,13 +851,13 @@ def _restore_fork_server():
 
 def test_a_worker_that_cannot_start_says_why():
     _start_fork_server_with("def refuse():\n    raise OSError(22, 'Invalid argument')\n"
-                            "isolation.become_nobody = refuse")
+                            "lockdown.become_nobody = refuse")
     try:
         o = run(tool("return 1"), "execute", [{}], services=FakeServices())
         assert not o.ok
-        assert o.error == f"sandbox error: worker could not start: switching to uid {isolation.NOBODY}: " \
+        assert o.error == f"sandbox error: worker could not start: switching to uid {caps.NOBODY}: " \
                           f"EINVAL (Invalid argument)", o.error
-        r = isolation.report(refresh=True)
+        r = report(refresh=True)
         assert "could not start: switching to uid" in r["notes"]["probe_error"], r["notes"]
     finally:
         _restore_fork_server()
@@ -874,209 +874,3 @@ def test_a_fork_server_that_cannot_start_says_why():
     finally:
         _restore_fork_server()
     assert_runtime_healthy()
-
-
-# --------------------------------------------------------------------------- the BPF program
-
-
-def _run_bpf(program: bytes, arch: int, nr: int, args=(0, 0, 0, 0, 0, 0)) -> int:
-    """A classic-BPF interpreter for what build_filter emits, over a struct seccomp_data."""
-    data = struct.pack("<iIQ6Q", nr, arch, 0, *[a & 0xFFFFFFFFFFFFFFFF for a in args])
-    ins = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
-    pc, acc = 0, 0
-    while True:
-        code, jt, jf, k = ins[pc]
-        if code == 0x20:  # ld [k]
-            (acc,) = struct.unpack_from("<I", data, k)
-            pc += 1
-        elif code in (0x15, 0x25, 0x35, 0x45):
-            cond = {0x15: acc == k, 0x25: acc > k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
-            pc += 1 + (jt if cond else jf)
-        elif code == 0x06:
-            return k
-        else:  # pragma: no cover
-            raise AssertionError(f"unexpected opcode {code:#x}")
-
-
-def _combine(*actions: int) -> int:
-    """What the kernel returns when several filters are stacked: the highest-precedence action."""
-    def signed(a):
-        return struct.unpack("<i", struct.pack("<I", a & 0xFFFF0000))[0]
-    return min(actions, key=signed)
-
-
-ALLOW, KILL = isolation.RET_ALLOW, isolation.RET_KILL_PROCESS
-
-
-def _eperm(e=errno.EPERM):
-    return isolation.RET_ERRNO | e
-
-
-@pytest.mark.parametrize("arch", sorted(isolation.ARCHES))
-def test_filter_program(arch):
-    column, audit = isolation.ARCHES[arch]
-    full = isolation.build_filter(arch, isolation.worker_rules())
-    server, extra = (f.program for f in isolation.worker_filters(arch))
-    assert len(full) // 8 < 4096
-    assert len(extra) // 8 < 64  # what each worker attaches stays short: attaching costs by length
-
-    def nr_of(name):
-        return isolation.SYSCALLS[name][column]
-
-    def verdicts(nr, args=(0,) * 6):
-        a = _run_bpf(full, audit, nr, args)
-        b = _combine(_run_bpf(server, audit, nr, args), _run_bpf(extra, audit, nr, args))
-        assert a == b, (arch, nr, args)  # the two-part install is the same policy
-        return a
-
-    # Every number up to well past the table: allowed exactly when on the allowlist, else EPERM.
-    allowed = {nr_of(n) for n in isolation.WORKER_ALLOW} - {None}
-    checked = {nr_of(n) for n in ("open", "openat", "prlimit64", "prctl", "clone3")} - {None}
-    for nr in range(1024):
-        if nr not in checked:
-            assert verdicts(nr) == (ALLOW if nr in allowed else _eperm()), (arch, nr)
-    for name in {n for _, names in isolation.NEVER for n in names} - {"clone3"}:
-        if nr_of(name) is not None:
-            assert verdicts(nr_of(name)) == _eperm(), name
-    # What a worker needs, numbers from the kernel headers (independent of the table).
-    needed = {"x86_64": {"read": 0, "write": 1, "close": 3, "mmap": 9, "munmap": 11, "brk": 12,
-                         "rt_sigreturn": 15, "getpid": 39, "sendmsg": 46, "recvmsg": 47, "exit_group": 231,
-                         "futex": 202, "getrandom": 318, "clock_nanosleep": 230},
-              "aarch64": {"read": 63, "write": 64, "close": 57, "mmap": 222, "munmap": 215, "brk": 214,
-                          "rt_sigreturn": 139, "getpid": 172, "sendmsg": 211, "recvmsg": 212,
-                          "exit_group": 94, "futex": 98, "getrandom": 278, "clock_nanosleep": 115}}[arch]
-    for name, nr in needed.items():
-        assert nr_of(name) == nr and verdicts(nr) == ALLOW, name
-    # A worker cannot fork at all; the fork server can, but not into new namespaces.
-    clone = nr_of("clone")
-    for flags in (signal.SIGCHLD | 0x01200000, 0x003D0F00):  # fork(), pthread_create()
-        assert verdicts(clone, (flags, 0, 0, 0, 0, 0)) == _eperm()
-        assert _run_bpf(server, audit, clone, (flags, 0, 0, 0, 0, 0)) == ALLOW
-    for flag in (isolation.CLONE_NEWUSER, isolation.CLONE_NEWNET, isolation.CLONE_NEWNS, isolation.CLONE_NEWPID):
-        assert _run_bpf(server, audit, clone, (flag | signal.SIGCHLD, 0, 0, 0, 0, 0)) == _eperm()
-    assert verdicts(nr_of("clone3")) == _eperm(errno.ENOSYS)
-    openat = nr_of("openat")
-    assert verdicts(openat, (-100, 0, os.O_RDONLY | os.O_CLOEXEC, 0, 0, 0)) == ALLOW
-    for flags in (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_WRONLY | os.O_APPEND):
-        assert verdicts(openat, (-100, 0, flags, 0o600, 0, 0)) == _eperm(errno.EACCES)
-    # The high half of a 64-bit argument cannot hide a flag in the low half.
-    assert verdicts(openat, (-100, 0, (1 << 32) | os.O_WRONLY, 0, 0, 0)) == _eperm(errno.EACCES)
-    # Its own limits, never another process's.
-    prlimit = nr_of("prlimit64")
-    assert verdicts(prlimit, (0, 7, 0, 1, 0, 0)) == ALLOW
-    for pid in (1, 4242, -1, 1 << 31):
-        assert verdicts(prlimit, (pid, 7, 0, 1, 0, 0)) == _eperm(), pid
-    prctl = nr_of("prctl")
-    for option in (15, 21, 39):  # PR_SET_NAME, PR_GET_SECCOMP, PR_GET_NO_NEW_PRIVS
-        assert verdicts(prctl, (option, 0, 0, 0, 0, 0)) == ALLOW
-    for option in (0x59616D61, 62, 35, 4):  # PR_SET_PTRACER, PR_SCHED_CORE, PR_SET_MM, PR_SET_DUMPABLE
-        assert verdicts(prctl, (option, 0, 0, 0, 0, 0)) == _eperm(), option
-    # fcntl and ioctl: the fork server's, and only for itself (no F_SETOWN, no TIOCSTI); none for a worker.
-    fcntl_, ioctl = nr_of("fcntl"), nr_of("ioctl")
-    assert _run_bpf(server, audit, fcntl_, (3, 3, 0, 0, 0, 0)) == ALLOW  # F_GETFL
-    assert _run_bpf(server, audit, fcntl_, (3, 8, 1, 0, 0, 0)) == _eperm()  # F_SETOWN
-    assert _run_bpf(server, audit, ioctl, (3, 0x5421, 0, 0, 0, 0)) == ALLOW  # FIONBIO
-    assert _run_bpf(server, audit, ioctl, (0, 0x5412, 0, 0, 0, 0)) == _eperm()  # TIOCSTI
-    assert verdicts(fcntl_, (3, 3, 0, 0, 0, 0)) == _eperm() and verdicts(ioctl, (3, 0x5421, 0, 0, 0, 0)) == _eperm()
-    for other in (0x40000003, 0xC000003E, 0xC00000B7, 0x40000028):  # i386, the other arch, arm
-        if other != audit:
-            assert _run_bpf(full, other, 0) == KILL and _run_bpf(server, other, 0) == KILL
-            assert _run_bpf(extra, other, 0) == KILL
-    if arch == "x86_64":
-        assert verdicts(0x40000000 | 39) == KILL  # x32
-
-
-def test_policy_lists():
-    """Nothing that acts on another process, the system or privilege is on a worker's list; the fork
-    server's extra needs are taken away again in every worker."""
-    never = {n for _, names in isolation.NEVER for n in names}
-    worker = {n for n, r in isolation.worker_rules().items() if r == ALLOW or not isinstance(r, int)}
-    server = {n for n, r in isolation.server_rules().items() if r == ALLOW or not isinstance(r, int)}
-    assert not worker & never, worker & never
-    assert server & never == {"kill", "setuid", "setgid", "setgroups", "capset"}
-    assert server - worker == set(isolation.SERVER_ONLY)
-    assert not set(isolation.SERVER_ONLY) & set(isolation.WORKER_ALLOW)
-    for name in ("prlimit64", "prctl", "clone", "fcntl", "ioctl", "open", "openat"):
-        assert name not in isolation.WORKER_ALLOW and name not in isolation.SERVER_ALLOW  # argument-checked
-    for name in ("prlimit64", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam",
-                 "sched_setattr", "ioprio_set", "kill", "tkill", "tgkill", "pidfd_open", "pidfd_getfd",
-                 "pidfd_send_signal", "process_vm_readv", "process_vm_writev", "ptrace", "migrate_pages",
-                 "move_pages"):
-        assert name not in isolation.WORKER_ALLOW, name
-        assert name not in isolation.SERVER_ALLOW or name in isolation.SERVER_ONLY, name
-    for name in isolation.SYSCALLS:
-        assert name in never or name in server or name in ("clone3", "landlock_create_ruleset",
-                                                           "landlock_restrict_self"), name
-
-
-# --------------------------------------------------------------------------- the syscall table
-
-
-def _table_check_unavailable(why: str) -> None:
-    """CI must check the table: a failure there (BRAINSTEM_REQUIRE_REDIS=1 or CI=true), a skip elsewhere."""
-    if os.environ.get("BRAINSTEM_REQUIRE_REDIS") == "1" or os.environ.get("CI") == "true":
-        pytest.fail(f"CI but {why} (.ci/run installs linux-libc-dev and libseccomp2)")
-    pytest.skip(why)
-
-
-def _header_numbers(path: str) -> dict[str, int]:
-    out = {}
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return out
-    for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", text):
-        out.setdefault(m.group(1), int(m.group(2)))
-    return out
-
-
-HEADERS = {
-    "x86_64": ["/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h"],
-    "aarch64": ["/usr/include/asm-generic/unistd.h"],
-}
-
-
-@pytest.mark.parametrize("arch", sorted(isolation.ARCHES))
-def test_syscall_table_matches_kernel_headers(arch):
-    column = isolation.ARCHES[arch][0]
-    numbers: dict[str, int] = {}
-    for path in HEADERS[arch]:
-        numbers.update(_header_numbers(path))
-    if not numbers and (arch == "aarch64" or ARCH == "x86_64"):  # asm-generic is installed everywhere
-        _table_check_unavailable("kernel headers not installed")
-    if not numbers:
-        pytest.skip(f"no {arch} kernel headers on this machine")
-    checked = 0
-    for name, nrs in isolation.SYSCALLS.items():
-        if name not in numbers and name == "newfstatat":
-            name = "fstatat"  # what asm-generic calls it
-        if name in numbers:
-            assert nrs[column] == numbers[name], (arch, name, nrs[column], numbers[name])
-            checked += 1
-        elif nrs[column] is not None and nrs[column] < 450:
-            # Older than the headers' newest call yet missing from them: only legacy calls aarch64 lacks.
-            assert arch != "x86_64", (arch, name)
-    assert checked > 120
-
-
-@pytest.mark.parametrize("arch", sorted(isolation.ARCHES))
-def test_syscall_table_matches_libseccomp(arch):
-    path = ctypes.util.find_library("seccomp")
-    if not path:
-        _table_check_unavailable("libseccomp not installed")
-    lib = ctypes.CDLL(path)
-    resolve = lib.seccomp_syscall_resolve_name_arch
-    resolve.restype = ctypes.c_int
-    resolve.argtypes = [ctypes.c_uint32, ctypes.c_char_p]
-    column, audit = isolation.ARCHES[arch]
-    checked = 0
-    for name, nrs in isolation.SYSCALLS.items():
-        nr = resolve(audit, name.encode())
-        if nr == -1:  # __NR_SCMP_ERROR: newer than this libseccomp
-            continue
-        if nr < 0:  # a pseudo-number: the architecture has no such call
-            assert nrs[column] is None, (arch, name)
-        else:
-            assert nrs[column] == nr, (arch, name, nrs[column], nr)
-        checked += 1
-    assert checked > 120

@@ -13,7 +13,8 @@ from brainstem.core import keys
 from brainstem.sandbox import own_ports
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
-from brainstem.tools.services import ToolPolicy, run_tool
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import run_tool
 
 from .hostile import Host
 

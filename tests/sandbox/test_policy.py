@@ -9,7 +9,7 @@ import pytest
 import RestrictedPython
 from RestrictedPython.Guards import full_write_guard, safer_getattr
 
-from brainstem.sandbox import policy, worker
+from brainstem.sandbox import guards, policy, tool_builtins, worker
 
 
 def test_restrictedpython_version():
@@ -22,15 +22,15 @@ def test_restrictedpython_version():
 
 
 def test_removed_and_forbidden_builtins_absent():
-    b = policy.BUILTINS
+    b = tool_builtins.BUILTINS
     for name in ("id", "SystemExit", "KeyboardInterrupt", "GeneratorExit", "eval", "exec", "compile",
                  "open", "type", "vars", "dir", "globals", "locals", "breakpoint", "help", "exit",
                  "quit", "input", "memoryview", "bytearray", "super", "object", "ExceptionGroup",
                  "_getattr_"):
         assert name not in b, name
-    assert b["__import__"] is policy.guarded_import
-    assert b["getattr"] is policy.guarded_getattr
-    assert b["setattr"] is policy.guarded_setattr and b["delattr"] is policy.guarded_delattr
+    assert b["__import__"] is tool_builtins.guarded_import
+    assert b["getattr"] is guards.guarded_getattr
+    assert b["setattr"] is guards.guarded_setattr and b["delattr"] is guards.guarded_delattr
 
 
 def test_useful_builtins_present():
@@ -38,27 +38,27 @@ def test_useful_builtins_present():
                  "reversed", "list", "dict", "set", "frozenset", "tuple", "isinstance", "len",
                  "range", "abs", "round", "str", "int", "float", "bool", "repr", "Exception",
                  "ValueError", "KeyError", "TypeError", "RuntimeError", "BaseException"):
-        assert name in policy.BUILTINS, name
+        assert name in tool_builtins.BUILTINS, name
 
 
 def test_rp9_removed_iterating_builtins_are_wrappers_not_the_real_ones():
     # RestrictedPython 9 dropped these because they iterate in C past _getiter_.
     for name, real in (("sorted", sorted), ("tuple", tuple), ("zip", zip), ("reversed", reversed),
                        ("bytes", bytes)):
-        assert policy.BUILTINS[name] is not real
-        assert isinstance(policy.BUILTINS[name], types.FunctionType)
+        assert tool_builtins.BUILTINS[name] is not real
+        assert isinstance(tool_builtins.BUILTINS[name], types.FunctionType)
 
 
 def test_wrappers_route_through_getiter(monkeypatch):
     seen = []
-    real = policy._iter
+    real = guards.guarded_iter
 
     def spy(ob):
         seen.append(type(ob).__name__)
         return real(ob)
 
-    monkeypatch.setattr(policy, "_iter", spy)
-    b = policy.BUILTINS
+    monkeypatch.setattr(tool_builtins, "guarded_iter", spy)  # what the wrappers call
+    b = tool_builtins.BUILTINS
     b["sorted"]([2, 1])
     b["tuple"]({1})
     list(b["zip"]([1], "a"))
@@ -69,7 +69,7 @@ def test_wrappers_route_through_getiter(monkeypatch):
 
 
 def test_isinstance_understands_wrappers():
-    b = policy.BUILTINS
+    b = tool_builtins.BUILTINS
     assert b["isinstance"]((1,), (b["list"], b["tuple"]))
     assert b["isinstance"]({}, b["dict"]) and not b["isinstance"]([], b["dict"])
     assert b["issubclass"](bool, int)
@@ -78,14 +78,14 @@ def test_isinstance_understands_wrappers():
 def test_guards_are_the_required_ones():
     g = policy.make_globals(policy.OutputSink(100))
     assert g["_write_"] is full_write_guard
-    assert g["_getattr_"] is policy.guarded_getattr
+    assert g["_getattr_"] is guards.guarded_getattr
     # our getattr is safer_getattr plus a backstop, never Eval.default_guarded_getattr
     with pytest.raises(AttributeError):
-        policy.guarded_getattr(1, "__class__")
+        guards.guarded_getattr(1, "__class__")
     with pytest.raises(NotImplementedError):
-        policy.guarded_getattr("{}", "format")
+        guards.guarded_getattr("{}", "format")
     with pytest.raises(TypeError):
-        policy.guarded_getattr(1, type("S", (str,), {})("real"))
+        guards.guarded_getattr(1, type("S", (str,), {})("real"))
     assert safer_getattr(1, "real") == 1
 
 
@@ -93,22 +93,22 @@ def test_getattr_backstop_refuses_modules_and_frames():
     holder = types.SimpleNamespace(mod=types, fn=builtins.eval, t=builtins.type, ok=1)
     for name in ("mod", "fn", "t"):
         with pytest.raises(AttributeError):
-            policy.guarded_getattr(holder, name)
-    assert policy.guarded_getattr(holder, "ok") == 1
-    assert policy.guarded_getattr(holder, "missing", None) is None
+            guards.guarded_getattr(holder, name)
+    assert guards.guarded_getattr(holder, "ok") == 1
+    assert guards.guarded_getattr(holder, "missing", None) is None
 
 
 def test_imports_give_namespaces_not_modules():
-    for name in policy.ALLOWED_MODULES:
-        ns = policy.guarded_import(name)
+    for name in tool_builtins.ALLOWED_MODULES:
+        ns = tool_builtins.guarded_import(name)
         assert not isinstance(ns, types.ModuleType)
         assert not hasattr(ns, "__name__")
         with pytest.raises(AttributeError):
             ns.anything = 1
     with pytest.raises(ImportError, match="module os is not available in the sandbox"):
-        policy.guarded_import("os")
+        tool_builtins.guarded_import("os")
     with pytest.raises(ImportError):
-        policy.guarded_import("json", level=1)
+        tool_builtins.guarded_import("json", level=1)
 
 
 def _reachable(roots, depth):
@@ -128,7 +128,7 @@ def _reachable(roots, depth):
                 continue
             for n in names:
                 try:
-                    nxt.append(policy.guarded_getattr(obj, n))
+                    nxt.append(guards.guarded_getattr(obj, n))
                 except Exception:  # noqa: BLE001
                     continue
         frontier = nxt
@@ -147,7 +147,7 @@ def test_nothing_reachable_leads_to_modules_or_the_channel():
         return marker
 
     ctx = worker.build_ctx(call, True, {"K": "v"})
-    roots = [*policy.MODULES.values(), *policy.BUILTINS.values(), ctx]
+    roots = [*tool_builtins.MODULES.values(), *tool_builtins.BUILTINS.values(), ctx]
     reached = _reachable(roots, depth=4)
     assert len(reached) > 200
     forbidden = {id(x) for x in (os, sys, builtins, os.environ, sys.modules, builtins.__dict__,

@@ -145,18 +145,19 @@ def test_locked_down_process_cannot_fork_or_write_files(tmp_path):
     """Even given `os` (which tool code never gets), a locked-down worker cannot
     fork (RLIMIT_NPROC 0; as root the worker first drops to nobody, since the
     kernel never enforces RLIMIT_NPROC for uid 0) nor write a byte (RLIMIT_FSIZE 0)."""
-    from brainstem.sandbox import isolation, worker
+    from brainstem.sandbox import worker
+    from brainstem.sandbox.kernel import caps, lockdown
 
     os.chmod(tmp_path, 0o777)
     target = str(tmp_path / "written")
     r, w = os.pipe()
     parent = os.getpid()
-    nobody = os.geteuid() == 0 and not isolation.uid_switch_error()
+    nobody = os.geteuid() == 0 and not caps.uid_switch_error()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the forked child
         try:
             # The rlimits alone: seccomp and Landlock would refuse both before the limits are reached.
-            isolation._plan = isolation.Plan(nobody, True, None, None)
+            lockdown.use(lockdown.Plan(nobody, True, None, None))
             worker._lock_down(w, parent, 2000, 256)
             report = []
             try:

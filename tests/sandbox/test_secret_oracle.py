@@ -23,7 +23,8 @@ from brainstem.operator.status import status
 from brainstem.state.guarded import AgentKV
 from brainstem.state.refusals import clear, counts
 from brainstem.store import open_store
-from brainstem.tools.services import ToolPolicy, run_tool
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import run_tool
 
 from .hostile import ATTACKER_HOST, Host
 

@@ -1,1 +1,6 @@
-"""Command modules split out of cli.py, each adding one command to the ``brainstem`` group."""
+"""The ``brainstem`` commands, one module per command group or closely related set of commands.
+
+Each module defines click commands and nothing registers them but ``cli.py``;
+none imports ``cli.py``. They share :mod:`.context` (settings and the store)
+and print through :mod:`brainstem.operator.output`.
+"""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
+
+from brainstem.operator.output import print_json
 
 
 @click.command()
@@ -38,7 +38,7 @@ def refusals(c, clear_hold: bool, as_json: bool) -> None:
         return
     counts = record.counts(c.store)
     if as_json:
-        click.echo(json.dumps(counts, ensure_ascii=False, sort_keys=True))
+        print_json(counts, sort_keys=True)
         return
     click.echo(f"secret_refused stops: {counts['total']} in all, {counts['today']} today")
     if counts["last_tool"]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
+
+from brainstem.operator.output import echo_lines, print_json
 
 
 @click.command()
@@ -43,8 +44,7 @@ def replay(c, session_ref: str, live: bool, as_json: bool) -> None:
     recording = load(c.store, session_ref)
     report = compare(run_replay(c.settings, c.store, recording, live=live))
     if as_json:
-        click.echo(json.dumps(report, ensure_ascii=False, sort_keys=True))
+        print_json(report, sort_keys=True)
     else:
-        for line in render(report):
-            click.echo(line)
+        echo_lines(render(report))
     sys.exit(0 if report["same"] else 1)

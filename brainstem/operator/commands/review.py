@@ -7,24 +7,18 @@ import json
 import click
 
 from brainstem.core.errors import BadArgument, one_line
-
-# The cli helpers are imported where used, not here: cli.py imports this module at its end, and a
-# module-level import back would fail whenever this module is imported first.
+from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, row, table
 
 PREVIEW = 50  # characters of a list row's input preview
 
 
 def _short_time(value) -> str:
     """``2026-05-01T12:34:56.789Z`` as ``2026-05-01 12:34``."""
-    from brainstem.operator.cli import _text
-
-    return value[:16].replace("T", " ") if isinstance(value, str) and len(value) >= 16 else _text(value)
+    return value[:16].replace("T", " ") if isinstance(value, str) and len(value) >= 16 else as_text(value)
 
 
 def _preview(value, limit: int) -> str:
-    from brainstem.operator.cli import _text
-
-    return one_line(_text(value, "null"), limit)
+    return one_line(as_text(value, "null"), limit)
 
 
 def _outcome(item: dict) -> str:
@@ -32,8 +26,6 @@ def _outcome(item: dict) -> str:
 
 
 def _list(items: list[dict], include_settled: bool, settled_too: int) -> None:
-    from brainstem.operator.cli import _table
-
     if not items:
         if include_settled:
             click.echo("no tool runs recorded for review (tools in supervised mode land here when they run)")
@@ -47,17 +39,14 @@ def _list(items: list[dict], include_settled: bool, settled_too: int) -> None:
     rows = [[item["id"], _short_time(item.get("created_at")), _preview(item.get("tool"), 40),
              _preview(item.get("session_id"), 30), _preview(item.get("status"), 20), _outcome(item),
              _preview(item.get("input"), PREVIEW)] for item in items]
-    for line in _table(rows, right=(0,), header=["ID", "CREATED", "TOOL", "SESSION", "STATUS", "OK/ERROR", "INPUT"]):
-        click.echo(line)
+    echo_lines(table(rows, right=(0,), header=["ID", "CREATED", "TOOL", "SESSION", "STATUS", "OK/ERROR", "INPUT"]))
 
 
 def _value_rows(label: str, value) -> None:
     """A JSON value on one row when short, else pretty-printed under its label."""
-    from brainstem.operator.cli import _row, _text
-
-    text = _text(value, "null")
+    text = as_text(value, "null")
     if len(text) <= 80 and "\n" not in text:
-        _row(label, text)
+        row(label, text)
         return
     click.echo(label)
     pretty = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
@@ -66,16 +55,14 @@ def _value_rows(label: str, value) -> None:
 
 
 def _show(item: dict) -> None:
-    from brainstem.operator.cli import _row, _text
-
-    _row("review item", item["id"])
-    _row("tool", _text(item.get("tool")))
-    _row("status", _text(item.get("status")) + (f" at {_text(item.get('settled_at'))}"
-                                                 if item.get("settled_at") else ""))
-    _row("created", _text(item.get("created_at")))
-    _row("session", _text(item.get("session_id")) + (f" (step {_text(item.get('step_id'))})"
-                                                     if item.get("step_id") else ""))
-    _row("ran", "ok" if item.get("ok") is True else "failed")
+    row("review item", item["id"])
+    row("tool", as_text(item.get("tool")))
+    row("status", as_text(item.get("status")) + (f" at {as_text(item.get('settled_at'))}"
+                                                  if item.get("settled_at") else ""))
+    row("created", as_text(item.get("created_at")))
+    row("session", as_text(item.get("session_id")) + (f" (step {as_text(item.get('step_id'))})"
+                                                      if item.get("step_id") else ""))
+    row("ran", "ok" if item.get("ok") is True else "failed")
     if item.get("error"):
         _value_rows("error", item.get("error"))
     _value_rows("input", item.get("input"))
@@ -118,7 +105,6 @@ def review(c, item_id: str | None, confirm: bool, correction: str | None, includ
       brainstem review 4 --correct "send it to the ops channel, not to everyone"
       brainstem review --all --json | jq -r 'select(.status == "corrected") | .tool'
     """
-    from brainstem.operator.cli import _json_lines
     from brainstem.state import review as inbox
 
     if confirm and correction is not None:
@@ -131,7 +117,7 @@ def review(c, item_id: str | None, confirm: bool, correction: str | None, includ
                               f"`brainstem review` lists the pending ones")
         found = inbox.items(c.store, include_settled=include_settled)
         if as_json:
-            _json_lines(found)
+            json_lines(found)
             return
         settled_too = 0 if include_settled or found else len(inbox.items(c.store, include_settled=True))
         _list(found, include_settled, settled_too)
@@ -142,7 +128,7 @@ def review(c, item_id: str | None, confirm: bool, correction: str | None, includ
     if settling:
         item = inbox.settle(c.store, item_id, confirm=confirm, correction=correction)
         if as_json:
-            click.echo(json.dumps(item, ensure_ascii=False))
+            print_json(item)
             return
         click.echo(f"review item {item['id']} ({_preview(item.get('tool'), 60)}) {item['status']}")
         return
@@ -150,6 +136,6 @@ def review(c, item_id: str | None, confirm: bool, correction: str | None, includ
     if item is None:
         raise inbox.not_found(item_id)
     if as_json:
-        click.echo(json.dumps(item, ensure_ascii=False))
+        print_json(item)
         return
     _show(item)

@@ -1,0 +1,79 @@
+"""How the command line prints: labelled rows, aligned tables, JSON, and its one-line errors.
+
+Every command prints through these, so a value reads the same everywhere (never
+``None`` or a Python repr, money with its dollar sign, JSON one object a line).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+LABEL = 17  # row labels are padded to this many characters, so the values line up
+
+
+def labelled(label: str, value: str) -> str:
+    """One ``label  value`` line, the label padded to :data:`LABEL`."""
+    return f"{label:<{LABEL}} {value}"
+
+
+def row(label: str, value: str) -> None:
+    click.echo(labelled(label, value))
+
+
+def as_text(value, none: str = "-") -> str:
+    """A value for a text line: never ``None`` or a Python repr (structures are JSON)."""
+    if value is None:
+        return none
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def usd(value, digits: int = 4) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return f"${value:,.{digits}f}"
+
+
+def table(rows: list[list[str]], right: tuple[int, ...] = (), header: list[str] | None = None) -> list[str]:
+    """Rows as lines in aligned columns (the last column is not padded); ``right``: right-aligned columns."""
+    every = ([header] if header else []) + rows
+    if not every:
+        return []
+    widths = [max(len(r[i]) for r in every) for i in range(len(every[0]))]
+    lines = []
+    for r in every:
+        cells = [(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])) if i < len(r) - 1 else cell
+                 for i, cell in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def echo_lines(items) -> None:
+    """Print each of ``items`` (lines) on its own line."""
+    for line in items:
+        click.echo(line)
+
+
+def print_json(value, indent: int | None = None, sort_keys: bool = False) -> None:
+    """One JSON document, non-ASCII text kept as it is."""
+    click.echo(json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=sort_keys))
+
+
+def json_lines(items) -> None:
+    """One JSON object per line: what every list command prints with --json."""
+    for item in items:
+        click.echo(json.dumps(item, ensure_ascii=False))
+
+
+def error(exc: BaseException) -> None:
+    """An expected failure: one line on stderr (the traceback only with --debug)."""
+    click.echo(f"brainstem: error: {exc}", err=True)
+
+
+def unexpected(exc: BaseException) -> None:
+    """A failure the runtime did not expect: still one line, pointing at --debug."""
+    click.echo(f"brainstem: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+               err=True)

@@ -1,0 +1,79 @@
+"""What the operator allows code from the store: the secrets it may be granted and where they may
+go, the private hosts it may fetch, the LLM requests it may make and what it may write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from brainstem.core.errors import BrainstemError
+from brainstem.core.secrets import Binding
+from brainstem.store.base import Store
+
+
+@dataclass
+class ToolPolicy:
+    """What the operator allows every run of code from the store, in one process or session.
+
+    ``bindings`` decide which secrets a meta may be granted and where they may go, ``fetch_allow``
+    which private hosts fetch may reach, ``meter`` (a :class:`~brainstem.llm.meter.WireMeter`)
+    prices and charges requests to the LLM host, and the quotas bound what tools write.
+    ``on_secrets`` is told the values granted (label -> value), so karma can redact them.
+    """
+
+    bindings: Mapping[str, Binding] = field(default_factory=dict)
+    fetch_allow: list[str] = field(default_factory=list)
+    public: Mapping[str, str | None] = field(default_factory=dict)
+    meter: Any = None
+    # Replay: answers each fetch from the recording (``answer(tool, method, url) -> dict``) instead of the world.
+    fetch_replay: Any = None
+    tool_write_quota: int = 10 * 1024 * 1024
+    session_write_quota: int = 50 * 1024 * 1024
+    # Shared by every copy of the policy (dataclasses.replace), so all code of one session counts once.
+    session_written: list[int] = field(default_factory=lambda: [0])
+    on_secrets: Callable[[dict[str, str]], None] | None = None
+    # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
+    known_secrets: Mapping[str, str] = field(default_factory=dict)
+    # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
+    # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
+    withdrawn: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
+        return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
+                   public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
+                   session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
+                   **kwargs)
+
+    def held_secrets(self, store: Store) -> dict[str, str]:
+        """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""
+        out = dict(self.known_secrets)
+        for label, binding in self.bindings.items():
+            if binding.from_store and label not in out:
+                try:
+                    value = store.get(label)
+                except BrainstemError:
+                    continue  # not text: it cannot be granted either
+                if isinstance(value, str) and value:
+                    out[label] = value
+        return out
+
+
+def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., Any],
+                           on_secrets: Callable[[dict[str, str]], None] | None = None) -> ToolPolicy:
+    """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
+    requests metered under one session's ceiling and today's (each held against today's in the store
+    before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
+    from brainstem.llm.meter import WireMeter
+    from brainstem.state.budget import Budget, DailyLedger, daily_spent
+    from brainstem.state.config import effective_models
+
+    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
+                    max_duration=settings.max_session_seconds, reserve_fraction=0.0,
+                    daily=DailyLedger(store, settings.max_daily_cost))
+    meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
+                      llm_base_url=settings.openrouter_base_url)
+    return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
