@@ -1,9 +1,14 @@
-"""Shared fixtures: a real redis-server for the session, and the three stores.
+"""Shared fixtures: a real redis-server for the session, the three stores, and the command line.
 
 Redis tests use, in order: ``REDIS_URL`` if set, else a ``redis-server`` this
 session starts on a free port in a temporary directory. Without either they
 skip with a reason, except under ``BRAINSTEM_REQUIRE_REDIS=1`` (CI), where a
 missing Redis is a failure.
+
+The command line runs in this process (:func:`run_cli`): a subprocess costs a
+second of interpreter start and imports, and the suite runs it hundreds of
+times. :func:`run_cli_process` is the real process, for what only a process
+shows (exit by signal, the sleep path's imports, a tty, daemons).
 """
 
 from __future__ import annotations
@@ -18,9 +23,27 @@ from pathlib import Path
 
 import pytest
 
+from .cli_inprocess import run_cli_inprocess
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+def wait_for(predicate, timeout: float = 10.0, what: str = "the condition", daemon=None, interval: float = 0.05):
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (a failure
+    naming ``what``): a test waits for what it needs, never a fixed sleep that is too long or too short.
+    With ``daemon`` (a :class:`Daemon`), its exit fails the wait at once, with its stderr."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if daemon is not None and not daemon.alive():
+            pytest.fail(f"brainstem run exited ({daemon.proc.returncode}) while waiting for {what}:\n"
+                        f"{daemon.stderr[-2000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}"
+                        + (f"\nstderr:\n{daemon.stderr[-2000:]}" if daemon is not None else ""))
+        time.sleep(interval)
 
 
 def _require_redis() -> bool:
@@ -129,11 +152,23 @@ def real_store_url(request, tmp_path):
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
-    """Run ``python -m brainstem`` as an operator would, with a clean environment."""
+def clean_env(env: dict | None = None) -> dict[str, str]:
+    """The environment a command gets: this process's without any ``BRAINSTEM_*`` / ``OPENROUTER_*``, then ``env``."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "brainstem", *args], env=full_env, input=input,
+    return full_env
+
+
+def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
+    """Run ``brainstem ARGS`` as an operator would, with a clean environment, in this process
+    (see tests/cli_inprocess.py); a CompletedProcess like :func:`run_cli_process`'s."""
+    return run_cli_inprocess(*args, env=env, input=input, timeout=timeout)
+
+
+def run_cli_process(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
+    """Run ``python -m brainstem ARGS`` as a real process: for exit codes of the process itself, signals,
+    the sleep path's imports, stdin and tty behaviour."""
+    return subprocess.run([sys.executable, "-m", "brainstem", *args], env=clean_env(env), input=input,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from brainstem.store import karma, open_store
 
-from .conftest import run_cli
+from .conftest import run_cli, run_cli_process
 
 
 @pytest.fixture
@@ -119,13 +119,9 @@ def test_corrupt_sqlite_file_names_the_file(tmp_path):
 
 
 def _kv_put(url: str, cwd, **env):
-    import subprocess
-    import sys
-
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
-    full.update(env, BRAINSTEM_KV=url)
-    return subprocess.run([sys.executable, "-m", "brainstem", "kv", "put", "notes:x", "1"], cwd=cwd, env=full,
-                          capture_output=True, text=True, timeout=60)
+    """``brainstem kv put notes:x 1`` run from the working directory ``cwd``."""
+    with contextlib.chdir(cwd):
+        return run_cli("kv", "put", "notes:x", "1", env={**env, "BRAINSTEM_KV": url})
 
 
 def test_sqlite_urls_follow_sqlalchemy_three_slashes_relative_four_absolute(tmp_path):
@@ -165,7 +161,8 @@ def test_bad_store_url_and_bad_setting_are_one_line():
 
 
 def test_debug_shows_the_traceback():
-    r = run_cli("--debug", "kv", "ls", env={"BRAINSTEM_KV": "redis://127.0.0.1:1/0"})
+    # A real process: the traceback and the exit status are the interpreter's.
+    r = run_cli_process("--debug", "kv", "ls", env={"BRAINSTEM_KV": "redis://127.0.0.1:1/0"})
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
@@ -184,4 +181,4 @@ def test_python_dash_m_and_console_script_agree():
     if exe is None:
         pytest.skip("console script not on PATH")
     out = subprocess.run([exe, "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout == run_cli("--version").stdout
+    assert out.returncode == 0 and out.stdout == run_cli_process("--version").stdout  # python -m brainstem

@@ -494,9 +494,9 @@ def test_the_live_page_shows_a_session_while_it_runs(world, tab):
     expect(page.locator("#state")).to_have_text("(ended)")  # the last session, whole
     llm = world.llm
     llm.reset()
-    # Orient and the think each take a while: the session runs for ~6 s, the page polls every 1.5 s.
-    llm.queue({"content": plan(think("Take your time", id="slow")), "delay": 3.0},
-              {"content": "Done, slowly.", "delay": 3.0})
+    # Orient and the think each take a while: the session runs for ~4 s, the page polls every 1.5 s.
+    llm.queue({"content": plan(think("Take your time", id="slow")), "delay": 2.0},
+              {"content": "Done, slowly.", "delay": 2.0})
     llm.responder = answers(reflect=reflection("a slow session"))
     proc = start_wake(world.env, "--force")
     try:

@@ -88,7 +88,9 @@ def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, 
     done = [e for e in events_of(entries, "tool_complete") if e.get("tool") == "slow_fetch"]
     assert done and not any(e["ok"] for e in done)
     assert entries[-1]["outcome"] == "budget_exhausted"
-    assert "fetch timed out" in done[0]["error"]
+    # The fetch and the tool end at the same deadline: the tool sees its fetch time out or, on a busy machine,
+    # its own time is up first and it is stopped. Either way neither ran on (the wake's time above says so).
+    assert "fetch timed out" in done[0]["error"] or done[0]["error"].startswith("timed out after"), done[0]
 
 
 # --- an invalid config falls back to its last valid version ----------------------------------------------

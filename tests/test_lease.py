@@ -28,9 +28,9 @@ from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
 from brainstem.store.lease import Lease
 
-from .conftest import run_cli
+from .conftest import run_cli, wait_for
 from .test_metrics import scrape, value
-from .test_run import base_env, fires, wait_for
+from .test_run import base_env, fires
 from .wake_helpers import (
     events_of,
     is_orient,
@@ -98,7 +98,7 @@ def test_an_expired_lease_fences_too(st):
     st.lease = (keys.WAKE_LOCK, OWNER)
     assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 150)
     st.put(keys.WAKE_CONFIG, {"n": 1})
-    time.sleep(0.3)
+    wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) is None, 5, "the 150 ms lease to run out")
     with pytest.raises(LeaseLost):
         st.put(keys.WAKE_CONFIG, {"n": 2})
     assert st.get(keys.WAKE_CONFIG, "json") == {"n": 1}
@@ -106,6 +106,7 @@ def test_an_expired_lease_fences_too(st):
 
 # --- the heartbeat -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_heartbeat_keeps_a_lease_alive_for_many_periods(st):
     assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
     lease = Lease(st, OWNER, 1.0).start()
@@ -162,6 +163,7 @@ def slow_plan(delay: float, steps: int = 3):
     return respond
 
 
+@pytest.mark.slow
 def test_a_session_whose_lease_is_taken_over_stops_and_writes_nothing_that_says_who_ran(st, llm, real_store_url):
     llm.responder = slow_plan(1.5)
     proc = start_wake(wake_env(real_store_url, llm, BRAINSTEM_LEASE_SECONDS=1))
@@ -230,12 +232,15 @@ def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_
             host_a.kill()
 
     def picked_up():
+        """(the dead session's history entry, the new session's id) once host B's session has noted the crash."""
         closed = [h for h in session_history.read(st) if h.get("id") == dead_sid]
-        return closed[0] if closed else None
-    closed = wait_for(picked_up, 6 * period, "host B to take the agent over", host_b)
+        sid = karma.latest_session_id(st)
+        if closed and sid != dead_sid and events_of(karma.read(st, sid), events.CRASH_DETECTED):
+            return closed[0], sid
+        return None
+    closed, sid = wait_for(picked_up, 6 * period, "host B to take the agent over", host_b)
     # From host B a dead host and a cut-off one look alike: neither is the agent's doing.
     assert closed["outcome"] == outcomes.HOST_LOST and "host-a" in closed["reason"]
-    sid = karma.latest_session_id(st)
     entries = karma.read(st, sid)
     detected = events_of(entries, events.CRASH_DETECTED)
     assert detected and detected[0]["dead_session"] == dead_sid
@@ -251,6 +256,7 @@ def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_
 
 # --- a crash loop backs off -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_repeated_crashes_back_off_instead_of_waking_every_tick(st, llm, real_store_url):
     llm.responder = slow_plan(30.0)
     env = wake_env(real_store_url, llm, BRAINSTEM_LEASE_SECONDS=2)
@@ -366,6 +372,7 @@ def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, 
     assert "Traceback" not in d.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_a_wake_whose_clock_runs_ahead_never_takes_a_live_session_on_the_same_host(st, llm, real_store_url):
     """SQLite's lock expiry is wall-clock time: a cron wake on a clock a minute ahead sees the running
@@ -398,7 +405,7 @@ def test_a_wake_whose_clock_runs_ahead_never_takes_a_live_session_on_the_same_ho
 @pytest.mark.parametrize("real_store_url", ["redis"], indirect=True)
 def test_a_session_frozen_past_its_lease_writes_nothing_and_spends_nothing_when_it_resumes(
         st, llm, real_store_url):
-    """Host A's session is SIGSTOPped mid-call for three lease periods. Host B takes the agent over and
+    """Host A's session is SIGSTOPped mid-call until its lease has run out. Host B takes the agent over and
     runs a clean session. Host A gets SIGCONT: it finds its lease gone, writes its lease_lost and
     nothing else, and makes no further LLM call; host B's state is untouched."""
     period = 1.5
@@ -420,7 +427,8 @@ def test_a_session_frozen_past_its_lease_writes_nothing_and_spends_nothing_when_
         time.sleep(0.3)  # its think call is on the wire, its answer two seconds off
         proc.send_signal(signal.SIGSTOP)
         before_stop = karma.read(st, sid_a)
-        time.sleep(3 * period)
+        # Frozen until its lease has run out (a period after its last renewal): host B may take over.
+        wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) is None, 10 * period, "host A's lease to run out")
 
         def host_b(req):
             if is_orient(req):

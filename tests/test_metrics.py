@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from brainstem.operator.metrics import Metrics
 
-from .test_run import base_env, fires, wait_for
+from .conftest import wait_for
+from .test_run import base_env, fires
 from .wake_helpers import action, answers, plan, reflection, seeded
 
 

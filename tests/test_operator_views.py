@@ -158,14 +158,16 @@ def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm)
         full_env.update(env)
         follower = subprocess.Popen([sys.executable, "-m", "brainstem", "karma", sid.split("-")[0], "--follow"],
                                     env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        while not any(e.get("event") == "step_start" for e in _entries(st, sid)):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(1.0)
-        assert follower.poll() is None  # following the live session
+        # Following the live session: it has printed the session's header and its step_start (click.echo
+        # flushes every line), and the session is still stuck in that step.
+        followed = [follower.stdout.readline()]
+        while followed[-1] and "step_start" not in followed[-1]:
+            followed.append(follower.stdout.readline())
+        assert follower.poll() is None and waker.poll() is None, followed
         waker.kill()
         waker.wait(10)  # reaped: its pid is gone, as after any SIGKILL
-        out, err = follower.communicate(timeout=20)
+        rest, err = follower.communicate(timeout=20)
+        out = "".join(followed) + rest
     finally:
         for p in (waker, follower):
             if p is not None and p.poll() is None:

@@ -14,10 +14,10 @@ session an agent sleeps; a test that needs more sessions deletes
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime
@@ -29,7 +29,7 @@ from brainstem.core import keys
 from brainstem.state import history as session_history
 from brainstem.store import karma
 
-from .conftest import Daemon, run_cli
+from .conftest import clean_env, run_cli, wait_for
 from .doubles import LLMDouble
 from .redis_server import free_port
 from .wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
@@ -75,20 +75,6 @@ def fires(store, kind: str) -> list[dict]:
 
 def history(store) -> list[dict]:
     return session_history.read(store)
-
-
-def wait_for(pred, timeout: float, what: str, daemon: Daemon | None = None, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        if daemon is not None and not daemon.alive():
-            pytest.fail(f"brainstem run exited ({daemon.proc.returncode}) while waiting for {what}:\n"
-                        f"{daemon.stderr[-2000:]}")
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}"
-                + (f"\nstderr:\n{daemon.stderr[-2000:]}" if daemon is not None else ""))
 
 
 def ts(text: str) -> datetime:
@@ -139,21 +125,12 @@ def test_bad_schedules_and_unknown_agents_are_refused_with_one_line(redis_url, a
         "one ghost among real": (["--every", "1s", "--agent", name, "--agent", "ghost" + uuid.uuid4().hex[:6]],
                                  "unknown agent"),
     }
-    # All at once: each must refuse on its own, quickly, without touching the schedule.
-    t0 = time.monotonic()
-    procs = {label: subprocess.Popen([sys.executable, "-m", "brainstem", "run", *args], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for label, (args, _) in cases.items()}
-    for label, proc in procs.items():
-        try:
-            out, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail(f"{label}: brainstem run did not refuse; it kept running")
-        assert proc.returncode != 0, (label, out, err)
-        line = one_line(err)
-        assert line.startswith("brainstem: error:") and cases[label][1] in line, (label, line)
-    assert time.monotonic() - t0 < 45
+    # Each must refuse on its own, quickly (a run that kept running would time out), without touching the schedule.
+    for label, (args, why) in cases.items():
+        r = run_cli("run", *args, env=env, timeout=30)
+        assert r.returncode != 0, (label, r.stdout, r.stderr)
+        line = one_line(r.stderr)
+        assert line.startswith("brainstem: error:") and why in line, (label, line)
     assert store.log_length(keys.WAKE_LOG) == 0 and karma.latest_session_id(store) is None
 
 
@@ -167,27 +144,22 @@ def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, re
 
     port = free_port()  # nothing listens here yet
     url = f"redis://:hunter2pw@127.0.0.1:{port}/0"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))},
-           "BRAINSTEM_KV": url}
+    env = clean_env({"BRAINSTEM_KV": url})
     first = daemons(env, "--every", "1h")  # (redis_url: a redis-server is at hand, or the test cannot run)
-    deadline = time.monotonic() + 15
-    while "store is unavailable" not in first.stderr and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: "store is unavailable" in first.stderr, 15, "the daemon to say the store is unavailable", first)
     assert first.alive() and first.stderr.count("store is unavailable") == 1, first.stderr
     assert "hunter2pw" not in first.stderr
     assert first.stop() == (0, pytest.approx(0, abs=5))  # a stop while waiting: exit 0, at once
     waiting = daemons(env, "--every", "1h")
-    time.sleep(1.5)
+    wait_for(lambda: "store is unavailable" in waiting.stderr, 15, "the second daemon to wait for the store", waiting)
     proc, _ = start_redis_server(tmp_path, port, password="hunter2pw")
     try:
         from brainstem.store import open_store
 
         store = open_store(url)
         seed(store, soul_file=example_soul_path())
-        deadline = time.monotonic() + 45
-        while "the store is reachable; starting" not in waiting.stderr and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert waiting.alive() and "the store is reachable; starting" in waiting.stderr, waiting.stderr
+        wait_for(lambda: "the store is reachable; starting" in waiting.stderr, 45, "the daemon to start", waiting)
+        assert waiting.alive(), waiting.stderr
         rc, _took = waiting.stop()
         assert rc == 0, waiting.stderr
     finally:
@@ -249,12 +221,13 @@ def test_two_daemons_on_one_agent_never_overlap(redis_url, agents, llm, daemons)
     env = base_env(redis_url, llm)
     d1 = daemons(env, "--every", "1s", "--agent", name)
     d2 = daemons(env, "--every", "1s", "--agent", name)
-    # Keep the agent due: whenever a session has set the next wake, take it away again.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    # Keep the agent due (whenever a session has set the next wake, take it away again) until both
+    # daemons have had their turn: three sessions, and fires skipped because the other held the agent.
+    def enough():
         store.delete(keys.WAKE_CONFIG)
-        time.sleep(0.2)
         assert d1.alive() and d2.alive(), (d1.stderr[-1000:], d2.stderr[-1000:])
+        return len(history(store)) >= 3 and fires(store, "skipped")
+    wait_for(enough, 40, "three sessions and a skipped fire", interval=0.2)
     for d in (d1, d2):
         rc, _ = d.stop()
         assert rc == 0, d.stderr
@@ -368,7 +341,8 @@ def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, t
         redis.Redis(port=port).save()
         server.terminate()
         server.wait(10)
-        time.sleep(8)  # several fires while it is down, past the store's own 5 s of retries
+        # Fires while it is down, until one has given up after the store's own 5 s of retries.
+        wait_for(lambda: "store unavailable" in d.stderr, 30, "the daemon to log the outage", d)
         assert d.alive(), d.stderr
         server = start_redis_server(port, workdir)
         back_at = datetime.now().astimezone()
@@ -396,18 +370,19 @@ def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, t
 def test_a_fire_later_than_the_misfire_grace_is_recorded_missed(redis_url, agents, llm, daemons):
     llm.responder = responder()
     name, store = agents()
-    every = 4.0
-    d = daemons(base_env(redis_url, llm), "--every", "4s", "--misfire-grace", "1", "--agent", name)
+    every = 2.0
+    d = daemons(base_env(redis_url, llm), "--every", "2s", "--misfire-grace", "1", "--agent", name)
     first_slept = wait_for(lambda: fires(store, "slept"), 30, "a slept fire", d)[0]
-    # Fires come every 4 s in phase with this one (recorded a little after it was due). Freeze the daemon
-    # across a scheduled fire and wake it about 2.5 s after one: later than the 1 s grace, before the next.
+    # Fires come every 2 s in phase with this one (recorded a little after it was due). Freeze the daemon
+    # across a scheduled fire at least 0.5 s away and wake it 1.5 s after that fire: later than the 1 s grace
+    # (a fire recorded late only makes it later still; past the next fire too, both are missed).
     phase = ts(first_slept["t"]).timestamp()
     d.proc.send_signal(signal.SIGSTOP)
     try:
         now = time.time()
-        k = int((now - phase) // every) + 2
-        resume_at = phase + k * every + 2.5
-        time.sleep(max(0.0, resume_at - time.time()))
+        k = math.ceil((now + 0.5 - phase) / every)
+        resume_at = phase + k * every + 1.5
+        time.sleep(max(0.0, resume_at - time.time()))  # the daemon is frozen: waiting out the clock is the test
     finally:
         d.proc.send_signal(signal.SIGCONT)
     missed = wait_for(lambda: fires(store, "missed"), 10, "a missed fire", d)

@@ -16,7 +16,7 @@ import json
 import re
 import urllib.parse
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from brainstem.core.scrubber import MIN_RUN, REMOVED, Scrubber, public_prefix
@@ -156,6 +156,7 @@ def _leaks(value: str, cleaned: str) -> set[str]:
 @given(echoes())
 def test_no_echo_of_a_secret_reaches_the_sandbox(case):
     value, text, how = case
+    assume(not _leaks(value, "brainstem-secret-K-0a1b2c"))  # a secret its own placeholder spells ("BRAINSTE")
     cleaned = Scrubber({"K": value}, {"K": "brainstem-secret-K-0a1b2c"}).text(text)
     assert not _leaks(value, cleaned), (how, text, cleaned)
 
@@ -164,6 +165,7 @@ def test_no_echo_of_a_secret_reaches_the_sandbox(case):
 @given(echoes(), secret_values)
 def test_every_secret_the_runtime_holds_is_scrubbed_not_only_the_granted_one(case, other):
     value, text, how = case
+    assume(not _leaks(value, "brainstem-secret-GRANTED-0a1b2c"))  # a secret the placeholder spells
     cleaned = Scrubber({"GRANTED": other, "LLM_KEY": value}, {"GRANTED": "brainstem-secret-GRANTED-0a1b2c"}).text(text)
     assert not _leaks(value, cleaned), (how, text, cleaned)
 

@@ -20,7 +20,7 @@ import pytest
 from brainstem.core import keys
 from brainstem.store import karma
 
-from .conftest import run_cli
+from .conftest import run_cli, run_cli_process
 from .doubles import RPCDouble
 from .redis_server import free_port
 from .wake_helpers import (
@@ -91,7 +91,8 @@ def test_every_documented_form_of_wake_sleeps_on_the_light_path_and_says_the_sam
     line or pydantic, and each prints what the full command prints in that form."""
     until = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(microsecond=0)
     st.put(keys.WAKE_CONFIG, {"next_wake_after": until.strftime("%Y-%m-%dT%H:%M:%SZ")})
-    light = run_wake({**env, "PYTHONPROFILEIMPORTTIME": "1"}, *form)
+    # A real process: what it imports is the point (and PYTHONPROFILEIMPORTTIME is read at interpreter start).
+    light = run_cli_process("wake", *form, env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
     assert light.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in light.stderr.splitlines() if "import time:" in line}
     heavy = {"click", "pydantic", "httpx", "brainstem.operator.cli", "brainstem.session.wake"}

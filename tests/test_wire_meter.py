@@ -47,6 +47,7 @@ def billed(llm) -> float:
     return round(len(llm.requests) * PER_REQUEST, 10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)
 def test_a_fan_out_adapter_stays_within_the_ceiling_and_every_billed_cent_is_booked(real_store_url, st, llm):
     seed(st, with_providers=True)
@@ -96,6 +97,7 @@ def test_a_price_list_the_agent_zeroed_does_not_lift_the_ceiling(real_store_url,
     assert events_of(entries, "cost_anomaly")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_an_adapter_cannot_switch_to_another_model(real_store_url, st, llm):
     seed(st, with_providers=True)

@@ -16,7 +16,6 @@ per think / conditional / subplan call, then reflect), then ``.responder``.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
 
-from .conftest import run_cli
+from .conftest import clean_env, run_cli
 
 API_KEY = "sk-test-7f3a9c2e41d8b605-do-not-leak"  # random-looking, as real keys are
 
@@ -57,9 +56,7 @@ def run_wake(env: dict, *args: str):
 
 def start_wake(env: dict, *args: str) -> subprocess.Popen:
     """``brainstem wake`` in the background (same clean environment as :func:`run_cli`)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
-    full_env.update(env)
-    return subprocess.Popen([sys.executable, "-m", "brainstem", "wake", *args], env=full_env,
+    return subprocess.Popen([sys.executable, "-m", "brainstem", "wake", *args], env=clean_env(env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -34,7 +34,8 @@ class LoopbackDouble:
         server = QuietServer(("127.0.0.1", 0), self.handler)
         server.double = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+        # stop() waits for the serving loop to notice, up to one poll interval: hundreds of tests stop a double.
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01},
                                         name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
