@@ -95,7 +95,7 @@ def test_every_documented_form_of_wake_sleeps_on_the_light_path_and_says_the_sam
     light = run_cli_process("wake", *form, env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
     assert light.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in light.stderr.splitlines() if "import time:" in line}
-    heavy = {"click", "pydantic", "httpx", "brainstem.operator.cli", "brainstem.session.wake"}
+    heavy = {"click", "pydantic", "httpx", "tenacity", "brainstem.operator.cli", "brainstem.session.wake"}
     assert imported and not imported & heavy, form
     env_file = tmp_path / "empty.env"
     env_file.write_text("")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 T = TypeVar("T")
 
@@ -42,6 +43,8 @@ def call_with_backoff(fn: Callable[[], T], *, deadline_seconds: float, first_del
         if not retryable(exc):
             raise
         first_failure = exc
+    # Only a failure pays for tenacity: the store's first try is on the light sleep path.
+    from tenacity import Retrying, retry_if_exception
 
     def delay(state: RetryCallState) -> float:
         return min(max_delay, first_delay * 2.0 ** min(state.attempt_number - 1, 64))
