@@ -7,13 +7,18 @@ whatever it changes in the process is undone afterwards:
 - the environment: every ``BRAINSTEM_*`` / ``OPENROUTER_*`` variable of the test process removed,
   the test's ``env`` applied (HOME and XDG_* too), all of it restored afterwards;
 - stdin is ``input`` (empty without), stdout and stderr are captured, none is a tty (click's
-  CliRunner isolation, which also gives help text the 80 columns a pipe gets);
+  CliRunner isolation); help text is as wide as a process writing to a pipe makes it (``COLUMNS``,
+  else 80 less click's margin), where CliRunner would force 80;
 - ``sys.argv``; the exit: ``SystemExit`` and an uncaught exception become the return code, with the
   traceback on stderr as Python prints it;
 - process-wide state the command line changes (:data:`PROCESS_GLOBALS`, logging set up by
   ``brainstem run``, signal handlers) and the stores it opened (closed, as the end of a process
   closes them);
 - ``timeout``: :class:`subprocess.TimeoutExpired`, as ``subprocess.run`` raises it.
+
+Shared on purpose: the sandbox's fork server (started once per process, with the
+``BRAINSTEM_SANDBOX_ISOLATION`` of that moment: a test of that switch runs a process) and the
+modules already imported (a test of what a command imports runs a process).
 
 It enters through ``brainstem.__main__.main``, the console script's entry point, so ``wake`` takes
 the sleep path first exactly as the installed command does (and then ``brainstem.operator.cli.main``).
@@ -25,6 +30,7 @@ import contextlib
 import importlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +49,9 @@ PROCESS_GLOBALS = (
     # The lease tokens of wakes running in this process: a process that ends holds none, so a wake
     # that ended without forgetting its own must not look alive to the next run.
     ("brainstem.store.lease", "_LIVE_TOKENS", "set"),
+    # The ports this process listens on (dashboard, metrics), refused to tools' fetches: a process that
+    # ends listens on none. (No in-process test starts a server: those run as processes.)
+    ("brainstem.sandbox.own_ports", "_ours", "set"),
 )
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGALRM", "SIGCHLD", "SIGPIPE",
@@ -61,7 +70,8 @@ def run_cli_inprocess(*args: str, env: dict | None = None, input: str | None = N
     overrides: dict[str, str | None] = {k: None for k in os.environ if k.startswith(_PREFIXES)}
     overrides.update(env or {})
     runner = CliRunner()
-    with _process_state(), runner.isolation(input=input, env=overrides) as streams, _deadline(timeout, argv):
+    with _process_state(), runner.isolation(input=input, env=overrides) as streams, _piped_terminal(), \
+            _deadline(timeout, argv):
         code = _run(argv)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -93,6 +103,29 @@ def _run(argv: list[str]) -> int:
         return 1
     finally:
         sys.argv = saved_argv
+
+
+@contextlib.contextmanager
+def _piped_terminal():
+    """The terminal size a process whose stdout is a pipe sees: ``COLUMNS``/``LINES``, else 80x24 (not
+    CliRunner's forced 80 columns: click takes 2 off what it is told, so a process wraps help at 78)."""
+    from click import formatting
+
+    def size(fallback=(80, 24)):
+        def given(name):
+            try:
+                return int(os.environ.get(name, ""))
+            except ValueError:
+                return 0
+        return os.terminal_size((given("COLUMNS") or fallback[0], given("LINES") or fallback[1]))
+
+    saved = shutil.get_terminal_size
+    formatting.FORCED_WIDTH = None  # CliRunner's isolation sets 80 and puts back what was there
+    shutil.get_terminal_size = size
+    try:
+        yield
+    finally:
+        shutil.get_terminal_size = saved
 
 
 @contextlib.contextmanager

@@ -26,15 +26,15 @@ def test_a_stray_brace_in_prose_before_the_plan_costs_no_repair_call(real_store_
 @pytest.mark.slow
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_a_slow_model_cannot_stretch_the_session_past_its_time_ceiling(real_store_url, st, llm):
-    ceiling = 6
+    ceiling = 3
     llm.queue(plan(*[think(f"step {i}") for i in range(20)]))
-    llm.responder = answers(lambda req: {"content": "ok", "delay": 2.5}, reflect=None)
+    llm.responder = answers(lambda req: {"content": "ok", "delay": 1.25}, reflect=None)
     env = wake_env(real_store_url, llm, BRAINSTEM_MAX_SESSION_SECONDS=ceiling, BRAINSTEM_LLM_TIMEOUT=120)
     t0 = time.monotonic()
     r = run_wake(env, "--force")
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
-    assert took < ceiling + 4, f"the wake took {took:.1f} s under a {ceiling} s ceiling"
+    assert took < ceiling + 3, f"the wake took {took:.1f} s under a {ceiling} s ceiling"
     _, entries = finished(r, st)
     assert entries[-1]["outcome"] == "budget_exhausted"
     assert any(e["limit"] == "time" for e in events_of(entries, "budget_exceeded"))
@@ -47,29 +47,29 @@ def test_an_endpoint_that_drips_bytes_cannot_hold_the_wake(real_store_url, st):
     try:
         env = {"BRAINSTEM_KV": st.display_url if "sqlite" in st.display_url else real_store_url,
                "OPENROUTER_BASE_URL": drip.base + "/api/v1", "OPENROUTER_API_KEY": "sk-test",
-               "BRAINSTEM_MAX_SESSION_SECONDS": "5", "BRAINSTEM_LLM_BACKOFF": "0.01"}
+               "BRAINSTEM_MAX_SESSION_SECONDS": "3", "BRAINSTEM_LLM_BACKOFF": "0.01"}
         t0 = time.monotonic()
         r = run_wake(env, "--force")
         took = time.monotonic() - t0
     finally:
         drip.close()
-    assert took < 5 + 4, f"the wake took {took:.1f} s under a 5 s ceiling"
+    assert took < 3 + 3, f"the wake took {took:.1f} s under a 3 s ceiling"
     assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, llm):
-    """A tool that allows itself 60 s, fetching from a server that drips a byte a second: the
-    session's 6 s ceiling ends both, and the wake, within a few seconds of it."""
+    """A tool that allows itself 60 s, fetching from a server that drips a byte every half second: the
+    session's 3 s ceiling ends both, and the wake, within a few seconds of it."""
     import json
 
     from brainstem.core import keys
 
     from .wake_helpers import action
 
-    ceiling = 6
-    drip = Drip(every=1.0)
+    ceiling = 3
+    drip = Drip(every=0.5)
     try:
         st.put(keys.tool_code("slow_fetch"), "def execute(args, ctx):\n    return ctx.fetch(args['url'])['status']\n")
         st.put(keys.tool_meta("slow_fetch"), json.dumps({"timeout_ms": 60000}))
@@ -83,7 +83,7 @@ def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, 
         took = time.monotonic() - t0
     finally:
         drip.close()
-    assert took < ceiling + 4, f"the wake took {took:.1f} s under a {ceiling} s ceiling"
+    assert took < ceiling + 3, f"the wake took {took:.1f} s under a {ceiling} s ceiling"
     _, entries = finished(r, st)
     done = [e for e in events_of(entries, "tool_complete") if e.get("tool") == "slow_fetch"]
     assert done and not any(e["ok"] for e in done)

@@ -382,7 +382,8 @@ def test_a_wake_whose_clock_runs_ahead_never_takes_a_live_session_on_the_same_ho
     try:
         assert llm.wait_for_requests(2, timeout=20), "the session never reached its first step"
         sid = karma.latest_session_id(st)
-        # A wake on this host whose wall clock is two minutes ahead: to it, the lock ran out long ago.
+        # A wake on this host whose wall clock is two minutes ahead (a process: its clock is patched), while
+        # the session runs in another: to it, the lock ran out long ago.
         ahead = ("import sys, time; real = time.time; time.time = lambda: real() + 120; "
                  "from brainstem.__main__ import main; sys.argv = ['brainstem', 'wake', '--force']; main()")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}

@@ -254,6 +254,7 @@ def test_karma_follow_prints_a_running_session_and_exits_at_its_end(redis_url, l
         sid = karma.latest_session_id(store)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
         env["BRAINSTEM_KV"] = url
+        # Processes: two followers at once, alongside the running wake.
         followers = [subprocess.Popen([sys.executable, "-m", "brainstem", "karma", *args], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                      for args in (["--follow"], [sid, "--json", "-f"])]

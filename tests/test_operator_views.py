@@ -156,6 +156,7 @@ def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm)
         sid = json.loads(st.get(keys.SESSION_CURRENT))["id"]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
         full_env.update(env)
+        # A process: it keeps following while this test kills the wake.
         follower = subprocess.Popen([sys.executable, "-m", "brainstem", "karma", sid.split("-")[0], "--follow"],
                                     env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Following the live session: it has printed the session's header and its step_start (click.echo
@@ -176,12 +177,6 @@ def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm)
     assert follower.returncode == 1, (out, err)
     assert f"session {sid} died" in err and "Traceback" not in err
     assert out.splitlines()[0] == f"session {sid}" and "step_start" in out
-
-
-def _entries(st, sid):
-    from brainstem.store import karma
-
-    return karma.read(st, sid)
 
 
 # --- sessions --since / --by-day -----------------------------------------------------------------------
@@ -382,6 +377,7 @@ def test_wakes_reads_the_daemons_wake_log(st, env, llm):
     llm.responder = model()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
     full_env.update(env)
+    # The daemon, as a process: it runs until this test stops it with SIGTERM.
     daemon = subprocess.Popen([sys.executable, "-m", "brainstem", "run", "--every", "1h"], env=full_env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

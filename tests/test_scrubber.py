@@ -174,6 +174,7 @@ def test_every_secret_the_runtime_holds_is_scrubbed_not_only_the_granted_one(cas
 @given(echoes())
 def test_what_the_sandbox_sends_is_checked_in_the_same_forms(case):
     value, text, how = case
+    assume(_leaks(value, text))  # not an echo of only its public prefix ("00000.0:" of "00000.0:00000001")
     assert Scrubber({"K": value}).held(text) == ["K"], (how, text)
 
 

@@ -208,7 +208,7 @@ def serve(address):
     srv = ThreadingHTTPServer((address, 0), Handler)
     srv.daemon_threads = True
     srv.requests = []
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     srv.base = f"http://{address}:{srv.server_address[1]}"
     return srv

@@ -90,6 +90,7 @@ def test_dashboard_shows_the_agent_the_store_url_names(tmp_path):
         default.put("notes:marker", "the-default-agent")
     port = free_port()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BRAINSTEM_KV": f"sqlite:///{db}?prefix=alice"}
+    # The dashboard serves until stopped: a process (with only this environment).
     proc = subprocess.Popen([sys.executable, "-m", "brainstem", "dashboard", "--port", str(port)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

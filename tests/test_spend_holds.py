@@ -266,6 +266,7 @@ def test_tool_runs_at_once_book_at_most_the_daily_ceiling(real_store_url, llm):
     full = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))} | env
     body = {"model": "haiku", "messages": [{"role": "user", "content": "write"}], "max_tokens": 9900}
     args = json.dumps({"url": llm.base_url + "/chat/completions", "body": body})
+    # Processes: three runs at once, each with its own view of today's spend.
     procs = [subprocess.Popen([sys.executable, "-m", "brainstem", "tool", "run", "ask", "-v", "--input", args],
                               env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(3)]
