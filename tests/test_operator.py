@@ -328,6 +328,10 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
                 assert name in events, (name, events)
             calls = [line for line in out.splitlines() if " llm_call " in line]
             assert calls and all("tier=cassette" in line for line in calls)
+            # The agent step: the model calls kv_read, sees the note, answers.
+            agent_turns = [line for line in calls if "purpose=agent" in line]
+            assert len(agent_turns) == 2 and "calls=kv_read(" in agent_turns[0]
+            assert "stored_as=found result=The note says" in out
             end = [line for line in out.splitlines() if " session_end " in line][0]
             assert "outcome=clean" in end
             assert "what it wrote to its memory (last_reflect): First session" in out

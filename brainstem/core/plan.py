@@ -75,11 +75,29 @@ class ReflectStep(StepBase):
     type: Literal["reflect"]
 
 
+MAX_AGENT_TURNS = 32  # tool rounds one agent step may take, whatever the plan asks
+
+
+class AgentStep(StepBase):
+    """A conversation in which the model calls the listed tools, sees their results and goes on."""
+    type: Literal["agent"]
+    prompt: str = Field(min_length=1)
+    tools: list[str] = Field(min_length=1, max_length=64)
+    max_turns: int = Field(8, ge=1, le=MAX_AGENT_TURNS)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _one_or_many(cls, v):
+        return [v] if isinstance(v, str) else v
+
+
 class UnknownStep(StepBase):
     type: str
 
 
-KNOWN_TYPES = ("action", "think", "conditional", "subplan", "reflect")
+KNOWN_TYPES = ("action", "think", "conditional", "subplan", "reflect", "agent")
 
 
 def _step_tag(v: Any) -> str:
@@ -93,6 +111,7 @@ Step = Annotated[
     | Annotated[ConditionalStep, Tag("conditional")]
     | Annotated[SubplanStep, Tag("subplan")]
     | Annotated[ReflectStep, Tag("reflect")]
+    | Annotated[AgentStep, Tag("agent")]
     | Annotated[UnknownStep, Tag("unknown")],
     Discriminator(_step_tag),
 ]

@@ -64,6 +64,11 @@ def format_entry(entry: dict) -> str:
     parts = [f"{k}={_short(entry[k])}" for k in names if k in entry and entry[k] is not None]
     if event == events.FETCH:
         parts = [_fetch_line(entry)]
+    elif event == events.LLM_CALL and isinstance(entry.get("tool_calls"), list) and entry["tool_calls"]:
+        # an agent step's turn: which tools the model called, with what
+        calls = [f"{c.get('name')}({_short(c.get('arguments') or '', 60)})" for c in entry["tool_calls"]
+                 if isinstance(c, dict)]
+        parts.append("calls=" + "; ".join(calls))
     elapsed = entry.get("elapsed_ms")
     el = f"+{elapsed / 1000:7.2f}s" if isinstance(elapsed, (int, float)) else " " * 9
     return f"{t} {el}  {event:<22} {' '.join(parts)}".rstrip()

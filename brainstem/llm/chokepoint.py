@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from brainstem.core import events
+from brainstem.llm.messages import request_chars
 from brainstem.llm.openrouter import LLMResponse, ProviderError
 from brainstem.llm.pricing import (
     ANOMALY_FACTOR,
@@ -85,6 +86,7 @@ class LLMResult:
     input_tokens: int
     output_tokens: int
     finish_reason: str | None = None
+    tool_calls: list[dict] = field(default_factory=list)  # flat calls (brainstem.llm.messages), when tools were offered
 
 
 class LLM:
@@ -120,14 +122,15 @@ class LLM:
         come from the agent, so they are never believed below the price list's cost of the text
         that actually went in and came out: an adapter that says "free" cannot get around the ceilings.
         """
-        prompt_chars = sum(len(m["content"]) for m in request["messages"])
+        prompt_chars = request_chars(request)
+        answer_chars = len(resp.content) + sum(len(c["name"]) + len(c["arguments"]) for c in resp.tool_calls)
         usage = resp.usage
         tokens_in, tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         reported = usage.get("cost")
         has_cost = isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0
         if tier not in TRUSTED_TIERS:
             listed = listed_cost(self.models, model_id, max(tokens_in, prompt_chars // 4),
-                                 max(tokens_out, len(resp.content) // 4))
+                                 max(tokens_out, answer_chars // 4))
             return (max(float(reported), listed), "provider") if has_cost else (listed, "price_list")
         if has_cost:
             return float(reported), "provider"
@@ -136,7 +139,7 @@ class LLM:
         if request.get("reasoning"):
             return self.worst_case(model_id, prompt_chars, request["max_tokens"]), "worst_case"
         return listed_cost(self.models, model_id, math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST),
-                           math.ceil(len(resp.content) / CHARS_PER_TOKEN_WORST)), "estimated"
+                           math.ceil(answer_chars / CHARS_PER_TOKEN_WORST)), "estimated"
 
     def resolve(self, name: str) -> str:
         model_id = self.models.resolve(name)
@@ -149,34 +152,46 @@ class LLM:
         return model_id
 
     # --- the call ---
-    def call(self, *, purpose: str, model: str, prompt: str, max_tokens: int, effort: str | None = None,
-             use_reserve: bool = False, step_id: str | None = None, history: Sequence[dict] = ()) -> LLMResult:
-        """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError`."""
+    def call(self, *, purpose: str, model: str, prompt: str | None = None, max_tokens: int,
+             effort: str | None = None, use_reserve: bool = False, step_id: str | None = None,
+             history: Sequence[dict] = (), tools: Sequence[dict] | None = None,
+             tool_choice: str | None = None) -> LLMResult:
+        """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError`.
+
+        The messages sent are the soul, ``history``, then ``prompt`` as the user's turn (a conversation
+        that ends in tool results passes ``prompt=None``). ``tools`` (OpenAI function format) are offered
+        with ``tool_choice``; the answer's calls are in :attr:`LLMResult.tool_calls`.
+        """
         self.budget.check_cancel()
         model_id = self.resolve(model)
+        turn = {"history": history, "prompt": prompt, "tools": list(tools or ()), "tool_choice": tool_choice}
         try:
-            return self._call_model(purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history)
+            return self._call_model(purpose, model_id, turn, max_tokens, effort, use_reserve, step_id)
         except LLMError as first:
             fallback = self.models.resolve(self.fallback_model) if self.fallback_model else None
             if fallback is None or fallback == model_id or first.final:
                 raise
             self.record(events.MODEL_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
                         fallback_model=fallback, error=str(first))
-            return self._call_model(purpose, fallback, prompt, max_tokens, effort, use_reserve, step_id, history)
+            # The same conversation, tools and all: only the model changes.
+            return self._call_model(purpose, fallback, turn, max_tokens, effort, use_reserve, step_id)
 
-    def _call_model(self, purpose, model_id, prompt, max_tokens, effort, use_reserve, step_id, history) -> LLMResult:
+    def _call_model(self, purpose, model_id, turn: dict, max_tokens, effort, use_reserve, step_id) -> LLMResult:
         info = self.models.info(model_id)
         if info is not None and info.max_output_tokens:
             max_tokens = min(max_tokens, info.max_output_tokens)
-        messages = [{"role": "system", "content": self.soul}, *history, {"role": "user", "content": prompt}]
-        prompt_chars = sum(len(m["content"]) for m in messages)
+        messages = [{"role": "system", "content": self.soul}, *turn["history"]]
+        if turn["prompt"] is not None:
+            messages.append({"role": "user", "content": turn["prompt"]})
+        offered = {"tools": turn["tools"], "tool_choice": turn["tool_choice"] or "auto"} if turn["tools"] else {}
+        prompt_chars = request_chars({"messages": messages, **offered})
         max_tokens, reduced = self._fit_budget(purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve)
         time_left = self.budget.time_left(use_reserve)
         if time_left <= 0:
             self.record(events.BUDGET_EXCEEDED, limit="time", purpose=purpose, step_id=step_id,
                         budget=self.budget.time_ceiling(use_reserve), spent=round(self.budget.elapsed(), 2))
             raise BudgetExceeded("time", f"no time left for the {purpose} call")
-        request = {"model": model_id, "messages": messages, "max_tokens": max_tokens}
+        request = {"model": model_id, "messages": messages, "max_tokens": max_tokens, **offered}
         if effort and info is not None and info.supports_reasoning:
             request["reasoning"] = {"effort": EFFORT_TO_REASONING.get(effort, "medium")}
         errors = []
@@ -261,7 +276,7 @@ class LLM:
 
     def _hold(self, purpose, step_id, model_id, request, use_reserve, time_left):
         """The call's worst case, held until it is answered (the provider has until ``time_left`` runs out)."""
-        worst = self.worst_case(model_id, sum(len(m["content"]) for m in request["messages"]), request["max_tokens"])
+        worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
         try:
             return self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=time_left + HOLD_MARGIN_S)
         except BudgetExceeded as exc:
@@ -279,8 +294,7 @@ class LLM:
         else:
             cost, cost_source = self.actual_cost(model_id, resp, tier, request)
             cost, charge = round(cost, 10), True
-            worst = self.worst_case(model_id, sum(len(m["content"]) for m in request["messages"]),
-                                    request["max_tokens"])
+            worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
             if cost_source == "provider" and cost > worst * ANOMALY_FACTOR + 1e-9:
                 # Charged as reported (that is what was billed), and flagged for the operator.
                 anomaly = {"model": model_id, "tier": tier, "reported": cost, "worst_case": round(worst, 10),
@@ -295,6 +309,8 @@ class LLM:
         # The soul is in every request; karma notes it rather than repeating it each time.
         recorded_request["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},
                                         *request["messages"][1:]]
+        if request.get("tools"):  # the schemas are the tools' metas, in the store; karma names them
+            recorded_request["tools"] = [t.get("function", {}).get("name") for t in request["tools"]]
         self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
                     input_tokens=resp.usage.get("prompt_tokens", 0),
                     output_tokens=resp.usage.get("completion_tokens", 0),
@@ -302,9 +318,10 @@ class LLM:
                     cost_source=cost_source, wire_requests=wire["requests"] if wire else None,
                     duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
                     finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
-                    request=recorded_request, response=resp.content)
+                    request=recorded_request, response=resp.content, tool_calls=resp.tool_calls or None)
         if charge and self.on_cost is not None:
             self.on_cost(cost)
         return LLMResult(content=resp.content, model=model_id, tier=tier, cost=cost, truncated=resp.truncated,
                          input_tokens=resp.usage.get("prompt_tokens", 0),
-                         output_tokens=resp.usage.get("completion_tokens", 0), finish_reason=resp.finish_reason)
+                         output_tokens=resp.usage.get("completion_tokens", 0), finish_reason=resp.finish_reason,
+                         tool_calls=list(resp.tool_calls))

@@ -33,6 +33,7 @@ from brainstem import __version__
 from brainstem.core.errors import one_line
 from brainstem.core.json_numbers import count, finite
 from brainstem.core.wire import DeadlineClock, deadline_transport, tls_context
+from brainstem.llm.messages import parse_tool_calls
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
 
@@ -66,6 +67,7 @@ class LLMResponse:
     model: str  # the model the server says answered (fallback: the requested one)
     raw: dict  # the parsed response body
     attempts: int = field(default=1)  # how many HTTP attempts it took
+    tool_calls: list = field(default_factory=list)  # flat calls, see brainstem.llm.messages
 
 
 class ProviderError(Exception):
@@ -232,6 +234,7 @@ def _parse_body(body: Any, requested_model: str) -> LLMResponse:
         truncated=finish == "length",
         model=model if isinstance(model, str) and model else requested_model,
         raw=body,
+        tool_calls=parse_tool_calls(message.get("tool_calls")),
     )
 
 

@@ -1,4 +1,4 @@
-"""The step loop: action, think, conditional, subplan and reflect steps under hard budgets.
+"""The step loop: action, think, agent, conditional, subplan and reflect steps under hard budgets.
 
 Read it top to bottom: :meth:`Executor.run` walks a list of steps; each step
 is checked against the budget, skipped if it depends on something that
@@ -16,7 +16,9 @@ from typing import Any
 
 from brainstem.core import events, keys, outcomes
 from brainstem.core.plan import (
+    KNOWN_TYPES,
     ActionStep,
+    AgentStep,
     ConditionalStep,
     MidSessionTripwire,
     PlanError,
@@ -30,6 +32,7 @@ from brainstem.core.plan import (
 from brainstem.core.templates import references, render, substitute, to_text
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
+from brainstem.session.agent_step import AgentStepFailed, run_agent
 from brainstem.state.budget import BudgetExceeded
 
 # Internal: a subplan that ran out of its own budget ends the subplan, not the session.
@@ -102,7 +105,7 @@ class Executor:
             raise _stop_for(exc) from None
         if isinstance(step, UnknownStep):
             session.record(events.UNKNOWN_STEP_TYPE, step_id=sid, type=step.type,
-                     known=["action", "think", "conditional", "subplan", "reflect"])
+                     known=list(KNOWN_TYPES))
             self._failed(step, sid, f"unknown step type {step.type!r}", cascade_only=True)
             return
         blocked = self._blocked_by(step)
@@ -154,6 +157,13 @@ class Executor:
             max_tokens = step.max_tokens or self.session.defaults.execution.think_max_tokens
             answer = self._ask("think", sid, model, to_text(prompt), max_tokens, step.effort).content
             return answer, self._derived_source(step.prompt, sid)
+        if isinstance(step, AgentStep):
+            prompt = to_text(self._substitute(step.prompt, for_prompt=True))
+            try:
+                answer = run_agent(self.session, step, sid, prompt)
+            except AgentStepFailed as exc:
+                raise _StepFailure(str(exc), final=exc.final) from None
+            return answer, f"step:{sid}"  # tool results were in its conversation: untrusted like them
         if isinstance(step, ConditionalStep):
             return self._conditional(step, sid, depth), self._derived_source(step.prompt, sid)
         if isinstance(step, SubplanStep):

@@ -40,6 +40,7 @@ from brainstem.core.errors import BrainstemError
 from brainstem.core.json_numbers import finite_or
 from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
+from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse
 from brainstem.session.build import build_session, check_ready, hardcoded_provider, make_budget
 from brainstem.session.cycle import Course, plan_and_execute
@@ -86,8 +87,19 @@ def normalised(request: dict) -> str:
             text = pattern.sub(repl, text)
         return text
 
-    messages = [(m.get("role"), norm(m.get("content"))) for m in request.get("messages", [])[1:]]
+    messages = [(m.get("role"), norm(m.get("content")), *_calls_of(m)) for m in request.get("messages", [])[1:]]
     return json.dumps([request.get("model"), messages], ensure_ascii=False)
+
+
+def _calls_of(message: dict) -> list:
+    """An agent step's turn: the calls an assistant message made, or the call a tool message answers."""
+    if message.get("role") == "tool":
+        return [message.get("tool_call_id")]
+    calls = message.get("tool_calls")
+    if not calls:
+        return []
+    return [[(c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")]
+            for c in calls if isinstance(c, dict)]
 
 
 # --- the recording ---
@@ -210,8 +222,9 @@ class RecordedAnswers:
             content, truncated = content[:request["max_tokens"] * CHARS_PER_TOKEN], True
         usage = {"prompt_tokens": call.get("input_tokens") or 0, "completion_tokens": out_tokens,
                  "reasoning_tokens": call.get("reasoning_tokens") or 0, "cost": call.get("cost") or 0.0}
+        calls = parse_tool_calls(call.get("tool_calls")) if request.get("tools") else []
         return LLMResponse(content=content, usage=usage, finish_reason="length" if truncated else call.get(
-            "finish_reason"), truncated=truncated, model=request["model"], raw={})
+            "finish_reason"), truncated=truncated, model=request["model"], raw={}, tool_calls=calls)
 
 
 class RecordedFetches:

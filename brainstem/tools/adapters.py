@@ -24,6 +24,7 @@ from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.json_numbers import finite
+from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse, ProviderError
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.guarded import AgentKV
@@ -78,12 +79,17 @@ class SandboxedAdapter:
                 raise BudgetExceeded("time", f"{self.name} used the session's remaining time")
             raise ProviderError(f"{self.name}: {out.error}")
         value = out.value
-        if not isinstance(value, dict) or not isinstance(value.get("content"), str):
-            raise ProviderError(f"{self.name}: call() must return {{'content': str, 'usage': {{...}}}}, "
-                                f"got {type(value).__name__}")
+        content = value.get("content") if isinstance(value, dict) else None
+        calls = parse_tool_calls(value.get("tool_calls")) if isinstance(value, dict) else []
+        if not isinstance(content, str) and not (content is None and calls):
+            raise ProviderError(f"{self.name}: call() must return {{'content': str, 'usage': {{...}}}} (and "
+                                f"'tool_calls' when it called tools), got {type(value).__name__}")
+        if calls and not request.get("tools"):
+            raise ProviderError(f"{self.name}: call() returned tool calls, but no tools were offered")
         finish = value.get("finish_reason") if isinstance(value.get("finish_reason"), str) else None
-        resp = LLMResponse(content=value["content"], usage=_usage(value.get("usage")), finish_reason=finish,
-                           truncated=finish == "length", model=request.get("model", ""), raw=value)
+        resp = LLMResponse(content=content or "", usage=_usage(value.get("usage")), finish_reason=finish,
+                           truncated=finish == "length", model=request.get("model", ""), raw=value,
+                           tool_calls=calls)
         if self._on_success is not None:
             self._on_success()
         return resp

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ class ToolOutcome:
     error: str | None = None
     duration_ms: float = 0.0
     retryable: bool = True  # False when trying again cannot help (no such tool, invalid meta)
+    not_run: str | None = None  # why the tool was held back ("dry_run", "manual"); value is then a stand-in
+
+
+_QUOTA_LOCK = threading.Lock()
 
 
 class QuotaExceeded(Exception):
@@ -162,15 +167,16 @@ class ToolServices:
 
     def _charge_quota(self, key: str, size: int) -> None:
         p = self._policy
-        if self._written + size > p.tool_write_quota:
-            limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
-        elif p.session_written[0] + size > p.session_write_quota:
-            limit, used = p.session_write_quota, p.session_written[0]
-            which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
-        else:
-            self._written += size
-            p.session_written[0] += size
-            return
+        with _QUOTA_LOCK:  # an agent step runs tools side by side: the session's count is checked and added at once
+            if self._written + size > p.tool_write_quota:
+                limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
+            elif p.session_written[0] + size > p.session_write_quota:
+                limit, used = p.session_write_quota, p.session_written[0]
+                which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
+            else:
+                self._written += size
+                p.session_written[0] += size
+                return
         self._record(events.QUOTA_EXCEEDED, tool=self.name, key=key, bytes=size, written=used, quota=limit)
         raise QuotaExceeded(f"write quota exceeded: writing {size} bytes to {key} would pass {limit} bytes "
                             f"({which}; {used} written so far)")
@@ -399,7 +405,8 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     if not_run is not None:
         record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,
                mode_floor=mode_floor if floored and not_run == "manual" else None)
-        return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False)
+        return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False,
+                           not_run=not_run)
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     try:
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)

@@ -26,6 +26,9 @@ dict with any of:
 ``reasoning_tokens`` put in ``usage.completion_tokens_details.reasoning_tokens``
 ``reasoning``      put in ``message.reasoning``
 ``model``          the model the answer claims (default: the requested one)
+``tool_calls``     native tool calls: a list of ``{"name", "arguments", "id"?}`` (arguments
+                   a dict, sent JSON-encoded, or a str sent as it is); finish_reason
+                   becomes "tool_calls" and content defaults to None
 
 When the queue is empty ``.responder(request_json)`` is asked for a reply; if
 there is none the server answers HTTP 500 saying the script ran out.
@@ -187,7 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
             msg = reply.get("message") or reply.get("content") or f"double: scripted HTTP {status}"
             self._json(status, {"error": {"message": msg, "code": status}}, headers)
             return
-        content = reply.get("content", "")
+        calls = reply.get("tool_calls")
+        content = reply.get("content", None if calls else "")
         if "usage" in reply:
             usage = reply["usage"]
         else:
@@ -203,6 +207,11 @@ class _Handler(BaseHTTPRequestHandler):
             if cost is not None:
                 usage["cost"] = cost
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.get("id") or f"call_{d._next_id()}", "type": "function",
+                 "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c.get("arguments"), str)
+                              else json.dumps(c.get("arguments", {}))}} for c in calls]
         if "reasoning" in reply:
             message["reasoning"] = reply["reasoning"]
         body = {
@@ -211,7 +220,8 @@ class _Handler(BaseHTTPRequestHandler):
             "created": int(time.time()),
             "model": reply.get("model") or req.get("model") or "double/model",
             "provider": "LLMDouble",
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.get("finish_reason", "stop")}],
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": reply.get("finish_reason", "tool_calls" if calls else "stop")}],
             "usage": usage,
         }
         self._json(200, body, headers)

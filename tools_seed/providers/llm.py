@@ -14,6 +14,9 @@ def call(request, ctx):
     body = {"model": request["model"], "messages": request["messages"], "max_tokens": request["max_tokens"]}
     if request.get("reasoning"):
         body["reasoning"] = request["reasoning"]
+    if request.get("tools"):  # an agent step's tools, in the OpenAI function format
+        body["tools"] = request["tools"]
+        body["tool_choice"] = request.get("tool_choice") or "auto"
     r = ctx.fetch(base.rstrip("/") + "/chat/completions", method="POST", json=body,
                   headers={"Authorization": "Bearer " + key, "X-Title": "Brainstem"})
     if r["status"] != 200:
@@ -22,11 +25,13 @@ def call(request, ctx):
     if data is None or not data.get("choices"):
         raise RuntimeError("response had no choices")
     choice = data["choices"][0]
-    content = choice.get("message", {}).get("content") or ""
+    message = choice.get("message") or {}
+    content = message.get("content") or ""
     usage = data.get("usage") or {}
     details = usage.get("completion_tokens_details") or {}
     return {
         "content": content,
+        "tool_calls": message.get("tool_calls") or [],
         "finish_reason": choice.get("finish_reason"),
         "usage": {
             "prompt_tokens": usage.get("prompt_tokens", 0),

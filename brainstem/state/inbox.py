@@ -1,0 +1,180 @@
+"""The operator's inbox: messages left for the agent between wakes.
+
+A message comes from the operator (``brainstem tell``, the dashboard) or from
+Telegram (the owner's chat). Each is one entry of the ``inbox`` log, numbered
+from a counter, so two writers at once (the CLI and the Telegram poller) never
+overwrite each other. What has been read is one number, ``stats:inbox_read``:
+the highest id a session has shown to the agent and then ended. So a session is
+shown the oldest unread messages first (at most :data:`PROMPT_MESSAGES`, and
+:data:`PROMPT_CHARS` of text): only a run of messages from the oldest unread
+one can be marked read, and a message the agent was never shown never is.
+
+An urgent message also raises ``stats:inbox_urgent``, the highest urgent id;
+the agent is due while that is above both the read mark and
+``stats:inbox_shown``, the highest id a session has put before the model
+(whether or not the model answered). So an urgent message wakes the agent
+once: a session that shows it and then fails (the LLM endpoint down) leaves it
+unread for the next session, which comes on the usual schedule and backoff,
+not at every tick. The sleep check reads this with one get when nothing urgent
+was ever left, three when something was, and never parses the log.
+
+Every key here is runtime-owned: the agent cannot forge a message from its
+operator, nor mark one read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from brainstem.core import keys
+from brainstem.core.clock import now_iso
+from brainstem.store.base import Store
+
+SENDERS = ("operator", "telegram")
+MAX_TEXT_CHARS = 4000  # what one message may hold; longer text is cut and says so
+KEEP = 500  # the newest messages kept; older ones (read long ago) are trimmed
+PROMPT_MESSAGES = 20  # the most messages one session is shown (the oldest unread first)
+PROMPT_CHARS = 12_000  # and the most text they may hold together (one message is always shown)
+NO_MESSAGES = "no messages"
+
+
+class InboxError(ValueError):
+    """A message that cannot be left (empty text, unknown sender)."""
+
+
+def post(store: Store, text: str, *, sender: str = "operator", urgent: bool = False,
+         extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Leave a message; returns it (``id``, ``from``, ``at``, ``text``, ``urgent``)."""
+    if sender not in SENDERS:
+        raise InboxError(f"unknown sender {sender!r} (one of {', '.join(SENDERS)})")
+    if not isinstance(text, str) or not text.strip():
+        raise InboxError("the message is empty")
+    text = text.strip()
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + f" [cut: {len(text) - MAX_TEXT_CHARS} more chars]"
+    with store.unfenced():
+        msg_id = store.incr(keys.INBOX_COUNTER)
+        message = {"id": msg_id, "from": sender, "at": now_iso(), "text": text, "urgent": bool(urgent),
+                   **(extra or {})}
+        store.append(keys.INBOX, json.dumps(message))
+        if urgent and msg_id > _number(store, keys.INBOX_URGENT):
+            store.put(keys.INBOX_URGENT, str(msg_id))
+        if store.log_length(keys.INBOX) > KEEP + 50:
+            store.trim_log(keys.INBOX, KEEP)
+    return message
+
+
+def read_mark(store: Store) -> int:
+    """The highest message id that has been shown to the agent in a session that ended."""
+    return _number(store, keys.INBOX_READ)
+
+
+def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every kept message, oldest first, each with ``read``; the newest ``limit`` when given.
+    An entry that is not a message (the log is runtime-owned, but a store can be edited by hand)
+    is left out rather than failing the listing."""
+    mark = read_mark(store)
+    out = []
+    for raw in store.read_log(keys.INBOX):
+        try:
+            msg = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or not isinstance(msg.get("id"), int) or not isinstance(msg.get("text"), str):
+            continue
+        msg["read"] = msg["id"] <= mark
+        out.append(msg)
+    out.sort(key=lambda m: m["id"])
+    return out[-limit:] if limit else out
+
+
+def unread(store: Store) -> list[dict[str, Any]]:
+    return [m for m in messages(store) if not m["read"]]
+
+
+def mark_read(store: Store, up_to: int) -> None:
+    """Mark every message up to id ``up_to`` read (the mark never moves back)."""
+    if up_to > read_mark(store):
+        store.put(keys.INBOX_READ, str(up_to))
+
+
+def urgent_pending(store: Store) -> bool:
+    """Whether an urgent message waits that no session has put before the model yet: the agent is due now.
+    For the sleep path: one get when no urgent message was ever left, three when one was."""
+    return waiting_urgent(store) > 0
+
+
+def waiting_urgent(store: Store) -> int:
+    """The id of the newest urgent message no session has put before the model yet, or 0."""
+    urgent = _number(store, keys.INBOX_URGENT)
+    if urgent <= 0 or urgent <= read_mark(store) or urgent <= _number(store, keys.INBOX_SHOWN):
+        return 0
+    return urgent
+
+
+def note_shown(store: Store, up_to: int) -> None:
+    """A session is putting the messages up to id ``up_to`` before the model: an urgent one among them no
+    longer makes the agent due by itself, answered or not (they stay unread until a session that showed
+    them ends with the model having answered)."""
+    if up_to > _number(store, keys.INBOX_SHOWN):
+        store.put(keys.INBOX_SHOWN, str(up_to))
+
+
+def for_session(store: Store, limit: int = PROMPT_MESSAGES,
+                max_chars: int = PROMPT_CHARS) -> tuple[list[dict[str, Any]], int]:
+    """(the unread messages one session is shown, oldest first; how many more unread wait after them)."""
+    waiting = unread(store)
+    shown: list[dict[str, Any]] = []
+    used = 0
+    for msg in waiting:
+        if len(shown) >= limit or (shown and used + len(msg["text"]) > max_chars):
+            break
+        shown.append(msg)
+        used += len(msg["text"])
+    return shown, len(waiting) - len(shown)
+
+
+def prompt_text(shown: list[dict[str, Any]], more: int = 0) -> str:
+    """The messages as the orient prompt shows them: one line each, with who sent it, how and when; the
+    text sanitised and quoted, so no message can pass for another or for the runtime's own words."""
+    if not shown:
+        return NO_MESSAGES
+    from brainstem.core.sanitize import sanitize
+
+    lines = [f"{len(shown)} unread message{'' if len(shown) == 1 else 's'}, oldest first:"]
+    for msg in shown:
+        at = sanitize(str(msg.get("at") or "an unknown time"))[:40]
+        urgent = ", URGENT" if msg.get("urgent") is True else ""
+        text = json.dumps(sanitize(msg["text"]), ensure_ascii=False)
+        lines.append(f"- message {msg['id']} {provenance(msg)}, at {at}{urgent}: {text}")
+    if more:
+        lines.append(f"({more} more unread message{'' if more == 1 else 's'} wait; you are shown them next session)")
+    return "\n".join(lines)
+
+
+def provenance(msg: dict[str, Any]) -> str:
+    """Who left a message, and how, in words: for the prompt."""
+    if msg.get("from") == "telegram":
+        return "from your operator on Telegram (answer it with the send_telegram tool if an answer is due)"
+    via = VIAS.get(msg.get("via")) if isinstance(msg.get("via"), str) else None
+    return "from your operator" + (f" ({via})" if via else "")
+
+
+# How an operator's message was left (its ``via``), in the words the prompt shows.
+VIAS = {"tell": "left with brainstem tell", "dashboard": "left on the dashboard"}
+
+
+def summary(store: Store) -> dict[str, Any]:
+    """For ``brainstem status`` and the dashboard: how many messages are unread, and whether an urgent
+    one makes the agent due now."""
+    waiting = unread(store)
+    return {"unread": len(waiting), "urgent_unread": sum(1 for m in waiting if m.get("urgent") is True),
+            "urgent_due": urgent_pending(store)}
+
+
+def _number(store: Store, key: str) -> int:
+    try:
+        return int(store.get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
