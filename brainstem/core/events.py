@@ -24,6 +24,8 @@ STEP_SKIPPED = "step_skipped"
 STEP_FAILED = "step_failed"
 RETRY_FAILED = "retry_failed"
 UNKNOWN_STEP_TYPE = "unknown_step_type"
+AGENT_CALL_REJECTED = "agent_call_rejected"  # an agent step's tool call not run: a tool not offered, bad arguments
+AGENT_WRAP_UP = "agent_wrap_up"  # an agent step asked for its answer: max_turns reached, or cost/time running low
 TOOL_START = "tool_start"
 TOOL_COMPLETE = "tool_complete"
 TOOL_LOG = "tool_log"
@@ -60,5 +62,7 @@ REFLEX_FIRED = "reflex_fired"
 REFLEX_SUPPRESSED = "reflex_suppressed"  # a reflex whose condition held, held back by its cooldown
 REFLEX_FAILED = "reflex_failed"  # a reflex's tool is missing or failed: the wake goes on to orient
 REPLAY_GATE = "replay_gate"  # deep reflection's proposed change, replayed on recent sessions before it applied
+INBOX_SHOWN = "inbox_shown"  # the operator's unread messages (ids) put in the orient prompt
+INBOX_READ = "inbox_read"  # at the end of a session whose orient call was answered: those messages marked read
 
 ALL = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))

@@ -48,10 +48,17 @@ REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
 OPERATOR_MODELS = "stats:operator_models"  # the price list the operator last wrote: the floor of every price
 TOOL_LINEAGE = "stats:tool_lineage"  # where the agent's code came from: mode floors follow it
 SECRET_REFUSALS = "stats:secret_refusals"  # how often code was stopped for sending a secret's value
+INBOX = "inbox"  # a log: the operator's messages to the agent (brainstem tell, Telegram), JSON each
+INBOX_COUNTER = "stats:inbox_counter"  # the last inbox message id handed out
+INBOX_READ = "stats:inbox_read"  # the highest inbox id shown to the agent in a session that ended
+INBOX_URGENT = "stats:inbox_urgent"  # the highest urgent inbox id: above the read and shown marks, the agent is due
+INBOX_SHOWN = "stats:inbox_shown"  # the highest inbox id put before the model (answered or not): wakes once
+TELEGRAM_STATE = "stats:telegram"  # the Bot API update offset, and texts from other chats (counted, never shown)
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values): the session's lease
+TELEGRAM_LOCK = "telegram"  # a lock name: the one process polling the agent's Telegram bot
 
 # While a session holds its wake lease, every write it makes through its store view is fenced: it goes
 # through only if the lease is still the session's, checked by the store in the same atomic operation
@@ -96,7 +103,7 @@ def is_secret(key: str) -> bool:
 # reflection fields that the runtime validates and clamps (next_wake_config,
 # next_deep_reflect...), never directly.
 RUNTIME_OWNED = frozenset({
-    SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG,
+    SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG, INBOX,
 })
 RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", REVIEW_PREFIX, "provider:llm:last_working:",
                           "provider:llm_balance:last_working:", "provider:wallet_balance:last_working:")
@@ -121,5 +128,5 @@ def is_privileged(key: str) -> bool:
 DEFAULT_AGENT_SEGMENTS = frozenset({
     "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
     "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
-    "deep_reflect_schedule", "review",
+    "deep_reflect_schedule", "review", "inbox",
 })
