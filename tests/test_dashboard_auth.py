@@ -253,6 +253,8 @@ def test_a_wrong_or_missing_token_is_401_and_writes_nothing(token_app, st, how):
     r = c.post(f"/review/{review.items(st)[0]['id']}", data={auth.CSRF_FIELD: csrf, "verdict": "confirm"},
                headers=headers)
     assert r.status_code == 401
+    r = c.post("/tell", data={auth.CSRF_FIELD: csrf, "text": "a message", "urgent": "1"}, headers=headers)
+    assert r.status_code == 401
     assert snapshot(st) == before
 
 
@@ -308,7 +310,7 @@ def test_the_login_cookie_lets_a_rollback_and_a_verdict_through(token_app, st):
 # --- CSRF ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["open", "token"])
-@pytest.mark.parametrize("action", ["rollback", "review", "login"])
+@pytest.mark.parametrize("action", ["rollback", "review", "login", "tell"])
 @pytest.mark.parametrize("case", ["no field", "field without cookie", "mismatched", "empty pair"])
 def test_an_action_without_its_csrf_token_is_403_and_writes_nothing(settings, st, kind, action, case):
     app = app_for(settings, st, token=TOKEN if kind == "token" else None, loopback_only=kind == "open")
@@ -326,6 +328,8 @@ def test_an_action_without_its_csrf_token_is_403_and_writes_nothing(settings, st
         path, form = "/rollback", rollback_form(None, st)
     elif action == "review":
         path, form = f"/review/{item_id}", {"verdict": "confirm"}
+    elif action == "tell":
+        path, form = "/tell", {"text": "a message for the agent", "urgent": "1"}
     else:
         path, form = "/login", {"token": TOKEN}
     if field is not None:
@@ -344,7 +348,7 @@ def test_actions_are_posts_only(open_app, st):
     before = snapshot(st)
     item_id = review.items(st)[0]["id"]
     for path in (f"/rollback?key=prompt:orient&version=1&csrf={csrf}",
-                 f"/review/{item_id}?verdict=confirm&csrf={csrf}"):
+                 f"/review/{item_id}?verdict=confirm&csrf={csrf}", f"/tell?text=hello&csrf={csrf}"):
         assert c.get(path).status_code == 405
     assert snapshot(st) == before
 
@@ -352,7 +356,7 @@ def test_actions_are_posts_only(open_app, st):
 # --- reading ------------------------------------------------------------------------------------
 
 PAGES = ["/", "/sessions", "/sessions?outcome=clean", f"/sessions/{SID}", "/live", "/changes",
-         "/changes/prompt:orient", "/store", "/store?key=notes", "/review", "/login"]
+         "/changes/prompt:orient", "/store", "/store?key=notes", "/review", "/inbox", "/login"]
 
 
 def test_reading_needs_no_token_and_says_read_only(token_app):
@@ -364,7 +368,7 @@ def test_reading_needs_no_token_and_says_read_only(token_app):
     r = c.get("/api/karma")
     assert r.status_code == 200 and r.json()["session"] == SID
     # The action buttons are there but disabled until logged in.
-    for path in ("/changes/prompt:orient", "/review"):
+    for path in ("/changes/prompt:orient", "/review", "/inbox"):
         forms = re.findall(r'<form[^>]*method="post".*?</form>', c.get(path).text, re.S)
         buttons = [b for f in forms for b in re.findall(r"<button[^>]*>", f)]
         assert buttons and all("disabled" in b for b in buttons), (path, buttons)

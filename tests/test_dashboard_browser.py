@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import pytest
 
 from brainstem.core import keys
-from brainstem.state import review
+from brainstem.state import inbox, review
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
 
@@ -480,6 +480,33 @@ def test_settling_review_items_through_the_page(world, tab):
     assert page.locator("form[action^='/review/']").count() == 0  # nothing left to settle
     record = page.locator("table").nth(1).locator("tr").filter(has_text="kv_write").inner_text().split("\t")
     assert record[:4] == ["kv_write", "1", "1", "0"]
+    tab.assert_clean()
+    world.server.assert_no_errors()
+
+
+def test_leaving_the_agent_a_message_through_the_page(world, tab):
+    page = tab.page
+    text = "Check the wallet <b>today</b> & report back"
+    page.goto(world.server.base + "/inbox")
+    form = page.locator("form.tell")
+    form.locator("textarea[name=text]").fill(text)
+    form.get_by_label("urgent").check()
+    form.get_by_role("button", name="send").click()
+    page.wait_for_url(re.compile(r".*done=message.*"))
+    assert re.fullmatch(r"message \d+ left \(urgent: the agent is due now\)", page.locator(".msg").inner_text())
+    row = page.locator("table.inbox tr").filter(has_text="Check the wallet")
+    assert text in row.inner_text()  # the text as written, not markup
+    assert page.locator("table.inbox b", has_text="today").count() == 0
+    assert "unread" in row.inner_text() and "urgent" in row.inner_text() and "dashboard" in row.inner_text()
+
+    store = open_store(world.url)
+    try:
+        (msg,) = [m for m in inbox.messages(store) if m["text"] == text]
+        assert (msg["from"], msg["via"], msg["urgent"], msg["read"]) == ("operator", "dashboard", True, False)
+        assert inbox.urgent_pending(store)
+        inbox.mark_read(store, msg["id"])  # as a session that showed it would: the other tests' agent is not due
+    finally:
+        store.close()
     tab.assert_clean()
     world.server.assert_no_errors()
 

@@ -39,7 +39,7 @@ from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth, charts
 from brainstem.operator.dashboard.app import make_app
 from brainstem.state import history as session_history
-from brainstem.state import review, versions
+from brainstem.state import inbox, review, versions
 from brainstem.store import karma
 from brainstem.store.sqlite_store import SQLiteStore
 
@@ -159,6 +159,11 @@ def plant(store, payloads: list[str], names: list[str], secret_name: str, secret
         review.settle(store, first["id"], correction=f"{p[5]} {secret_value}")
     except BrainstemError:
         pass  # a correction the inbox refuses (too long...): the item stays pending, still shown
+    for text, sender, urgent in ((p[6], "telegram", False), (f"{p[7]} {secret_value}", "operator", True)):
+        try:  # the operator's messages: from Telegram, anyone's text
+            inbox.post(store, text, sender=sender, urgent=urgent)
+        except inbox.InboxError:
+            pass  # only whitespace: no message
     return {"note": note}
 
 
@@ -168,7 +173,7 @@ def client(app, base_url: str = LOOPBACK) -> TestClient:
 
 TAGS = {"html", "head", "meta", "link", "title", "script", "body", "header", "b", "nav", "a", "span", "main", "h1",
         "h2", "p", "table", "tr", "th", "td", "pre", "details", "summary", "form", "input", "select", "option",
-        "button", "noscript", "code", "div", "colgroup", "col", "svg", "text", "line", "rect"}
+        "button", "noscript", "code", "div", "colgroup", "col", "svg", "text", "line", "rect", "textarea", "label"}
 ATTRS = {"lang", "charset", "name", "content", "rel", "href", "src", "defer", "class", "id", "method", "action",
          "type", "value", "placeholder", "autocomplete", "required", "disabled", "title", "selected", "colspan",
          "width", "height", "role", "aria-label", "x", "y", "x1", "y1", "x2", "y2", "data-live", "data-session",
@@ -311,10 +316,11 @@ def test_no_page_lets_the_stores_text_become_markup(bs_settings, payloads, names
             first, last = quote(payloads[0], safe=""), quote(payloads[-1], safe="")
             reflected = [f"/review?done={first}", f"/store?prefix={last}", f"/sessions?outcome={first}",
                          f"/changes/{quote('prompt:' + names[0], safe='')}?done={last}",
-                         "/store?key=" + quote(keys.secret(secret_name), safe=""), "/login", "/sessions?page=2"]
+                         "/store?key=" + quote(keys.secret(secret_name), safe=""), "/login", "/sessions?page=2",
+                         f"/inbox?done={last}"]
             # (The pages the checks below read are named: a secret matching a path redacts its links.)
             seen = crawl(c, ["/api/karma", f"/api/karma?session={SID}", "/store?key=notes", f"/sessions/{SID}",
-                             "/review", "/changes", *reflected])
+                             "/review", "/changes", "/inbox", *reflected])
             assert len(seen) > 12, sorted(seen)
 
             # The copied secret shows as its label, the label as text (whatever the secret's name holds).
@@ -448,12 +454,13 @@ def _actions(ids) -> dict[str, tuple[str, dict]]:
     return {"rollback": ("/rollback", {"key": "prompt:orient", "version": "1"}),
             "confirm": (f"/review/{ids[0]}", {"verdict": "confirm"}),
             "correct": (f"/review/{ids[1]}", {"verdict": "correct", "correction": "do better"}),
-            "login": ("/login", {"token": TOKEN})}
+            "login": ("/login", {"token": TOKEN}),
+            "tell": ("/tell", {"text": "hello from the operator", "urgent": "1"})}
 
 
 def _state(store) -> tuple:
     return store.get("prompt:orient"), len(versions.versions(store, "prompt:orient")), \
-        tuple(it["status"] for it in review.items(store, include_settled=True))
+        tuple(it["status"] for it in review.items(store, include_settled=True)), len(inbox.messages(store))
 
 
 def _page_token(c: TestClient, path: str = "/review") -> str:
@@ -476,7 +483,7 @@ def _forgeries() -> dict[str, tuple[str | None, str | None]]:
 
 
 @pytest.mark.parametrize("kind", ["open", "token"])
-@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "login"])
+@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "login", "tell"])
 def test_a_csrf_pair_the_client_made_up_is_403_on_every_post(acting, kind, action):
     store, ids, apps = acting
     path, form = _actions(ids)[action]
@@ -499,7 +506,7 @@ def test_every_post_route_checks_the_csrf_token(acting):
     """No POST route is left out of the test above."""
     store, ids, apps = acting
     posts = {route.path for route in apps["open"].routes if "POST" in (getattr(route, "methods", None) or ())}
-    assert posts == {"/rollback", "/review/{item}", "/login"}, posts
+    assert posts == {"/rollback", "/review/{item}", "/login", "/tell"}, posts
 
 
 @pytest.mark.parametrize("kind", ["open", "token"])
@@ -510,11 +517,13 @@ def test_the_token_a_page_carries_works_for_each_action(acting, kind):
     token = _page_token(c)
     assert c.cookies.get(auth.CSRF_COOKIE) == token
     assert apps[kind].state.dashboard.csrf.remaining(token) > 0
-    for action in ("rollback", "confirm", "correct"):
+    for action in ("rollback", "confirm", "correct", "tell"):
         path, form = _actions(ids)[action]
         r = c.post(path, data={**form, auth.CSRF_FIELD: token}, headers=headers)
         assert r.status_code == 303, (action, r.status_code, r.text)
     assert store.get("prompt:orient") == "first"
+    assert [(m["text"], m["urgent"], m["via"]) for m in inbox.messages(store)] == [
+        ("hello from the operator", True, "dashboard")]
     assert [it["status"] for it in review.items(store, include_settled=True)] == [review.CONFIRMED, review.CORRECTED]
     path, form = _actions(ids)["login"]
     r = c.post(path, data={**form, auth.CSRF_FIELD: _page_token(c, "/login")})

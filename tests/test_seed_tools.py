@@ -42,6 +42,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 from RestrictedPython import compile_restricted, limited_builtins, safe_builtins
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
 from RestrictedPython.Guards import (
@@ -884,8 +885,13 @@ def test_tool_meta_has_required_fields(name):
     meta = load_json(TOOLS_DIR / (name + ".json"))
     assert META_FIELDS <= set(meta), META_FIELDS - set(meta)
     assert isinstance(meta["description"], str) and meta["description"].strip()
-    assert isinstance(meta["input"], dict)
-    assert all(isinstance(k, str) and isinstance(v, str) and v for k, v in meta["input"].items())
+    # input is a JSON Schema of an object, each argument described: what an agent step offers the model
+    Draft202012Validator.check_schema(meta["input"])
+    assert meta["input"]["type"] == "object"
+    props = meta["input"]["properties"]
+    assert isinstance(props, dict) and props
+    assert all(isinstance(p.get("description"), str) and p["description"] for p in props.values())
+    assert set(meta["input"].get("required", [])) <= set(props)
     assert isinstance(meta["secrets"], list) and all(isinstance(s, str) for s in meta["secrets"])
     assert isinstance(meta["kv_secrets"], list) and all(isinstance(s, str) for s in meta["kv_secrets"])
     assert meta["kv_access"] in {"none", "own", "read_all"}
@@ -995,7 +1001,9 @@ def test_orient_example_plan_is_valid():
 
     def walk(steps):
         for step in steps:
-            assert step["type"] in {"action", "think", "conditional", "subplan", "reflect"}
+            assert step["type"] in {"action", "think", "conditional", "subplan", "reflect", "agent"}
+            if step["type"] == "agent":
+                assert set(step["tools"]) <= SEED_TOOLS
             refs = set(re.findall(r"\{\{(\w+)\}\}", json.dumps(step.get("input", {})) + step.get("prompt", "")))
             assert refs <= stored, refs - stored
             if step["type"] == "action":
@@ -1010,10 +1018,24 @@ def test_orient_example_plan_is_valid():
     walk(plan["steps"])
 
 
+def test_orient_and_subplan_prompts_document_every_step_type():
+    from brainstem.core.plan import KNOWN_TYPES
+
+    for name in ("orient.md", "subplan.md"):
+        text = (PROMPTS_DIR / name).read_text()
+        for step_type in KNOWN_TYPES:
+            if name == "subplan.md" and step_type == "reflect":
+                continue  # a subplan is told to leave it out
+            assert f'"type": "{step_type}"' in text, (name, step_type)
+    # the agent step: when to use it rather than an action
+    orient = (PROMPTS_DIR / "orient.md").read_text()
+    assert "max_turns" in orient and "depends on what a tool returns" in orient
+
+
 def test_orient_uses_only_known_variables():
     known = {"models", "resources", "config", "tools"} | {"context." + k for k in (
         "balances", "kvUsage", "lastReflect", "additionalContext", "kvIndex", "effort",
-        "deepReflectDue", "crashData", "sessionId", "now")}
+        "deepReflectDue", "crashData", "sessionId", "now", "inbox")}
     text = (PROMPTS_DIR / "orient.md").read_text()
     head = text[: text.index("## Answer format")]
     assert set(re.findall(r"\{\{([\w.]+)\}\}", head)) <= known

@@ -374,7 +374,8 @@ def test_send_telegram_chat_id_from_a_kv_secret(run, web, store, monkeypatch):
               allowed=["TELEGRAM_BOT_TOKEN@127.0.0.1", "secret:TELEGRAM_CHAT_ID@127.0.0.1"])
     assert out.ok, out.error
     assert web.seen[0][2] == {"chat_id": "9001", "text": "hi"}
-    assert [n["secret_name"] for n in run.of("secret_not_granted")] == ["TELEGRAM_CHAT_ID"]  # env one, not bound
+    # the env one, not bound; and the Bot API's URL, a plain value this policy does not set
+    assert [n["secret_name"] for n in run.of("secret_not_granted")] == ["TELEGRAM_CHAT_ID", "TELEGRAM_API_URL"]
 
 
 def test_send_telegram_errors_never_carry_the_token(run, web, monkeypatch):

@@ -1,8 +1,11 @@
 # send_telegram: send a text message to the operator through a Telegram bot.
 # ctx.secrets holds a placeholder for the bot token, never the token: the
-# runtime puts the token into the URL only for a host the operator bound it
-# to (e.g. TELEGRAM_BOT_TOKEN@api.telegram.org) and refuses a request anywhere
-# else before it is sent.
+# runtime puts the token into the URL only for the host it is bound to (the
+# Telegram API of BRAINSTEM_TELEGRAM_BOT_TOKEN, or an operator's
+# TELEGRAM_BOT_TOKEN@api.telegram.org) and refuses a request anywhere else
+# before it is sent. TELEGRAM_CHAT_ID (the operator's chat) and
+# TELEGRAM_API_URL (the operator's Bot API) are plain values the runtime hands
+# over when they are set.
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 MAX_TEXT_CHARS = 4096
@@ -23,9 +26,9 @@ def execute(args, ctx):
     if chat_id is None or chat_id == "":
         chat_id = ctx.secrets.get("TELEGRAM_CHAT_ID")
     if chat_id is None or chat_id == "":
-        return {"ok": False, "error": "no chat_id given and secret TELEGRAM_CHAT_ID is not available"}
+        return {"ok": False, "error": "no chat_id given and TELEGRAM_CHAT_ID (the operator's chat) is not available"}
 
-    api_base = args.get("api_base") or DEFAULT_API_BASE
+    api_base = args.get("api_base") or ctx.secrets.get("TELEGRAM_API_URL") or DEFAULT_API_BASE
     if not isinstance(api_base, str):
         raise ValueError("'api_base' must be a string")
     while api_base.endswith("/"):

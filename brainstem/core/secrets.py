@@ -19,7 +19,13 @@ tool sees it.
 
 A few operator settings that are not credentials (``OPENROUTER_BASE_URL``,
 ``WALLET_ADDRESS``, ``BASE_RPC_URL`` when it carries no path, query or user
-part where a key could hide) are handed over as plain values to code that asks.
+part where a key could hide, and the Telegram chat and API URL) are handed over
+as plain values to code that asks.
+
+``BRAINSTEM_TELEGRAM_BOT_TOKEN`` binds itself: it is granted as
+``TELEGRAM_BOT_TOKEN`` towards the Telegram API's host only, and never for the
+Bot API methods that read or redirect the bot's updates (the runtime's own
+poller reads them: see :func:`telegram_guard`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,11 @@ HOST_NAME = re.compile(r"(?=.{1,253}\Z)"  # 1 to 253 characters in all
                        r"([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)"  # a first label of 1 to 63
                        r"(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\Z")  # then more, each after a dot
 LLM_KEY = "OPENROUTER_API_KEY"
-PUBLIC_SETTINGS = ("OPENROUTER_BASE_URL", "WALLET_ADDRESS", "BASE_RPC_URL")
+PUBLIC_SETTINGS = ("OPENROUTER_BASE_URL", "WALLET_ADDRESS", "BASE_RPC_URL", "TELEGRAM_CHAT_ID", "TELEGRAM_API_URL")
+TELEGRAM_TOKEN = "TELEGRAM_BOT_TOKEN"  # what a tool asks for to send through the operator's bot
+# Bot API methods that read the bot's updates or send them elsewhere: the runtime polls them, so code holding
+# the bot's token may not (it would read other chats' texts, or take the operator's messages away).
+TELEGRAM_POLL_METHODS = frozenset({"getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "logout", "close"})
 PCHAR_SAFE = "-._~!$&'()*+,;=:@"  # what a URL path segment may hold unescaped
 MIN_ENCODED_LEN = 8  # encodings of shorter values would match ordinary text
 
@@ -86,6 +96,14 @@ def _check_host(entry: str, host: str) -> str:
 class Binding:
     label: str  # "TELEGRAM_BOT_TOKEN", or "secret:wallet_pk" for a store secret
     hosts: frozenset[str]
+    source: str | None = None  # the variable holding the value, when it is not ``label`` itself
+    # A request the secret may not go into, even at its host: ``guard(url)`` is the reason, or None.
+    guard: Callable[[str], str | None] | None = field(default=None, compare=False)
+
+    @property
+    def variable(self) -> str:
+        """The environment variable that holds this secret's value."""
+        return self.source or self.label
 
     @property
     def from_store(self) -> bool:
@@ -122,6 +140,23 @@ def parse_bindings(entries: Iterable[str], llm_base_url: str) -> dict[str, Bindi
     return {name: Binding(name, frozenset(h)) for name, h in hosts.items()}
 
 
+def telegram_guard(url: str) -> str | None:
+    """Why a request to ``url`` may not carry the operator's bot token, or None: the methods that read the
+    bot's updates or redirect them (see :data:`TELEGRAM_POLL_METHODS`). Bot API method names are matched as
+    the server matches them: in any letter case, however the path is percent-escaped."""
+    try:
+        path = urllib.parse.urlsplit(url).path
+    except ValueError:
+        return "refused: the URL cannot be read"
+    for _ in range(4):  # escaped once, twice ...: each layer the server might undo
+        path = urllib.parse.unquote(path)
+    for segment in path.split("/"):
+        if segment.strip().lower() in TELEGRAM_POLL_METHODS:
+            return (f"refused: the bot's updates are the runtime's (it polls them for the operator's messages); "
+                    f"code may not call {segment.strip()} with {TELEGRAM_TOKEN}")
+    return None
+
+
 def placeholder_for(label: str) -> str:
     """The opaque text a tool holds instead of the secret ``label``: URL-, header- and JSON-safe."""
     return f"brainstem-secret-{label.replace(':', '.')}-{_NONCE}"
@@ -129,7 +164,7 @@ def placeholder_for(label: str) -> str:
 
 def _public_setting(name: str, value: str) -> tuple[str | None, str]:
     """(the value to hand over, or None, and why not): a URL that could carry a credential is withheld."""
-    if name in ("BASE_RPC_URL", "OPENROUTER_BASE_URL"):
+    if name in ("BASE_RPC_URL", "OPENROUTER_BASE_URL", "TELEGRAM_API_URL"):
         parts = urllib.parse.urlsplit(value)
         # An RPC provider's key often sits in the path; an LLM endpoint's path is just its API root.
         path_may_hold_key = name == "BASE_RPC_URL" and parts.path.strip("/")
@@ -195,6 +230,7 @@ class Grant:
     value: str
     hosts: frozenset[str]
     placeholder: str
+    guard: Callable[[str], str | None] | None = None  # see Binding.guard
 
 
 @dataclass
@@ -238,6 +274,9 @@ class Grants:
             if host not in g.hosts:
                 raise SecretRefused(f"refused: the request carries secret {g.name} to {host}, which it is "
                                     f"not bound to (bound to: {', '.join(sorted(g.hosts))})")
+            why = g.guard(req.url) if g.guard is not None else None
+            if why:
+                raise SecretRefused(why)
             where = req.header_values if req.header_only(g) else texts
             if sum(t.count(g.placeholder) for t in where if t) > 1:
                 raise SecretRefused(f"refused: the request carries secret {g.name} more than once; a secret "
@@ -309,7 +348,9 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
     for name in dict.fromkeys(asked_env):
         if not isinstance(name, str):
             continue
-        if public is not None and name in PUBLIC_SETTINGS:
+        # A public setting that is not set may still be an operator's binding of the same name (a chat id
+        # bound as TELEGRAM_CHAT_ID@api.telegram.org before the runtime knew the chat).
+        if public is not None and name in PUBLIC_SETTINGS and (public.get(name) or name not in bindings):
             value = public.get(name)
             handed, why = _public_setting(name, value) if value else (None, "not set")
             if handed is None:
@@ -320,10 +361,11 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
         binding = bindings.get(name)
         if binding is None:
             refuse(name, "not bound in BRAINSTEM_TOOL_SECRETS (bind it as NAME@HOST)")
-        elif not env.get(name):
+        elif not env.get(binding.variable):
             refuse(name, "not set in the environment")
         else:
-            out.secrets.append(Grant(name, name, env[name], binding.hosts, placeholder_for(name)))
+            out.secrets.append(Grant(name, name, env[binding.variable], binding.hosts, placeholder_for(name),
+                                     binding.guard))
     for name in dict.fromkeys(asked_kv):
         if not isinstance(name, str):
             continue
@@ -336,7 +378,7 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
         if not value:
             refuse(label, "no such key")
             continue
-        if any(g.name == name for g in out.secrets):
+        if any(g.name == name for g in out.secrets) or name in out.public:
             refuse(label, f"{name} is already granted from the environment")
             continue
         out.secrets.append(Grant(name, label, value, binding.hosts, placeholder_for(label)))

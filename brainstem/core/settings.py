@@ -13,6 +13,9 @@ the environment and of that file.
 
 from __future__ import annotations
 
+import ipaddress
+import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated
 
@@ -22,9 +25,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from brainstem.core import environment, names
 from brainstem.core.environment import default_store_url
 from brainstem.core.errors import ConfigError
-from brainstem.core.secrets import Binding, parse_bindings
+from brainstem.core.secrets import TELEGRAM_TOKEN, Binding, cleartext_ok, normalise_host, parse_bindings, telegram_guard
 
 CommaList = Annotated[list[str], NoDecode]
+TELEGRAM_API_DEFAULT = "https://api.telegram.org"
+TELEGRAM_TOKEN_FORM = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}\Z")
+TELEGRAM_CHAT_FORM = re.compile(r"-?[0-9]{1,20}\Z")
 
 
 class Settings(BaseSettings):
@@ -102,9 +108,32 @@ class Settings(BaseSettings):
     hostname: str = Field("", validation_alias="BRAINSTEM_HOSTNAME",
                           description="This host's name in wake leases (default: the host name); set it where "
                                       "hosts share one name")
+    # Named as their variables: pydantic-settings also reads a field's own name from the environment, and
+    # a `telegram_bot_token` field would take an older TELEGRAM_BOT_TOKEN meant for BRAINSTEM_TOOL_SECRETS.
+    brainstem_telegram_bot_token: SecretStr | None = Field(
+        None, validation_alias="BRAINSTEM_TELEGRAM_BOT_TOKEN",
+        description="Telegram bot token (from @BotFather): with the chat id, brainstem run polls the bot for the "
+                    "operator's messages, and send_telegram sends with it; bound to the Telegram API's host only")
+    brainstem_telegram_chat_id: str | None = Field(
+        None, validation_alias="BRAINSTEM_TELEGRAM_CHAT_ID",
+        description="The operator's Telegram chat: only its texts reach the agent's inbox (texts from other chats "
+                    "are counted, never shown); send_telegram's default chat")
+    brainstem_telegram_api_url: str = Field(
+        TELEGRAM_API_DEFAULT, validation_alias="BRAINSTEM_TELEGRAM_API_URL",
+        description="The Telegram Bot API (a self-hosted Bot API server, a test double); the bot token goes to its "
+                    "host only")
+
+    @field_validator("brainstem_telegram_bot_token", "brainstem_telegram_chat_id", "brainstem_telegram_api_url",
+                     mode="before")
+    @classmethod
+    def _blank_is_unset(cls, v, info):
+        if isinstance(v, str) and not v.strip():  # `BRAINSTEM_TELEGRAM_BOT_TOKEN=` in an env file: not set
+            return TELEGRAM_API_DEFAULT if info.field_name == "brainstem_telegram_api_url" else None
+        return v.strip() if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _check_bindings(self):
+        self._check_telegram()
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
         self.mode_floors()
         self.agent  # noqa: B018 -- a bad agent name is one line at startup too
@@ -129,18 +158,26 @@ class Settings(BaseSettings):
         return out
 
     def bindings(self) -> dict[str, Binding]:
-        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``)."""
-        return parse_bindings(self.tool_secrets, self.openrouter_base_url)
+        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``). The bot token of
+        ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` binds itself, as ``TELEGRAM_BOT_TOKEN`` towards the Telegram API's
+        host (and nowhere else, whatever ``BRAINSTEM_TOOL_SECRETS`` says of that name)."""
+        out = parse_bindings(self.tool_secrets, self.openrouter_base_url)
+        if self.telegram_bot_token is not None:
+            out[TELEGRAM_TOKEN] = Binding(TELEGRAM_TOKEN, frozenset({self.telegram_host}),
+                                          source="BRAINSTEM_TELEGRAM_BOT_TOKEN", guard=telegram_guard)
+        return out
 
     def public_settings(self) -> dict[str, str | None]:
         """Operator settings that are not credentials, handed as plain values to code that asks."""
         return {"OPENROUTER_BASE_URL": self.openrouter_base_url, "WALLET_ADDRESS": self.wallet_address,
-                "BASE_RPC_URL": self.base_rpc_url}
+                "BASE_RPC_URL": self.base_rpc_url, "TELEGRAM_CHAT_ID": self.telegram_chat_id,
+                "TELEGRAM_API_URL": self.telegram_api_url.rstrip("/")}
 
     def allowed_secret_values(self) -> dict[str, str]:
         """The bound environment secrets that are set (in the environment or the env file), by name."""
         given = environment.variables()
-        return {b.label: given[b.label] for b in self.bindings().values() if not b.from_store and given.get(b.label)}
+        return {b.label: given[b.variable] for b in self.bindings().values()
+                if not b.from_store and given.get(b.variable)}
 
     def known_secrets(self) -> dict[str, str]:
         """Every secret value this process knows of, for redaction."""
@@ -149,7 +186,67 @@ class Settings(BaseSettings):
             out["OPENROUTER_API_KEY"] = self.openrouter_api_key.get_secret_value()
         if self.dashboard_token is not None:
             out["BRAINSTEM_DASHBOARD_TOKEN"] = self.dashboard_token.get_secret_value()
+        if self.telegram_bot_token is not None:
+            out["BRAINSTEM_TELEGRAM_BOT_TOKEN"] = self.telegram_bot_token.get_secret_value()
+            # A TELEGRAM_BOT_TOKEN set as well is no longer what tools are granted, but it is still a secret.
+            given = environment.variables().get(TELEGRAM_TOKEN)
+            if given and given != out["BRAINSTEM_TELEGRAM_BOT_TOKEN"]:
+                out["TELEGRAM_BOT_TOKEN_UNUSED"] = given
         return out
+
+    # --- Telegram: the operator's chat with the agent ---
+
+    @property
+    def telegram_bot_token(self) -> SecretStr | None:
+        return self.brainstem_telegram_bot_token
+
+    @property
+    def telegram_chat_id(self) -> str | None:
+        return self.brainstem_telegram_chat_id
+
+    @property
+    def telegram_api_url(self) -> str:
+        return self.brainstem_telegram_api_url
+
+    @property
+    def telegram_host(self) -> str:
+        """The host the bot token may go to: the Telegram API's (``BRAINSTEM_TELEGRAM_API_URL``)."""
+        host = normalise_host(urllib.parse.urlsplit(self.telegram_api_url).hostname or "")
+        try:
+            return str(ipaddress.ip_address(host))
+        except ValueError:
+            return host
+
+    @property
+    def telegram_polling(self) -> bool:
+        """Whether ``brainstem run`` polls Telegram: the bot token and the operator's chat are both set."""
+        return self.telegram_bot_token is not None and self.telegram_chat_id is not None
+
+    def _check_telegram(self) -> None:
+        """The Telegram settings, checked at startup; an error never shows the token."""
+        token = self.telegram_bot_token.get_secret_value() if self.telegram_bot_token is not None else None
+        if token is not None and not TELEGRAM_TOKEN_FORM.match(token):
+            raise ConfigError("BRAINSTEM_TELEGRAM_BOT_TOKEN is not a bot token: @BotFather gives one of the form "
+                              "123456789:AAE… (digits, a colon, then letters, digits, '_' and '-')")
+        if self.telegram_chat_id is not None and not TELEGRAM_CHAT_FORM.match(self.telegram_chat_id):
+            raise ConfigError(f"BRAINSTEM_TELEGRAM_CHAT_ID {self.telegram_chat_id[:40]!r} is not a chat id: a "
+                              f"number such as 123456789 (a group's is negative: -1001234567890)")
+        url = self.telegram_api_url
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port  # noqa: F841 -- a bad port is a ValueError here
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"BRAINSTEM_TELEGRAM_API_URL {url[:200]!r} is not an http(s) URL with a host, "
+                              f"e.g. {TELEGRAM_API_DEFAULT}")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ConfigError("BRAINSTEM_TELEGRAM_API_URL has a user, query or fragment part: give the Bot API's "
+                              f"base URL only, e.g. {TELEGRAM_API_DEFAULT}")
+        if parts.scheme == "http" and not cleartext_ok(self.telegram_host):
+            raise ConfigError(f"BRAINSTEM_TELEGRAM_API_URL {url[:200]!r} is plain http to a remote host: the bot "
+                              f"token would cross the network in clear; use https (plain http only to loopback or "
+                              f"private addresses)")
 
 
 def load_settings(**overrides) -> Settings:

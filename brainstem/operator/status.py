@@ -15,8 +15,9 @@ from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
 from brainstem.operator.output import as_text, labelled, usd
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.telegram import status as telegram_status
 from brainstem.state import history as session_history
-from brainstem.state import refusals
+from brainstem.state import inbox, refusals
 from brainstem.state.budget import anomalies_today, daily_spent
 from brainstem.state.config import load_defaults, load_models
 from brainstem.state.review import items as review_items
@@ -123,9 +124,11 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                                       else store.get(b.label) is not None}
                             for b in settings.bindings().values()},
         "fetch_allow": list(settings.fetch_allow),
+        "telegram": telegram_status(store, settings),
         "cost_anomalies_today": anomalies_today(store) or None,
         "secret_refusals": refusals.counts(store),
         "reviews_pending": len(review_items(store)),
+        "inbox": inbox.summary(store),
         "reflexes": _reflexes(store),
         "tool_mode_floors": settings.mode_floors() or None,
         "sandbox": _sandbox_report(),
@@ -240,7 +243,8 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _attention_lines(report: dict[str, Any]) -> list[str]:
-    """What waits for the operator: cost anomalies to check, secret refusals, tool runs to review."""
+    """What waits for the operator (cost anomalies to check, secret refusals, tool runs to review), and for
+    the agent (the operator's unread messages)."""
     out = []
     for n, a in enumerate(report["cost_anomalies_today"] or [], 1):
         head = (f"{as_text(a.get('at'))} session {as_text(a.get('session_id'))}: the endpoint reported "
@@ -265,6 +269,12 @@ def _attention_lines(report: dict[str, Any]) -> list[str]:
     if report["reviews_pending"]:
         out.append(labelled("REVIEW", f"{report['reviews_pending']} run(s) of supervised tools wait for your "
                                       f"verdict: brainstem review"))
+    box = report.get("inbox") or {}
+    if box.get("unread"):
+        urgent = (f" ({box['urgent_unread']} urgent{': the agent is due now' if box.get('urgent_due') else ''})"
+                  if box.get("urgent_unread") else "")
+        out.append(labelled("inbox", f"{box['unread']} unread message(s){urgent}; the agent reads them in its "
+                                     f"next session (brainstem inbox)"))
     return out
 
 
@@ -288,9 +298,30 @@ def _protection_lines(report: dict[str, Any]) -> list[str]:
         off = [k for k, v in prot.items() if v.get("state") == "off"]
         out.append(labelled("sandbox", f"runtime as {as_text(sandbox.get('runtime'))}; on: {', '.join(on) or 'none'}"
                             + (f"; OFF: {', '.join(off)} (brainstem status --json says why)" if off else "")))
+    out += _telegram_lines(report.get("telegram"))
     bindings = report["secret_bindings"]
     if not bindings:
         out.append(labelled("secrets", "none bound (tools get no secrets; BRAINSTEM_TOOL_SECRETS binds NAME@HOST)"))
     for label, b in bindings.items():
         out.append(labelled("secret", f"{label} -> {', '.join(b['hosts'])}{'' if b['set'] else '  (NOT SET)'}"))
+    return out
+
+
+def _telegram_lines(tg: dict[str, Any] | None) -> list[str]:
+    """Whether ``brainstem run`` polls Telegram, what it turned away, and its last error."""
+    if not tg:
+        return []
+    if not tg["polling"] and not (tg["other_chats"] or tg["received"] or tg["last_error"]):
+        return [labelled("telegram", f"not polling ({as_text(tg['why_not'])})")]
+    head = (f"brainstem run polls chat {as_text(tg['chat_id'])} (at {as_text(tg['api_host'])})" if tg["polling"]
+            else f"not polling ({as_text(tg['why_not'])})")
+    out = [labelled("telegram", f"{head}; {tg['received']} message(s) received, last poll "
+                                f"{as_text(tg['last_poll_at'], 'never')}")]
+    if tg["other_chats"]:
+        out.append(labelled("telegram", f"{tg['other_chats']} text(s) from other chats turned away, never shown "
+                                        f"to the agent (last {as_text(tg['other_chats_last_at'])}); if yours are "
+                                        f"among them, check BRAINSTEM_TELEGRAM_CHAT_ID"))
+    if tg["last_error"]:
+        now = f"FAILING ({tg['failing']} in a row)" if tg["failing"] else "last error"
+        out.append(labelled("telegram", f"{now}: {as_text(tg['last_error'])} at {as_text(tg['last_error_at'])}"))
     return out

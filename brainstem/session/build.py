@@ -53,6 +53,10 @@ class Session:
     # The replay gate deep reflection passes a proposed change through (staged keys -> report); given
     # by the wake, which sits above replay. None: no gate, and reflection then refuses such changes.
     check_change: Callable[..., dict] | None = None
+    # The operator's messages this session's context shows (ids), and whether the model answered the
+    # orient call that showed them: only then does the end of the session mark them read.
+    inbox_ids: list[int] = field(default_factory=list)
+    inbox_answered: bool = False
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.karma.record(event, **fields)

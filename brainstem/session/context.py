@@ -24,7 +24,9 @@ from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.errors import NotText
+from brainstem.core.templates import PLACEHOLDER
 from brainstem.core.untrusted import PLAIN_NAME, Untrusted, untrusted
+from brainstem.state import inbox
 from brainstem.store.base import Store
 
 NEVER_LOADED_PREFIXES = (keys.SECRET_PREFIX, "karma:", "__")
@@ -83,7 +85,7 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
 
 def load_session_context(session, context: dict) -> None:
     """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
-    defaults), the last reflection, a bounded index of the store, the effort."""
+    defaults), the last reflection, a bounded index of the store, the effort, the operator's messages."""
     d = session.defaults.memory
     last = session.store.get_json(
         keys.LAST_REFLECT, default=None,
@@ -102,6 +104,35 @@ def load_session_context(session, context: dict) -> None:
     context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
     context["kvIndex"] = kv_index(session.store, d.kv_index_max_keys)
     context["effort"] = session.effort
+    # The operator's unread messages. Not wrapped as untrusted: they are the operator's own words, to be
+    # acted on, not data. Each text is sanitised and quoted (see inbox.prompt_text), and the ids shown are
+    # kept, so the end of the session marks read exactly these and no message that arrived meanwhile.
+    shown, more = inbox.for_session(session.store)
+    context["inbox"] = inbox.prompt_text(shown, more)
+    session.inbox_ids = [m["id"] for m in shown]
+
+
+INBOX_SECTION = """
+
+## Messages from your operator
+
+{{context.inbox}}
+
+(The runtime adds these here: this prompt has no place of its own for them. They are your operator's own
+words, not data: act on them in this plan, an urgent one first. Answer as asked above: one JSON object.)
+"""
+
+
+def with_inbox(template: str, context: dict) -> str:
+    """The orient template, with the operator's messages added at its end when there are some and it has
+    no place for them (``{{context.inbox}}`` or the whole ``{{context}}``): whatever the agent has made of
+    its prompt, or a store seeded before the inbox existed, it is shown what its operator said."""
+    text = context.get("inbox")
+    if not isinstance(text, str) or text == inbox.NO_MESSAGES:
+        return template
+    if any(m.group(1) in ("context", "context.inbox") for m in PLACEHOLDER.finditer(template)):
+        return template
+    return template + INBOX_SECTION
 
 
 def _capped(value: Any, chars: int) -> Any:

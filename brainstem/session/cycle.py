@@ -156,10 +156,12 @@ def llm_fault(course: Course, session: Session, exc: LLMError, during: str) -> N
              operator_action=outcomes.operator_action(exc.fault))
 
 
-def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -> float | None:
+def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
+                   urgent_inbox: bool = False) -> float | None:
     """Fire the reflexes whose conditions hold (:mod:`.reflexes`); the seconds to sleep when one of them
     handled the wake, else None (the wake goes on to orient, with any effort a reflex set). When deep
-    reflection is due (``deep_due``) a reflex's tools run but it does not put the agent back to sleep."""
+    reflection is due (``deep_due``), or an urgent message from the operator waits (``urgent_inbox``), a
+    reflex's tools run but it does not put the agent back to sleep."""
     from brainstem.state import reflexes
 
     store = session.store
@@ -193,6 +195,12 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False) -
                 # rules, or one that sleeps on every wake would keep it asleep for good.
                 session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="deep_reflection_due",
                                note="its tools ran; its sleep is held back so deep reflection runs")
+                continue
+            if urgent_inbox:
+                # Nor an urgent message from the operator: it would wake the agent again at once.
+                session.record(events.REFLEX_SUPPRESSED, reflex=rule.name, reason="urgent_inbox",
+                               note="its tools ran; its sleep is held back so the agent reads its operator's "
+                                    "urgent message")
                 continue
             sleep_for = rule.do.sleep_seconds
             break

@@ -18,6 +18,7 @@ from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import LeaseLost, StoreUnavailable
 from brainstem.session.cycle import Course
 from brainstem.state import history as session_history
+from brainstem.state import inbox
 from brainstem.state.config import DEFAULT_SLEEP_SECONDS
 from brainstem.state.versions import save_clean_snapshot
 from brainstem.store import karma as karma_mod
@@ -152,6 +153,7 @@ def record_end(course: Course) -> WakeResult:
         flush_reads(store, course.session.reads, course.number)
     if course.outcome == outcomes.CLEAN and course.kind == "session" and course.clean_snapshot is not None:
         save_clean_snapshot(store, course.clean_snapshot, course.id)
+    mark_inbox_read(course)
     expired = None
     # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
     if course.kind == "reflex" or course.mode == "dry_run":
@@ -181,6 +183,23 @@ def record_end(course: Course) -> WakeResult:
         message += f" ({course.reason})"
     return WakeResult("ran", outcome=course.outcome, session_id=course.id, next_wake_after=wake_cfg["next_wake_after"],
                       message=message)
+
+
+def mark_inbox_read(course: Course) -> None:
+    """Mark read the operator's messages this session showed the agent, and only those (the ids its context
+    was built with: a message that arrived mid-session stays unread for the next one).
+
+    Only when the model answered the orient call that showed them. A session that never reached the
+    model (the LLM endpoint down or refusing the key, no money left today, deep reflection instead of
+    orient, an agent-side failure of the call) leaves them unread, so nothing the operator said is lost:
+    the next session shows them again. Whatever happened after orient answered (a failed step, a stop,
+    an interruption) the agent has read them. A dry run marks nothing."""
+    session = course.session
+    if session is None or not session.inbox_ids or not session.inbox_answered or course.mode != "live":
+        return
+    up_to = max(session.inbox_ids)
+    inbox.mark_read(course.store, up_to)
+    course.karma.record(events.INBOX_READ, ids=session.inbox_ids, up_to=up_to)
 
 
 def _try(fn) -> None:

@@ -17,6 +17,15 @@ period each daemon also sweeps its agents for a session that died with its
 host (its pessimistic schedule advance stands and no lease is held) and wakes
 that agent at once, so it is taken over within about two lease periods
 rather than at its next tick.
+
+An urgent message from the operator (``brainstem tell --urgent``) wakes its
+agent within a couple of seconds: every :data:`URGENT_POLL` seconds the daemon
+asks each idle agent's store whether one waits (one get while none does) and
+fires that agent at once, once per message.
+
+With the Telegram bot token and the operator's chat set, a poller thread
+(:mod:`brainstem.session.telegram`) runs beside the scheduler, feeding the
+first agent's inbox, and stops with it.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ log = logging.getLogger("brainstem.run")
 
 WAKE_LOG_KEEP = 500
 BACKOFF_MAX = 300.0
+URGENT_POLL = 1.0  # seconds between looks at the agents' inboxes for an urgent message
+URGENT_REFIRE = 60.0  # a fire for an urgent message that left it waiting (an error, say) is tried again after this
 def parse_every(text: str) -> float:
     """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
     seconds = parse_duration(text, "--every")
@@ -78,6 +89,7 @@ class Agent:
     cancel: threading.Event = field(default_factory=threading.Event)
     running: bool = False
     busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
+    urgent_fired: tuple[int, float] = (0, 0.0)  # the urgent message last fired for, and when (monotonic)
 
 
 def _agent(name: str | None, settings: Settings) -> Agent:
@@ -133,24 +145,19 @@ class Runner:
         be reached yet is waited for (a daemon started with its Redis, or before it), with one log line;
         False when a signal stopped the wait."""
         delay, said = 1.0, False
-        previous = {s: signal.signal(s, lambda *_: self.stopping.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            while True:
-                try:
-                    self._check_agents()
-                    if said:
-                        log.info("the store is reachable; starting")
-                    return True
-                except StoreUnavailable as exc:
-                    if not said:
-                        log.error("the store is unavailable; waiting for it (retrying with backoff): %s", exc)
-                        said = True
-                if self.stopping.wait(delay):
-                    return False
-                delay = min(30.0, delay * 2)
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+        while True:
+            try:
+                self._check_agents()
+                if said:
+                    log.info("the store is reachable; starting")
+                return True
+            except StoreUnavailable as exc:
+                if not said:
+                    log.error("the store is unavailable; waiting for it (retrying with backoff): %s", exc)
+                    said = True
+            if self.stopping.wait(delay):
+                return False
+            delay = min(30.0, delay * 2)
 
     def _check_agents(self) -> None:
         for a in self.agents:
@@ -229,6 +236,29 @@ class Runner:
                 sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
                               misfire_grace_time=None, executor="pickup")
 
+    def watch_inboxes(self, sched) -> None:
+        """Wake at once each idle agent with an urgent message from the operator that no session has been
+        shown yet (see :func:`brainstem.session.wake.urgent_due`): once per message, tried again only
+        after :data:`URGENT_REFIRE` seconds if a fire left it waiting."""
+        from brainstem.session.wake import urgent_due
+
+        for agent in self.agents:
+            if self.stopping.is_set():
+                return
+            if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
+                continue
+            try:
+                urgent = urgent_due(agent.store)
+            except BrainstemError:
+                continue  # the tick reports store trouble; the watch only looks
+            last, at = agent.urgent_fired
+            if not urgent or (urgent == last and time.monotonic() - at < URGENT_REFIRE):
+                continue
+            agent.urgent_fired = (urgent, time.monotonic())
+            log.info("%s: an urgent message from the operator; waking it now", agent.name or "default")
+            sched.add_job(self.fire, args=[agent], id=f"urgent-{agent.name or 'default'}", replace_existing=True,
+                          misfire_grace_time=None, executor="pickup")
+
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
         self._count(agent, entry["fire"])
@@ -256,6 +286,20 @@ class Runner:
 
     def run(self, every: str | None, cron: str | None, jitter: float | None = None,
             misfire_grace: float = 60.0, run_now: bool = True) -> int:
+        """Fire the agents on schedule until SIGTERM or SIGINT, which is heard from the first moment on
+        (while the store is waited for, and while the scheduler starts): never the default, fatal handler."""
+        def stop(signum, _frame):
+            log.info("received %s; stopping (running sessions get %.0fs to finish)",
+                     signal.Signals(signum).name, self.grace)
+            self.stopping.set()
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return self._run(every, cron, jitter, misfire_grace, run_now)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _run(self, every, cron, jitter, misfire_grace, run_now) -> int:
         from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
@@ -264,6 +308,10 @@ class Runner:
         if not self.check_agents():
             log.info("stopped")
             return 0
+        from brainstem.session import telegram
+
+        poller = telegram.start(self.settings, self.agents[0].prefix, label=self.agents[0].name or "default",
+                                agents=len(self.agents))  # None unless the bot token and chat are set
         if self.metrics is not None:
             from brainstem.state.budget import daily_spent
 
@@ -274,6 +322,7 @@ class Runner:
                                     executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents))),
                                                # Their own threads: a takeover never queues behind a busy tick.
                                                "sweep": ThreadPoolExecutor(max_workers=1),
+                                               "inbox": ThreadPoolExecutor(max_workers=1),
                                                "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
         by_id = {}
         for i, agent in enumerate(self.agents):
@@ -298,12 +347,8 @@ class Runner:
         period = max(0.5, self.settings.lease_seconds / 2)
         sched.add_job(self.sweep, "interval", seconds=period, args=[sched], id="sweep", coalesce=True,
                       max_instances=1, next_run_time=now_utc() + timedelta(seconds=period), executor="sweep")
-
-        def stop(signum, _frame):
-            log.info("received %s; stopping (running sessions get %.0fs to finish)",
-                     signal.Signals(signum).name, self.grace)
-            self.stopping.set()
-        previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        sched.add_job(self.watch_inboxes, "interval", seconds=URGENT_POLL, args=[sched], id="inbox", coalesce=True,
+                      max_instances=1, misfire_grace_time=None, executor="inbox")
         sched.start()
         names = ", ".join(a.name or "default" for a in self.agents)
         log.info("running %s: %s", names, f"every {every}" if every else f"cron {cron!r} (UTC)")
@@ -311,6 +356,8 @@ class Runner:
             while not self.stopping.wait(0.5):
                 pass
         finally:
+            if poller is not None:
+                poller.stop()
             sched.pause()
             for agent in self.agents:
                 agent.cancel.set()  # running sessions stop at their next step or LLM call
@@ -321,8 +368,6 @@ class Runner:
             for agent in self.agents:
                 if agent.running:
                     self._force_interrupted(agent)
-            for s, handler in previous.items():
-                signal.signal(s, handler)
         log.info("stopped")
         return 0
 

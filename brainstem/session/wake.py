@@ -1,6 +1,7 @@
 """One wake: the lifecycle of ``brainstem wake``, top to bottom.
 
-1. asleep?        ``wake_config.next_wake_after`` in the future -> return at once (:mod:`brainstem.state.sleep`)
+1. asleep?        ``wake_config.next_wake_after`` in the future, and no urgent message from the operator
+                  waiting (:mod:`brainstem.state.inbox`) -> return at once (:mod:`brainstem.state.sleep`)
 2. lease          one wake per agent (:mod:`brainstem.store.lease`); "due?" is decided again under it
 3. crashed?       ``session:current`` still present -> the last session died (:mod:`.crash`)
    restore         after three failing sessions, put back what the last clean one ran with
@@ -43,6 +44,7 @@ from brainstem.session.ground_truth import effort_for, fired_tripwires, read_wor
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.state import history as session_history
+from brainstem.state import inbox
 from brainstem.state.budget import BudgetExceeded, DailyLedger, daily_spent, note_anomaly
 from brainstem.state.config import DEFAULT_SLEEP_SECONDS, effective_models, load_defaults
 from brainstem.state.sleep import PESSIMISTIC, agent_sleeping_until, asleep_message, sleeping_until
@@ -93,7 +95,10 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         until = agent_sleeping_until(store, wake_config, locked=True)
         if until is not None and not force:
             return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
-        return _session(settings, store, wake_config, providers, listeners, cancel, lease)
+        woke_for = None
+        if not force and agent_sleeping_until(store, wake_config, locked=True, urgent=False) is not None:
+            woke_for = "urgent_inbox"  # the schedule alone says asleep: an urgent message woke it
+        return _session(settings, store, wake_config, providers, listeners, cancel, lease, woke_for=woke_for)
     finally:
         interruptible(False)
         lease.stop()
@@ -102,6 +107,16 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
             store.release_lock(keys.WAKE_LOCK, token)
         finally:
             forget_token(token)
+
+
+def urgent_due(store: Store) -> int:
+    """The id of an urgent message from the operator that makes the agent due now (no session has been
+    shown it yet, and none is running), else 0: the daemon's inbox watch wakes such an agent at once.
+    Cheap: one get while no urgent message waits."""
+    urgent = inbox.waiting_urgent(store)
+    if not urgent:
+        return 0
+    return urgent if agent_sleeping_until(store, _read_wake_config(store)) is None else 0
 
 
 def dead_session_due(store: Store) -> bool:
@@ -150,7 +165,7 @@ def _next_number(store: Store) -> int:
 
 
 def _session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str = "live",
-             sid: str | None = None) -> WakeResult:
+             sid: str | None = None, woke_for: str | None = None) -> WakeResult:
     dry = mode == "dry_run"
     crumb = None if dry else karma_mod.unfinished_session(store)  # a dry run closes nothing
     number = _next_number(store)
@@ -179,7 +194,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
                     defaults=defaults, clean_snapshot=snapshot(store), mode=mode, lease=lease)
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
-        _open(course, wake_config, left_today, crumb, crash, restored, problems)
+        _open(course, wake_config, left_today, crumb, crash, restored, problems, woke_for)
         interruptible(True)
         if budget.cancel.is_set():  # a signal arrived while the lock was being taken
             budget.check_cancel()
@@ -220,7 +235,7 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
 
 
 def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
-          restored: dict | None, problems: list[str]) -> None:
+          restored: dict | None, problems: list[str], woke_for: str | None = None) -> None:
     """Advance the schedule before doing anything that could die, then record how the session starts.
 
     If it dies, its agent is due again at retry_after once no lease is held (its host may have died
@@ -233,9 +248,12 @@ def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | Non
     store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(course.started + timedelta(seconds=default_sleep)),
                                  "set_by": PESSIMISTIC, "session_id": sid, "retry_after": iso(retry_after),
                                  "crash_streak": crashes})
+    why = {}
+    if woke_for == "urgent_inbox":  # why a sleeping agent woke: its operator's urgent message (its id)
+        why = {"woke_for": woke_for, "urgent_message": inbox.waiting_urgent(store) or None}
     karma.record(events.SESSION_START, session_id=sid, number=course.number, store=store.display_url,
                  version=__version__, budget=course.budget.snapshot(), daily_budget_left=round(left_today, 6),
-                 crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None)
+                 crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None, **why)
     if crash is not None:
         karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"),
                      crash_data=to_record(crash))
@@ -286,7 +304,14 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
         models=models, soul=soul, context=context, mode=course.mode, effort=effort, providers=providers,
         agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly, check_change=check_change)
     deep = deep_reflect_due(store, defaults, course.number)  # (due, why): asked once, for reflexes and below
-    sleep_for = check_reflexes(session, facts, course.started, deep_due=deep[0])
+    urgent = inbox.urgent_pending(store)
+    if deep[0] and urgent:
+        # The operator's urgent message first: deep reflection shows no messages, and stays due for the next wake.
+        karma.record(events.DEEP_REFLECT, phase="deferred", reason=deep[1],
+                     note="an urgent message from the operator waits: this session orients; deep reflection "
+                          "runs at the next wake")
+        deep = (False, deep[1])
+    sleep_for = check_reflexes(session, facts, course.started, deep_due=deep[0], urgent_inbox=urgent)
     if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
         course.kind, course.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
         course.next_wake = {"sleep_seconds": sleep_for}

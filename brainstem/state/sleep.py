@@ -29,27 +29,40 @@ def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
 PESSIMISTIC = "runtime:pessimistic"  # wake_config.set_by while a session runs: if it is still so later, it died
 
 
-def agent_sleeping_until(store: Store, wake_config: Any, locked: bool = False) -> datetime | None:
+def agent_sleeping_until(store: Store, wake_config: Any, locked: bool = False,
+                         urgent: bool = True) -> datetime | None:
     """When the agent is next due, or None when it is due now.
 
     While a session runs, ``wake_config`` holds its pessimistic advance. Found with no lease held
     (``locked``: we hold it ourselves), that session died, its host perhaps with it: the agent is due
     again at the advance's ``retry_after`` (at once after a first crash, then backing off), not at
-    the end of the whole default sleep."""
+    the end of the whole default sleep.
+
+    An urgent message from the operator that no session has been shown yet makes a sleeping agent
+    due now (``urgent``: False asks what the schedule alone says), unless a session is running: that
+    one's end lets the next wake see it."""
     from brainstem.core import keys
+    from brainstem.state.inbox import urgent_pending
     from brainstem.store.lease import holder_is_dead
 
     now = now_utc()
     until = sleeping_until(wake_config, now)
-    if until is None or not isinstance(wake_config, dict) or wake_config.get("set_by") != PESSIMISTIC:
-        return until
+    if until is None:
+        return None
+    if not isinstance(wake_config, dict) or wake_config.get("set_by") != PESSIMISTIC:
+        return None if urgent and urgent_pending(store) else until
     retry = parse_iso(wake_config.get("retry_after"))
-    if retry is None or retry >= until:
+    if retry is not None and retry >= until:
+        retry = None
+    now_for_urgent = urgent and urgent_pending(store)
+    if retry is None and not now_for_urgent:
         return until
     if not locked:
         holder = store.lock_owner(keys.WAKE_LOCK)
         if holder is not None and not holder_is_dead(holder):
             return until  # running (here or on another host): its own end will set the schedule
+    if now_for_urgent:
+        return None
     return None if retry <= now else retry
 
 

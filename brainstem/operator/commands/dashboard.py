@@ -17,10 +17,10 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     """Serve the dashboard: status, sessions, timelines, live karma, self-modification, the store, review.
 
     Read-only views for anyone who can reach it; actions (rollback, review
-    verdicts) are CSRF-checked POSTs, and need the token when one is set. On
-    loopback (the default) no token is needed; any other --host refuses to
-    start without BRAINSTEM_DASHBOARD_TOKEN. Secret values never reach the
-    browser. Nothing is loaded from the internet.
+    verdicts, a message to the agent) are CSRF-checked POSTs, and need the
+    token when one is set. On loopback (the default) no token is needed; any
+    other --host refuses to start without BRAINSTEM_DASHBOARD_TOKEN. Secret
+    values never reach the browser. Nothing is loaded from the internet.
 
     \b
     Examples:

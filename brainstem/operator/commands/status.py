@@ -16,7 +16,8 @@ def status(c: Ctx, as_json: bool) -> None:
     """Where the agent stands: last session, spend today, balances, next wake, crashes in a row.
 
     Also: a session running now (or one that died), what the operator must do
-    after a fault, cost anomalies, secret bindings and the sandbox's protections.
+    after a fault, cost anomalies, unread messages for the agent (and
+    whether one is urgent), secret bindings and the sandbox's protections.
 
     \b
     Examples:

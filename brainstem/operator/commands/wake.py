@@ -136,6 +136,11 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
     (BRAINSTEM_LEASE_SECONDS). Every fire is recorded in the agent's
     wake_log. SIGTERM or Ctrl-C stops it cleanly; exit 0.
 
+    With BRAINSTEM_TELEGRAM_BOT_TOKEN and BRAINSTEM_TELEGRAM_CHAT_ID set, it
+    also polls the Telegram bot: texts from that chat enter the (first)
+    agent's inbox ("!text" is urgent), texts from other chats are counted
+    and dropped. While it is not running, messages wait at Telegram (24 h).
+
     \b
     Examples:
       brainstem run --every 5m

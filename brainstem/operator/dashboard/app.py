@@ -1,7 +1,7 @@
 """The dashboard: a small Starlette app over the store, its pages rendered on the server.
 
 Every page reads the store through :mod:`.views`; the only writes are the
-operator's actions (a rollback, a review verdict), each a POST carrying a CSRF
+operator's actions (a rollback, a review verdict, a message to the agent), each a POST carrying a CSRF
 token this server signed, and needing the token when one is set (:mod:`.auth`).
 
 Everything in the store is the agent's to write (key names, values, karma, tool
@@ -313,6 +313,30 @@ async def review_act(request: Request) -> Response:
     return await _action(request, act)
 
 
+async def inbox_page(request: Request) -> Response:
+    from brainstem.state import inbox
+
+    d, name, store = _viewing(request)
+    newest = inbox.messages(store, limit=200)[::-1]
+    return d.page(request, "inbox.html", title="Inbox", messages=newest, summary=inbox.summary(store),
+                  message=request.query_params.get("done"))
+
+
+async def tell(request: Request) -> Response:
+    """The operator leaves the agent a message (``brainstem tell``), urgent when the box is ticked."""
+    from brainstem.state import inbox
+
+    def act(store, form):
+        urgent = form.get("urgent") in ("1", "on", "true")
+        try:
+            msg = inbox.post(store, str(form.get("text") or ""), sender="operator", urgent=urgent,
+                             extra={"via": "dashboard"})
+        except inbox.InboxError as exc:
+            raise BadArgument(str(exc)) from None
+        return "/inbox", f"message {msg['id']} left{' (urgent: the agent is due now)' if urgent else ''}"
+    return await _action(request, act)
+
+
 async def login(request: Request) -> Response:
     d: Dashboard = request.app.state.dashboard
     if request.method == "GET":
@@ -353,7 +377,8 @@ def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_on
         Route("/live", live), Route("/api/karma", api_karma), Route("/changes", changes),
         Route("/changes/{key:path}", key_history), Route("/rollback", rollback, methods=["POST"]),
         Route("/store", store_keys), Route("/review", review_page),
-        Route("/review/{item}", review_act, methods=["POST"]), Route("/login", login, methods=["GET", "POST"]),
+        Route("/review/{item}", review_act, methods=["POST"]), Route("/inbox", inbox_page),
+        Route("/tell", tell, methods=["POST"]), Route("/login", login, methods=["GET", "POST"]),
         Route("/static/{name}", static),
     ]
     async def guard(request: Request, call_next):

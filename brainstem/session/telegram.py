@@ -1,0 +1,563 @@
+"""Telegram: the operator talks with the agent from their phone.
+
+While ``brainstem run`` runs with ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` and
+``BRAINSTEM_TELEGRAM_CHAT_ID`` set, a background thread long-polls the Bot
+API's ``getUpdates``. A text from the operator's chat enters the inbox
+(:func:`brainstem.state.inbox.post`, from ``telegram``; a leading ``!`` makes it
+urgent and is removed). A text from any other chat is counted and dropped: it
+never reaches the store's inbox, so never a prompt. Every other update (a photo,
+an edit, a sticker) is acknowledged and skipped.
+
+Nothing is lost or repeated across a crash or a restart. The update offset is
+kept in the store (``stats:telegram``) and moves past an update only after the
+update was handled; a text is posted with its ``telegram_update_id``, and an
+update whose id the inbox already holds is not posted again, so a crash between
+posting and saving the offset repeats nothing. Updates not yet acknowledged wait
+on Telegram's side (up to 24 hours).
+
+Telegram's failures (5xx, 429 with ``retry_after``, a network error, a body that
+is not the Bot API's) are recorded in ``stats:telegram`` (``last_error``) and
+waited out with a growing pause: the poller never stops the daemon. The token
+is in every request's URL, so nothing that could quote a URL or a server's words
+leaves here unredacted: errors are fixed text by kind, and a server's own
+``description`` passes the redactor first. Only one process polls an agent's bot
+at a time (a store lock), so several daemons on one agent do not take each
+other's updates.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import secrets as _random
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpcore
+import httpx
+
+from brainstem.core import keys
+from brainstem.core.clock import now_iso
+from brainstem.core.errors import BrainstemError, StoreUnavailable
+from brainstem.core.wire import tls_context
+from brainstem.state import inbox
+from brainstem.store.base import Store
+from brainstem.store.karma import Redactor
+
+log = logging.getLogger("brainstem.telegram")
+
+POLL_TIMEOUT = 25  # seconds Telegram holds a getUpdates open when there is nothing to hand over
+MAX_UPDATES = 100  # the Bot API's own limit per getUpdates
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a hundred updates fit in far less; a larger answer is not the Bot API's
+MAX_ERROR_CHARS = 300
+BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
+RETRY_AFTER_MAX = 600.0  # a 429's retry_after beyond this is not believed
+LOCK_MARGIN = 60.0  # the poll lock outlives one long poll by this much
+HEARTBEAT_SECONDS = 60.0  # how often a quiet poller notes in the store that it is polling
+URGENT_MARK = "!"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where and as whom to poll: the Bot API base URL, the bot token, the operator's chat, and every
+    secret value the process knows (the redactor's, for anything recorded or logged)."""
+
+    api_url: str
+    token: str = field(repr=False)
+    chat_id: str
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ClientConfig | None:
+        """The poller's configuration, or None when the bot token or the operator's chat is not set."""
+        if not settings.telegram_polling:
+            return None
+        return cls(api_url=settings.telegram_api_url.rstrip("/"),
+                   token=settings.telegram_bot_token.get_secret_value(), chat_id=str(int(settings.telegram_chat_id)),
+                   secrets={**settings.known_secrets(),
+                            "BRAINSTEM_TELEGRAM_BOT_TOKEN": settings.telegram_bot_token.get_secret_value()})
+
+    def method_url(self, method: str) -> str:
+        return f"{self.api_url}/bot{self.token}/{method}"
+
+    @functools.cached_property
+    def redactor(self) -> Redactor:
+        """Every secret the process knows, the bot token among them, for whatever is recorded or logged."""
+        return Redactor({**self.secrets, "BRAINSTEM_TELEGRAM_BOT_TOKEN": self.token})
+
+
+class PollError(Exception):
+    """One getUpdates that did not hand over updates; the message is safe to record (no token, no URL)."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# --------------------------------------------------------------------------- state in the store
+
+
+def state(store: Store) -> dict[str, Any]:
+    """``stats:telegram`` as a dict (empty when absent or not the runtime's JSON)."""
+    try:
+        value = store.get_json(keys.TELEGRAM_STATE, default=None)
+    except BrainstemError as exc:
+        if isinstance(exc, StoreUnavailable):
+            raise
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _save(store: Store, st: dict[str, Any]) -> None:
+    store.put(keys.TELEGRAM_STATE, json.dumps(st, sort_keys=True))
+
+
+def record_error(store: Store, message: str) -> None:
+    """Note a failed poll in ``stats:telegram`` (``last_error``, ``last_error_at``, ``failing``)."""
+    st = state(store)
+    st.update(last_error=message[:MAX_ERROR_CHARS], last_error_at=now_iso(), failing=_number(st.get("failing")) + 1)
+    _save(store, st)
+
+
+def status(store: Store, settings: Any) -> dict[str, Any]:
+    """What ``brainstem status`` shows of Telegram: whether ``brainstem run`` polls, what came from other
+    chats, the last poll error. Never the token."""
+    try:
+        st = state(store)
+    except StoreUnavailable:
+        st = {}
+    return {"polling": settings.telegram_polling, "why_not": status_reason(settings),
+            "chat_id": settings.telegram_chat_id, "api_host": settings.telegram_host,
+            "offset": st.get("offset") if isinstance(st.get("offset"), int) else None,
+            "received": _number(st.get("received")), "other_chats": _number(st.get("other_chats")),
+            "other_chats_last_at": st.get("other_chats_last_at"), "skipped": _number(st.get("skipped")),
+            "last_poll_at": st.get("last_poll_at"), "failing": _number(st.get("failing")),
+            "last_error": st.get("last_error") if isinstance(st.get("last_error"), str) else None,
+            "last_error_at": st.get("last_error_at")}
+
+
+def status_reason(settings: Any) -> str | None:
+    """Why ``brainstem run`` does not poll Telegram (None: it does)."""
+    if settings.telegram_polling:
+        return None
+    if settings.telegram_bot_token is not None:
+        return "BRAINSTEM_TELEGRAM_CHAT_ID is not set"
+    if settings.telegram_chat_id is not None:
+        return "BRAINSTEM_TELEGRAM_BOT_TOKEN is not set"
+    return "BRAINSTEM_TELEGRAM_BOT_TOKEN and BRAINSTEM_TELEGRAM_CHAT_ID are not set"
+
+
+# --------------------------------------------------------------------------- one poll
+
+
+def poll_once(store: Store, config: ClientConfig, timeout: float = POLL_TIMEOUT,
+              client: httpx.Client | None = None) -> int:
+    """One ``getUpdates``: the operator's texts into the inbox, the rest counted or skipped, the offset
+    saved past them. Returns how many updates were handled; :class:`PollError` when Telegram did not hand
+    any over (the offset is untouched), StoreUnavailable when the store is away."""
+    st = state(store)
+    offset = st.get("offset") if isinstance(st.get("offset"), int) and not isinstance(st.get("offset"), bool) else None
+    updates = _get_updates(config, offset, timeout, client)
+    redact = config.redactor
+    seen: set[int] | None = None  # update ids the inbox holds: read once, when an owner's text comes
+    handled = 0
+    for uid, update in updates:
+        if offset is not None and uid < offset:
+            continue  # already acknowledged: a server repeating itself is not a new message
+        message = update.get("message")
+        text = message.get("text") if isinstance(message, dict) else None
+        chat = message.get("chat") if isinstance(message, dict) else None
+        chat_id = chat.get("id") if isinstance(chat, dict) else None
+        if not isinstance(text, str) or not isinstance(chat_id, (int, str)) or isinstance(chat_id, bool):
+            st["skipped"] = _number(st.get("skipped")) + 1
+        elif str(chat_id) != config.chat_id:
+            st["other_chats"] = _number(st.get("other_chats")) + 1
+            st["other_chats_last_at"] = now_iso()
+        else:
+            if seen is None:
+                seen = _posted_update_ids(store)
+            if uid not in seen:
+                _post(store, redact.text(text), uid, message)
+                seen.add(uid)
+            st["received"] = _number(st.get("received")) + 1
+        offset = uid + 1
+        st["offset"] = offset
+        handled += 1
+    now = time.time()
+    beat = st.get("last_poll_ts")
+    quiet = isinstance(beat, (int, float)) and now - beat < HEARTBEAT_SECONDS
+    if handled or st.get("failing") or not quiet:
+        st.update(failing=0, last_poll_at=now_iso(), last_poll_ts=now)
+        _save(store, st)
+    return handled
+
+
+def _post(store: Store, text: str, uid: int, message: dict) -> None:
+    urgent = text.startswith(URGENT_MARK)
+    if urgent:
+        text = text[len(URGENT_MARK):]
+    if not text.strip():
+        return  # an empty text (or "!" alone) says nothing; acknowledged all the same
+    extra: dict[str, Any] = {"telegram_update_id": uid}
+    message_id = message.get("message_id")
+    if isinstance(message_id, int) and not isinstance(message_id, bool):
+        extra["telegram_message_id"] = message_id
+    try:
+        inbox.post(store, text, sender="telegram", urgent=urgent, extra=extra)
+    except inbox.InboxError:
+        return  # nothing to leave (an empty text): acknowledged, not retried for ever
+
+
+def _posted_update_ids(store: Store) -> set[int]:
+    out = set()
+    for msg in inbox.messages(store):
+        uid = msg.get("telegram_update_id")
+        if isinstance(uid, int) and not isinstance(uid, bool):
+            out.add(uid)
+    return out
+
+
+def _get_updates(config: ClientConfig, offset: int | None, timeout: float,
+                 client: httpx.Client | None) -> list[tuple[int, dict]]:
+    """The updates Telegram hands over, as (update_id, update) by id; :class:`PollError` otherwise."""
+    body: dict[str, Any] = {"timeout": max(0, int(timeout)), "allowed_updates": ["message"], "limit": MAX_UPDATES}
+    if offset is not None:
+        body["offset"] = offset
+    own = client is None
+    if own:
+        client = make_client(timeout)
+    deadline = time.monotonic() + timeout + 30
+    try:
+        with client.stream("POST", config.method_url("getUpdates"), json=body,
+                           timeout=_timeouts(timeout)) as response:
+            status = response.status_code
+            header_retry = response.headers.get("retry-after")
+            raw = bytearray()
+            for chunk in response.iter_bytes():
+                raw += chunk
+                if len(raw) > MAX_BODY_BYTES:
+                    raise PollError(f"Telegram's answer was larger than {MAX_BODY_BYTES} bytes (HTTP {status})")
+                if time.monotonic() > deadline:
+                    raise PollError("Telegram's answer took too long to arrive")
+    except PollError:
+        raise
+    except httpx.TimeoutException:
+        raise PollError("the request to Telegram timed out") from None
+    except httpx.ConnectError:
+        raise PollError("could not connect to Telegram") from None
+    except httpx.HTTPError as exc:
+        raise PollError(f"the request to Telegram failed ({type(exc).__name__})") from None
+    except OSError as exc:
+        raise PollError(f"the request to Telegram failed ({type(exc).__name__})") from None
+    finally:
+        if own:
+            client.close()
+    answer = _parse(bytes(raw))
+    redact = config.redactor
+    if status != 200 or not isinstance(answer, dict) or answer.get("ok") is not True:
+        raise _refusal(status, answer, header_retry, redact)
+    result = answer.get("result")
+    if not isinstance(result, list):
+        raise PollError("Telegram's answer is not the Bot API's: its result is not a list")
+    updates = {}
+    for item in result[: MAX_UPDATES * 10]:
+        uid = item.get("update_id") if isinstance(item, dict) else None
+        if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 2 ** 53:
+            updates[uid] = item
+    return sorted(updates.items(), key=lambda pair: pair[0])
+
+
+_NOT_JSON = object()
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
+        return _NOT_JSON
+
+
+def _refusal(status: int, answer: Any, header_retry: str | None, redact: Redactor) -> PollError:
+    """A PollError saying why Telegram handed nothing over, with its retry_after when it gave one."""
+    description = answer.get("description") if isinstance(answer, dict) else None
+    said = ""
+    if isinstance(description, str) and description.strip():
+        said = ": " + " ".join(redact.text(description[:MAX_ERROR_CHARS]).split())[:200]
+    retry = None
+    params = answer.get("parameters") if isinstance(answer, dict) else None
+    for candidate in ((params or {}).get("retry_after") if isinstance(params, dict) else None, header_retry):
+        try:
+            value = float(candidate)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value >= 0:
+            retry = min(value, RETRY_AFTER_MAX)
+            break
+    if status == 429:
+        return PollError(f"Telegram asked to slow down (HTTP 429){said}", retry_after=retry)
+    if status in (401, 404):
+        return PollError(f"Telegram refused the bot token (HTTP {status}){said}; check BRAINSTEM_TELEGRAM_BOT_TOKEN")
+    if status == 409:
+        return PollError(f"Telegram answered 409 Conflict{said}: another process polls this bot, or a webhook is set")
+    if status != 200:
+        return PollError(f"Telegram answered HTTP {status}{said}", retry_after=retry)
+    if answer is _NOT_JSON:
+        return PollError("Telegram's answer is not JSON")
+    if not isinstance(answer, dict):
+        return PollError("Telegram's answer is not the Bot API's: not a JSON object")
+    return PollError(f"Telegram answered ok: false{said}", retry_after=retry)
+
+
+def _timeouts(timeout: float) -> httpx.Timeout:
+    """Bounded waits: the long poll's own time and a margin to read the answer; seconds elsewhere."""
+    return httpx.Timeout(connect=10.0, read=timeout + 15.0, write=10.0, pool=10.0)
+
+
+# --------------------------------------------------------------------------- the connection
+
+
+class _Wire(httpcore.NetworkBackend):
+    """The poller's connections: :meth:`abort` cuts every one at once (a stopping daemon does not wait
+    out a long poll), and none opens after it."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._lock = threading.Lock()
+        self._streams: set[_Stream] = set()
+        self.aborted = False
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        if self.aborted:
+            raise httpcore.ConnectError("stopped")
+        stream = _Stream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options), self)
+        with self._lock:
+            self._streams.add(stream)
+            aborted = self.aborted
+        if aborted:
+            stream.cut()
+        return stream
+
+    def connect_unix_socket(self, *args, **kwargs):  # pragma: no cover - never used
+        raise httpcore.ConnectError("unix sockets are not used")
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover
+        time.sleep(seconds)
+
+    def forget(self, stream: _Stream) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+
+    def adopt(self, stream: _Stream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+
+    def abort(self) -> None:
+        with self._lock:
+            self.aborted = True
+            streams = list(self._streams)
+        for stream in streams:
+            stream.cut()
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, wire: _Wire):
+        self._inner = inner
+        self._wire = wire
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._wire.aborted:
+            raise httpcore.ReadError("stopped")
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self._wire.aborted:
+            raise httpcore.WriteError("stopped")
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._wire.forget(self)
+        self._inner.close()
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        inner = self._inner.start_tls(ssl_context, server_hostname, timeout)
+        self._wire.forget(self)
+        stream = _Stream(inner, self._wire)
+        self._wire.adopt(stream)
+        return stream
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+    def cut(self) -> None:
+        """Wake a read blocked on this connection: shut its socket down (closing it would not)."""
+        sock = self._inner.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def make_client(timeout: float = POLL_TIMEOUT, wire: _Wire | None = None) -> httpx.Client:
+    """An httpx client for the Bot API: verifying TLS, no proxy or netrc from the environment, bounded waits,
+    and connections ``wire`` can cut."""
+    transport = httpx.HTTPTransport(verify=tls_context(), trust_env=False)
+    # As brainstem.core.wire does: httpx builds its pool with the default backend; ours can be cut.
+    transport._pool = httpcore.ConnectionPool(ssl_context=tls_context(), network_backend=wire or _Wire())
+    return httpx.Client(transport=transport, timeout=_timeouts(timeout), trust_env=False, follow_redirects=False)
+
+
+# --------------------------------------------------------------------------- the thread
+
+
+class Poller:
+    """Polls one agent's bot in a daemon thread until :meth:`stop`; never raises into its caller."""
+
+    def __init__(self, config: ClientConfig, open_store: Any, *, timeout: float = POLL_TIMEOUT,
+                 label: str = "default", backoff_first: float = BACKOFF_FIRST, backoff_max: float = BACKOFF_MAX):
+        self.config = config
+        self._open_store = open_store  # () -> Store: the poller's own connection, never a session's
+        self.timeout = timeout
+        self.label = label
+        self.backoff_first, self.backoff_max = backoff_first, backoff_max
+        self.stopping = threading.Event()
+        self._wire = _Wire()
+        self._thread: threading.Thread | None = None
+        self._redact = config.redactor
+        self._owner = f"{_host()}:{os.getpid()}:telegram-{_random.token_hex(4)}"
+        self.polls = 0  # successful getUpdates, for tests and logs
+        self.errors = 0
+
+    def start(self) -> Poller:
+        self._thread = threading.Thread(target=self._run, name="telegram-poller", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop polling: the long poll in flight is cut, and the thread is waited for up to ``wait`` s."""
+        self.stopping.set()
+        self._wire.abort()
+        if self._thread is not None:
+            self._thread.join(wait)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        store = None
+        client = make_client(self.timeout, self._wire)
+        delay = 0.0
+        said_waiting = False
+        try:
+            while not self.stopping.is_set():
+                if delay and self.stopping.wait(delay):
+                    break
+                try:
+                    if store is None:
+                        store = self._open_store()
+                    if not self._hold_lock(store):
+                        if not said_waiting:
+                            log.info("telegram (%s): another process polls this bot; waiting", self.label)
+                            said_waiting = True
+                        delay = min(30.0, max(5.0, self.timeout))
+                        continue
+                    said_waiting = False
+                    poll_once(store, self.config, self.timeout, client)
+                    if self.stopping.is_set():
+                        break
+                    if self.errors:
+                        log.info("telegram (%s): polling again", self.label)
+                    self.polls += 1
+                    self.errors, delay = 0, 0.0
+                except Exception as exc:  # noqa: BLE001 - a poller that stops would lose the operator's messages
+                    if self.stopping.is_set():
+                        break
+                    delay = self._failed(store, exc, delay)
+        finally:
+            client.close()
+            self._release(store)
+
+    def _failed(self, store: Store | None, exc: Exception, delay: float) -> float:
+        """Record and log one failure; the pause before the next try."""
+        if isinstance(exc, PollError):
+            message = str(exc)
+        elif isinstance(exc, StoreUnavailable):
+            message = "the store is unavailable"
+        else:
+            message = f"unexpected {type(exc).__name__}: {exc}"
+        message = " ".join(self._redact.text(message).split())[:MAX_ERROR_CHARS]
+        self.errors += 1
+        if self.errors == 1 or self.errors % 20 == 0:
+            log.warning("telegram (%s): %s; retrying with backoff", self.label, message)
+        if store is not None and not isinstance(exc, StoreUnavailable):
+            try:
+                record_error(store, message)
+            except Exception:  # noqa: BLE001 - the store is the trouble: the log has it
+                pass
+        delay = min(self.backoff_max, max(self.backoff_first, delay * 2))
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return delay
+
+    def _hold_lock(self, store: Store) -> bool:
+        """Hold (or renew) the agent's poll lock; False while another live process holds it."""
+        from brainstem.store.lease import holder_is_dead
+
+        ttl_ms = int((self.timeout + LOCK_MARGIN) * 1000)
+        if store.refresh_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms) or \
+                store.acquire_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms):
+            return True
+        holder = store.lock_owner(keys.TELEGRAM_LOCK)
+        here = f"{_host()}:{os.getpid()}:"
+        if holder and not holder.startswith(here) and holder_is_dead(holder) \
+                and store.release_lock(keys.TELEGRAM_LOCK, holder):
+            return store.acquire_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms)
+        return False
+
+    def _release(self, store: Store | None) -> None:
+        if store is None:
+            return
+        try:
+            store.release_lock(keys.TELEGRAM_LOCK, self._owner)
+        except Exception:  # noqa: BLE001 - it expires on its own
+            pass
+        try:
+            store.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _host() -> str:
+    from brainstem.store.lease import host_name
+
+    return host_name()
+
+
+def start(settings: Any, prefix: str | None, label: str = "default", timeout: float = POLL_TIMEOUT,
+          agents: int = 1) -> Poller | None:
+    """The poller ``brainstem run`` starts for the agent under ``prefix`` (the first it runs), or None when
+    Telegram is not configured: both ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` and ``BRAINSTEM_TELEGRAM_CHAT_ID``."""
+    from brainstem.store import open_store
+
+    config = ClientConfig.from_settings(settings)
+    if config is None:
+        if settings.telegram_bot_token is not None or settings.telegram_chat_id is not None:
+            log.warning("telegram: not polling: %s", status_reason(settings))
+        return None
+    poller = Poller(config, lambda: open_store(settings.kv, prefix=prefix), timeout=timeout, label=label)
+    log.info("telegram: polling the bot for messages from chat %s into %s's inbox%s", config.chat_id, label,
+             f" (the first of the {agents} agents given)" if agents > 1 else "")
+    return poller.start()
