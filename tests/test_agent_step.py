@@ -364,10 +364,11 @@ _args = st_.one_of(st_.text(max_size=40), st_.recursive(
 def test_only_offered_tools_run_and_only_with_arguments_that_fit(raw_calls):
     from types import SimpleNamespace
 
+    from jsonschema import Draft202012Validator
+
     from brainstem.llm.messages import parse_tool_calls
     from brainstem.session.agent_step import Offered, _run_calls, _unique_ids
     from brainstem.tools.services import ToolOutcome
-    from jsonschema import Draft202012Validator
 
     ran, recorded = [], []
     session = SimpleNamespace(

@@ -20,9 +20,9 @@ from .doubles import LLMDouble, TelegramDouble
 from .wake_helpers import (
     API_KEY,
     events_of,
-    iso_in,
     is_orient,
     is_reflect,
+    iso_in,
     last_session,
     llm_calls,
     plan,

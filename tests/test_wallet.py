@@ -99,3 +99,21 @@ def test_importing_wallet_does_not_import_web3():
     code = "import sys, brainstem.session.wallet; print('web3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.slow
+def test_reading_the_wallet_leaves_the_recursion_limit_so_deep_json_is_an_error_not_a_crash(rpc):
+    # web3's py_ecc raises the recursion limit to 100,000 on import; a process that had read its wallet
+    # would then die (SIGSEGV, nothing recorded) on the first deeply nested JSON from any server.
+    code = (
+        "import json, sys\n"
+        "from brainstem.session.wallet import usdc_balance\n"
+        "before = sys.getrecursionlimit()\n"
+        f"usdc_balance({rpc.url!r}, '0x1234567890AbcdEF1234567890aBcdef12345678')\n"
+        "assert sys.getrecursionlimit() == before, sys.getrecursionlimit()\n"
+        "try:\n"
+        "    json.loads('[' * 200000 + ']' * 200000)\n"
+        "except RecursionError:\n"
+        "    print('RecursionError')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "RecursionError", (r.returncode, r.stderr[-500:])

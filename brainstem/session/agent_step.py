@@ -98,7 +98,7 @@ def run_agent(session, step: AgentStep, sid: str, prompt: str) -> str:
         conversation.append(assistant_message(result.content, calls))
         replies = _run_calls(session, tools, calls, sid)
         ran = ran or any(r is not None for _, r in replies)
-        conversation.extend(tool_message(call["id"], text) for call, (text, _) in zip(calls, replies))
+        conversation.extend(tool_message(call["id"], text) for call, (text, _) in zip(calls, replies, strict=True))
 
 
 def _wrap_up_reason(budget, rounds: int, max_turns: int) -> str | None:

@@ -218,19 +218,24 @@ class Runner:
             agent.running = False
             agent.busy.release()
 
-    def sweep(self, sched) -> None:
-        """Wake at once each agent whose last session died (see :func:`brainstem.session.wake.dead_session_due`)."""
-        from brainstem.session.wake import dead_session_due
-
+    def _idle(self, look):
+        """(agent, ``look(agent.store)``) for each agent not running nor backing off, until the daemon stops.
+        A store that cannot answer is skipped: the tick reports store trouble, these checks only look."""
         for agent in self.agents:
             if self.stopping.is_set():
                 return
             if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
                 continue
             try:
-                due = dead_session_due(agent.store)
+                yield agent, look(agent.store)
             except BrainstemError:
-                continue  # the tick reports store trouble; the sweep only looks
+                continue
+
+    def sweep(self, sched) -> None:
+        """Wake at once each agent whose last session died (see :func:`brainstem.session.wake.dead_session_due`)."""
+        from brainstem.session.wake import dead_session_due
+
+        for agent, due in self._idle(dead_session_due):
             if due:
                 log.info("%s: its last session died with no lease held; waking it now", agent.name or "default")
                 sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
@@ -242,15 +247,7 @@ class Runner:
         after :data:`URGENT_REFIRE` seconds if a fire left it waiting."""
         from brainstem.session.wake import urgent_due
 
-        for agent in self.agents:
-            if self.stopping.is_set():
-                return
-            if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
-                continue
-            try:
-                urgent = urgent_due(agent.store)
-            except BrainstemError:
-                continue  # the tick reports store trouble; the watch only looks
+        for agent, urgent in self._idle(urgent_due):
             last, at = agent.urgent_fired
             if not urgent or (urgent == last and time.monotonic() - at < URGENT_REFIRE):
                 continue

@@ -7,6 +7,7 @@ web3 is imported inside :func:`usdc_balance` only: it costs about 0.8 s and
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 __all__ = ["USDC_BASE", "USDC_DECIMALS", "usdc_balance"]
@@ -47,7 +48,15 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list
     try:
         with warnings.catch_warnings():  # web3 pulls in deprecated websockets.legacy
             warnings.simplefilter("ignore", DeprecationWarning)
-            from web3 import Web3
+            limit = sys.getrecursionlimit()
+            try:
+                from web3 import Web3
+            finally:
+                # py_ecc, which web3 imports, raises the interpreter's recursion limit to 100,000 for its
+                # own algorithms (never called here). Left that high, a deeply nested JSON answer (from an
+                # RPC node, an LLM provider, the Bot API) overflows the C stack and kills the process
+                # instead of raising RecursionError.
+                sys.setrecursionlimit(limit)
 
         try:
             checksum = Web3.to_checksum_address(address.strip())
