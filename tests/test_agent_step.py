@@ -386,3 +386,28 @@ def test_only_offered_tools_run_and_only_with_arguments_that_fit(raw_calls):
     assert len(ran) + len([r for r in recorded if r[0] == "agent_call_rejected"]) == len(calls)
     for text, outcome in replies:
         assert outcome is None or text.startswith("[UNTRUSTED CONTENT")
+
+
+@pytest.mark.slow
+def test_when_the_adapter_fails_mid_conversation_the_next_tier_gets_all_of_it(shout, real_store_url, llm):
+    # The agent's adapter answers the first turn, then breaks on a conversation holding a tool result:
+    # the hard-coded client is asked the same conversation, tool calls and results included.
+    seed(shout, with_providers=True)
+    adapter = shout.get(keys.PROVIDER_LLM_CODE).replace(
+        "def call(request, ctx):\n",
+        "def call(request, ctx):\n"
+        "    if any(m.get('role') == 'tool' for m in request['messages']):\n"
+        "        raise RuntimeError('adapter cannot read tool results')\n", 1)
+    shout.put(keys.PROVIDER_LLM_CODE, adapter)
+    env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS="OPENROUTER_API_KEY", BRAINSTEM_FETCH_ALLOW="127.0.0.1")
+    llm.queue(plan(agent(tools=["shout"])), {"tool_calls": [call("shout", {"text": "tiers"}, "c1")]}, "TIERS")
+    llm.responder = answers()
+    _, entries = finished(run_wake(env, "--force"), shout)
+    calls = llm_calls(entries, "agent")
+    assert [c["tier"] for c in calls] == ["dynamic", "hardcoded"]
+    fell = [e for e in events_of(entries, "provider_fallback") if e.get("purpose") == "agent"]
+    assert fell and "cannot read tool results" in fell[0]["error"]
+    second = agent_requests(llm)[-1]
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
+    assert second["messages"][2]["tool_calls"][0]["id"] == "c1" and second["tools"][0]["function"]["name"] == "shout"
+    assert step_result(entries)["result"] == "TIERS"

@@ -331,7 +331,12 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
             # The agent step: the model calls kv_read, sees the note, answers.
             agent_turns = [line for line in calls if "purpose=agent" in line]
             assert len(agent_turns) == 2 and "calls=kv_read(" in agent_turns[0]
-            assert "stored_as=found result=The note says" in out
+            assert "stored_as=found result=I wrote down that I woke up" in out
+            # ...answering the operator's message, which orient was shown and which is read afterwards.
+            assert 'left it a message, as `brainstem tell "What did you write down?' in out
+            assert "inbox_shown" in events and "inbox_read" in events
+            assert "its answer to your message, after reading its store with a tool: I wrote down" in out
+            assert "your message is read" in out
             end = [line for line in out.splitlines() if " session_end " in line][0]
             assert "outcome=clean" in end
             assert "what it wrote to its memory (last_reflect): First session" in out

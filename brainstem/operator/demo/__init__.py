@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 CASSETTE = Path(__file__).with_name("cassette.json")
+MESSAGE = "What did you write down? Tell me in one sentence."  # the operator's, left before the session
 
 
 def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Path = CASSETTE) -> int:
@@ -25,13 +26,14 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
 
 
 def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
-    from brainstem.core import keys
+    from brainstem.core import events, keys
     from brainstem.core.settings import Settings, load_settings
     from brainstem.core.timeline import format_entry
     from brainstem.llm.cassette import CassetteProvider
     from brainstem.session.wake import wake
+    from brainstem.state import inbox
     from brainstem.state.seed import example_soul_path, seed
-    from brainstem.store import open_store, sqlite_url
+    from brainstem.store import karma, open_store, sqlite_url
 
     workdir.mkdir(parents=True, exist_ok=True)
     url = sqlite_url(workdir.resolve() / "demo.db")
@@ -40,6 +42,8 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         seed(store, soul_file=example_soul_path())
         where = url if kept else "a throwaway store, deleted when the demo ends (--keep DIR keeps it)"
         echo(f"seeded a new agent (example soul, shipped prompts and tools) in {where}")
+        inbox.post(store, MESSAGE)
+        echo(f'left it a message, as `brainstem tell "{MESSAGE}"` does')
         echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
         # No key, the default endpoint and no wallet: the balance checks ask nobody (an operator's
         # OPENROUTER_BASE_URL must not make the offline demo reach for the network).
@@ -48,6 +52,10 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
                       listeners=[lambda e: echo("  " + format_entry(e))])
         echo(f"\n{result.message}\n")
+        answer = next((e.get("result") for e in karma.read(store, result.session_id)
+                       if e.get("event") == events.STEP_COMPLETE and e.get("type") == "agent"), None)
+        echo(f"its answer to your message, after reading its store with a tool: {answer or '(none)'}")
+        echo(f"your message is {'read' if inbox.read_mark(store) else 'still unread'} (brainstem inbox)")
         last = store.get_json(keys.LAST_REFLECT, default={}) or {}
         echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
         echo(f"its note to itself: {last.get('note_to_future_self', '(none)')}\n")
@@ -55,6 +63,7 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         if kept:
             echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
             echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
+            echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, read")
         else:
             echo("  brainstem demo --keep ./demo                  # keep the store, then look around in it")
         echo("  brainstem seed --soul my_soul.md && OPENROUTER_API_KEY=... brainstem wake   # a real agent")
