@@ -52,6 +52,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Before a change goes live:
       brainstem wake --dry-run               # a whole session that changes nothing
       brainstem replay 12                    # session 12 again, against today's prompts and config
+
+    \b
+    Talking with it:
+      brainstem tell "check the wallet"      # a message its next session reads (--urgent: due now)
+      brainstem inbox                        # what you left, and whether it has read it
     """
     ctx.obj = Ctx(debug)
 
