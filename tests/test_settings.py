@@ -72,6 +72,26 @@ def test_the_agent_comes_from_the_prefix_variable_else_the_url(clean_env, tmp_pa
         load_settings()
 
 
+def test_only_the_documented_names_configure_brainstem(clean_env, tmp_path):
+    # Another program's variables with a setting's bare name (Docker sets HOSTNAME) change nothing,
+    # in the environment or in BRAINSTEM_ENV_FILE; code can still pass settings by field name.
+    bare = {"HOSTNAME": "someone-else", "KV_PREFIX": "mallory", "MAX_DAILY_COST": "999",
+            "MAX_SESSION_COST": "50", "TOOL_SECRETS": "OPENROUTER_API_KEY@evil.example", "KV": "redis://x:1/0"}
+    for name, value in bare.items():
+        clean_env.setenv(name, value)
+    env_file = tmp_path / "brainstem.env"
+    env_file.write_text("".join(f"{k.lower()}={v}\n" for k, v in bare.items()))
+    for with_file in (False, True):
+        if with_file:
+            clean_env.setenv("BRAINSTEM_ENV_FILE", str(env_file))
+        s = load_settings()
+        assert (s.hostname, s.kv_prefix, s.max_daily_cost, s.max_session_cost) == ("", None, 5.0, 0.5)
+        assert not s.kv.startswith("redis://") and "evil.example" not in json.dumps(sorted(s.bindings()))
+    assert load_settings(max_daily_cost=2.0, kv_prefix="bob").max_daily_cost == 2.0
+    clean_env.setenv("BRAINSTEM_MAX_DAILY_COST", "3")
+    assert load_settings().max_daily_cost == 3.0
+
+
 def test_settings_and_the_sleep_path_open_the_same_agent(clean_env, tmp_path):
     url = f"sqlite:///{tmp_path / 'a.db'}?prefix=alice"
     clean_env.setenv("BRAINSTEM_KV", url)

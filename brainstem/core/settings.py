@@ -36,7 +36,10 @@ TELEGRAM_CHAT_FORM = re.compile(r"-?[0-9]{1,20}\Z")
 class Settings(BaseSettings):
     """Every operator setting, its environment variable, default and meaning."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, case_sensitive=False)
+    # Read by the BRAINSTEM_* / OPENROUTER_* names only: with populate_by_name, pydantic-settings would also
+    # take a field's bare name from the environment (Docker's HOSTNAME, another tool's KV_PREFIX or
+    # MAX_DAILY_COST). Code that passes settings by field name goes through load_settings.
+    model_config = SettingsConfigDict(extra="ignore", populate_by_name=False, case_sensitive=False)
 
     kv: str = Field(default_factory=default_store_url, validation_alias="BRAINSTEM_KV",
                     description="Store URL: redis://[:password@]host:port/db, sqlite:///relative.db "
@@ -254,8 +257,12 @@ def load_settings(**overrides) -> Settings:
     env_file = environment.env_file()
     if env_file and not Path(env_file).is_file():
         raise ConfigError(f"BRAINSTEM_ENV_FILE names {env_file!r}, which is not a file")
+    by_alias = {}
+    for name, value in overrides.items():
+        field = Settings.model_fields.get(name)
+        by_alias[field.validation_alias if field is not None and field.validation_alias else name] = value
     try:
-        return Settings(_env_file=env_file, **overrides)
+        return Settings(_env_file=env_file, **by_alias)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = err.get("loc", ("?",))[0]
