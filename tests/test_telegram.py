@@ -375,6 +375,41 @@ def test_stop_cuts_a_long_poll_at_once(tg, sqlite_url):
     assert time.monotonic() - t0 < 3 and not p.alive
 
 
+def test_a_server_that_drips_its_answer_cannot_hold_the_poll(store, monkeypatch):
+    # Headers one byte at a time, each well within the read timeout: only a deadline on the whole answer
+    # ends the poll. (Telegram's long poll is 25 s, the margin 30; here 0.2 and 0.6.)
+    import socket
+    import threading
+
+    from brainstem.session import bot_api
+
+    monkeypatch.setattr(bot_api, "ANSWER_MARGIN", 0.6)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                if stop.wait(0.1):
+                    return
+                try:
+                    conn.send(bytes([byte]))
+                except OSError:
+                    return
+    threading.Thread(target=drip, daemon=True).start()
+    slow = ClientConfig(api_url=f"http://127.0.0.1:{listener.getsockname()[1]}", token=TOKEN, chat_id=str(OWNER))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(PollError, match="timed out"):
+            poll_once(store, slow, timeout=0.2)
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - t0 < 5
+
+
 # --- the agent's side: send_telegram, and what agent code cannot do ------------------------------------------
 
 def test_send_telegram_uses_the_same_token_and_chat_and_the_operators_api(tg, sqlite_url, tmp_path):

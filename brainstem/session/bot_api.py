@@ -29,6 +29,7 @@ MAX_UPDATES = 100  # the Bot API's own limit per getUpdates
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a hundred updates fit in far less; a larger answer is not the Bot API's
 RETRY_AFTER_MAX = 600.0  # a 429's retry_after beyond this is not believed
 MAX_ERROR_CHARS = 300
+ANSWER_MARGIN = 30.0  # seconds past the long poll's own by which the whole answer must have arrived
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def get_updates(config: ClientConfig, offset: int | None, timeout: float,
     own = client is None
     if own:
         client = make_client(timeout)
-    deadline = time.monotonic() + timeout + 30
+    deadline = time.monotonic() + timeout + ANSWER_MARGIN
+    _deadline.at = deadline  # every byte of the exchange, headers included, by then (see _Stream)
     try:
         with client.stream("POST", config.method_url("getUpdates"), json=body,
                            timeout=_timeouts(timeout)) as response:
@@ -101,6 +103,7 @@ def get_updates(config: ClientConfig, offset: int | None, timeout: float,
     except OSError as exc:
         raise PollError(f"the request to Telegram failed ({type(exc).__name__})") from None
     finally:
+        _deadline.at = None
         if own:
             client.close()
     answer = _parse(bytes(raw))
@@ -207,6 +210,21 @@ class Wire(httpcore.NetworkBackend):
             stream.cut()
 
 
+# The deadline of the request this thread is making: a per-read timeout alone lets a server that drips
+# its answer (headers too) a byte at a time hold the poll for ever.
+_deadline = threading.local()
+
+
+def _within_deadline(timeout: float | None, error: type[Exception]) -> float | None:
+    at = getattr(_deadline, "at", None)
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise error("the answer took too long to arrive")
+    return left if timeout is None else min(timeout, left)
+
+
 class _Stream(httpcore.NetworkStream):
     def __init__(self, inner: httpcore.NetworkStream, wire: Wire):
         self._inner = inner
@@ -215,12 +233,12 @@ class _Stream(httpcore.NetworkStream):
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         if self._wire.aborted:
             raise httpcore.ReadError("stopped")
-        return self._inner.read(max_bytes, timeout)
+        return self._inner.read(max_bytes, _within_deadline(timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if self._wire.aborted:
             raise httpcore.WriteError("stopped")
-        self._inner.write(buffer, timeout)
+        self._inner.write(buffer, _within_deadline(timeout, httpcore.WriteTimeout))
 
     def close(self) -> None:
         self._wire.forget(self)
