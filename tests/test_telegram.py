@@ -391,7 +391,8 @@ def test_a_server_that_drips_its_answer_cannot_hold_the_poll(store, monkeypatch)
         conn, _ = listener.accept()
         with conn:
             conn.recv(65536)
-            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 150:  # 16 s of dripping at most: a regression fails, it does not hang
+            # 16 s of dripping at most: a regression fails, it does not hang
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 150:
                 if stop.wait(0.1):
                     return
                 try:

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .loopback import LoopbackDouble, QuietServer
+from .loopback import LoopbackDouble, QuietServer, send
 
 API_PREFIX = "/api/v1"
 
@@ -88,23 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ plumbing
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            hdrs = {"Content-Type": "application/json"}
-            for k, v in (headers or {}).items():
-                # a caller's header replaces ours whatever its case
-                for existing in [h for h in hdrs if h.lower() == str(k).lower()]:
-                    del hdrs[existing]
-                hdrs[str(k)] = str(v)
-            for k, v in hdrs.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
-            pass  # the client gave up (timeout test): nothing to do
+        send(self, status, body, headers)
 
     def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode("utf-8"), headers)

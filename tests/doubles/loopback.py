@@ -8,6 +8,27 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def send(handler: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    """Write one whole answer (JSON unless ``headers`` says otherwise; a header given replaces ours whatever
+    its case), then close: a client that gave up meanwhile is not an error."""
+    hdrs = {"Content-Type": "application/json"}
+    for k, v in (headers or {}).items():
+        for existing in [h for h in hdrs if h.lower() == str(k).lower()]:
+            del hdrs[existing]
+        hdrs[str(k)] = str(v)
+    try:
+        handler.send_response(status)
+        for k, v in hdrs.items():
+            handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.write(body)
+        handler.wfile.flush()
+    except OSError:
+        pass  # the client gave up (a timeout test) or the double is stopping
+
+
 class QuietServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True

@@ -23,7 +23,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .loopback import LoopbackDouble, QuietServer
+from .loopback import LoopbackDouble, QuietServer, send
 
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 BALANCE_OF = "0x70a08231"
@@ -38,16 +38,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
-        except OSError:
-            pass
+        send(self, status, body, {"Content-Type": ctype})
 
     def do_GET(self) -> None:  # noqa: N802
         self._send(405, b'{"error": "POST JSON-RPC here"}')

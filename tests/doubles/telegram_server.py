@@ -27,7 +27,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .loopback import LoopbackDouble, QuietServer
+from .loopback import LoopbackDouble, QuietServer, send
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -40,20 +40,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            for k, v in (headers or {}).items():
-                self.send_header(str(k), str(v))
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-            self.wfile.flush()
-        except OSError:
-            pass  # the client gave up or was stopped
+        send(self, status, body.encode("utf-8") if isinstance(body, str) else body, headers)
 
     def _params(self, raw: bytes) -> dict[str, Any]:
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query))
