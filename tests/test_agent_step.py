@@ -411,3 +411,19 @@ def test_when_the_adapter_fails_mid_conversation_the_next_tier_gets_all_of_it(sh
     assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
     assert second["messages"][2]["tool_calls"][0]["id"] == "c1" and second["tools"][0]["function"]["name"] == "shout"
     assert step_result(entries)["result"] == "TIERS"
+
+
+def test_the_step_wraps_up_at_max_turns_or_a_tenth_of_cost_or_time_left():
+    import time as time_
+
+    from brainstem.session.agent_step import _wrap_up_reason
+    from brainstem.state.budget import Budget
+
+    budget = Budget(max_cost=1.0, max_steps=10, max_duration=100.0, reserve_fraction=0.2)
+    assert _wrap_up_reason(budget, 0, 8) is None
+    assert _wrap_up_reason(budget, 8, 8) == "max_turns"
+    budget.spent = 0.71  # 0.09 left of the 0.8 before the reserve: under a tenth of 1.0
+    assert _wrap_up_reason(budget, 1, 8) == "cost"
+    budget.spent = 0.0
+    budget.t0 = time_.monotonic() - 71  # 9 s left of the 80 before the reserve: under a tenth of 100
+    assert _wrap_up_reason(budget, 1, 8) == "time"
