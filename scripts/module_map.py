@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Print the package's module map, layer by layer, from the tree itself.
 
-README's "Development" section holds this output between its markers; the
+docs/development.md holds this output between its markers; the
 docs test fails when the two differ. Run it after adding or moving a module:
 
     python scripts/module_map.py            # print the map
-    python scripts/module_map.py --write    # and put it in README.md
+    python scripts/module_map.py --write    # and put it in docs/development.md
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def render() -> str:
 def main() -> None:
     text = render()
     if "--write" in sys.argv:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "development.md"
         current = readme.read_text()
         start, end = current.index(BEGIN) + len(BEGIN), current.index(END)
         readme.write_text(current[:start] + "\n" + text + "\n" + current[end:])

@@ -1,7 +1,7 @@
-"""Regenerate README.md's configuration table from the settings model.
+"""Regenerate the settings table in docs/configuration.md from the settings model.
 
     python scripts/settings_table.py          # rewrite the table in place
-    python scripts/settings_table.py --check  # exit 1 if README is out of date
+    python scripts/settings_table.py --check  # exit 1 if the page is out of date
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def table() -> str:
 
 
 def main() -> int:
-    readme = REPO / "README.md"
+    readme = REPO / "docs" / "configuration.md"
     text = readme.read_text()
     a, b = text.index(START) + len(START), text.index(END)
     new = text[:a] + "\n" + table() + "\n" + text[b:]

@@ -1,4 +1,4 @@
-"""The README stays true to the code."""
+"""The README and the pages in docs/ stay true to the code, and their links lead somewhere."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from brainstem.core.settings import settings_reference
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+CONFIGURATION = (DOCS / "configuration.md").read_text()
+RUNNING = (DOCS / "running.md").read_text()
+COMMANDS = (DOCS / "commands.md").read_text()
 
 
 def test_settings_table_matches_the_settings_model():
-    table = README.split("<!-- settings-table:start -->")[1].split("<!-- settings-table:end -->")[0]
+    table = CONFIGURATION.split("<!-- settings-table:start -->")[1].split("<!-- settings-table:end -->")[0]
     documented = re.findall(r"^\| `([A-Z_]+)` \|", table, flags=re.M)
     assert documented == [name for name, _, _ in settings_reference()]
     for name, default, meaning in settings_reference():
@@ -35,7 +39,7 @@ def test_the_product_cites_nothing_it_does_not_ship():
 
     repo = Path(__file__).resolve().parent.parent
     pattern = re.compile(r"DESIGN\.md|\bshared/|seeds/0\d\d_|steering repo|\bissue \d+\b", re.IGNORECASE)
-    files = [repo / "README.md", *(p for d in ("brainstem", "bench", "scripts", "tools_seed", "prompts_seed")
+    files = [repo / "README.md", *(p for d in ("brainstem", "bench", "scripts", "tools_seed", "prompts_seed", "docs")
                                   for p in (repo / d).rglob("*")
                                   if p.is_file() and p.suffix in (".py", ".md", ".json"))]
     found = [f"{p.relative_to(repo)}:{n}: {line.strip()}" for p in files
@@ -46,7 +50,7 @@ def test_the_product_cites_nothing_it_does_not_ship():
 def test_readme_lists_every_outcome_with_whose_move_it_is():
     from brainstem.core import outcomes
 
-    table = README.split("### Session outcomes")[1].split("\n\n", 2)[2].split("\n\n")[0]
+    table = RUNNING.split("## Session outcomes")[1].split("\n\n", 2)[2].split("\n\n")[0]
     rows = {m.group(1): line for line in table.splitlines() if (m := re.match(r"^\| `([a-z_]+)` \|", line))}
     assert list(rows) == list(outcomes.ALL)
     for name in outcomes.OPERATOR_FAULTS:
@@ -62,7 +66,7 @@ def test_readme_commands_table_names_every_command():
 
     from brainstem.operator.cli import cli
 
-    table = README.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    table = COMMANDS.split("# Commands", 1)[1].split("\n\n", 2)[1]
     names = []
     for name, cmd in cli.commands.items():
         if isinstance(cmd, click.Group):
@@ -71,3 +75,28 @@ def test_readme_commands_table_names_every_command():
             names.append(name)
     missing = [n for n in names if not re.search(r"`(brainstem )?" + re.escape(n) + r"\b", table)]
     assert not missing, missing
+
+
+def test_the_readme_stays_short_and_every_link_leads_somewhere():
+    """The README is the first hour; the reference is in docs/. Every relative link, in either, names a
+    file that exists and, with #anchor, a heading in it (GitHub's anchors)."""
+    assert len(README.splitlines()) <= 300
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    assert {p.name for p in pages} >= {"README.md", "running.md", "talking.md", "fleet.md", "security.md",
+                                       "tools.md", "commands.md", "configuration.md", "store.md", "development.md"}
+
+    def anchors(path):
+        out = set()
+        for line in path.read_text().splitlines():
+            if m := re.match(r"^#{1,6} (.+)$", line):
+                out.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+        return out
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([\w\-]+))?\)", page.read_text()):
+            dest = (page.parent / target).resolve() if target else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                broken.append(f"{page.name}: {target}#{anchor}")
+    assert not broken, broken

@@ -270,7 +270,7 @@ def load_settings(**overrides) -> Settings:
 
 
 def settings_reference() -> list[tuple[str, str, str]]:
-    """(variable, default, meaning) for every setting: the README's table is checked against this."""
+    """(variable, default, meaning) for every setting: the table in docs/configuration.md is checked against this."""
     rows = []
     for name, f in Settings.model_fields.items():
         default = f.default if f.default_factory is None else ("(see meaning)" if name == "kv" else "")
