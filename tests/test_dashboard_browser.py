@@ -15,7 +15,8 @@ step, a session that could not plan, a reflection that rewrites
 * receives no secret, in any response, anywhere;
 * switches between two agents sharing one store;
 * takes screenshots into ``tests/artifacts/`` (``BRAINSTEM_UPDATE_SCREENSHOTS=1``
-  also copies the README's three into ``docs/screenshots/``).
+  also copies the README's three into ``docs/screenshots/``, from a store at
+  ``/var/lib/brainstem/brainstem.db`` as a deployment has it: it replaces one there).
 
 Needs ``/usr/bin/chromium`` (Debian's ``chromium``): without it the tests skip,
 except under ``BRAINSTEM_REQUIRE_BROWSER=1`` (CI), where they fail.
@@ -71,6 +72,7 @@ except ImportError:  # the tests skip (or fail under BRAINSTEM_REQUIRE_BROWSER=1
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = REPO / "tests" / "artifacts"
 SCREENSHOTS = REPO / "docs" / "screenshots"
+SCREENSHOT_STORE = Path("/var/lib/brainstem/brainstem.db")  # only with BRAINSTEM_UPDATE_SCREENSHOTS=1
 README_SHOTS = {"overview": "dashboard-overview.png", "sessions": "dashboard-sessions.png",
                 "timeline": "dashboard-timeline.png"}
 
@@ -224,6 +226,12 @@ def world(browser, tmp_path_factory):
     """The store, the LLM double and the dashboard over them, shared by the module's tests."""
     root = tmp_path_factory.mktemp("dashboard")
     url = f"sqlite:///{root / 'store.db'}"
+    if os.environ.get("BRAINSTEM_UPDATE_SCREENSHOTS") == "1":
+        # The shipped screenshots show the store a deployment has (the systemd units' path), not pytest's.
+        SCREENSHOT_STORE.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in SCREENSHOT_STORE.parent.glob(SCREENSHOT_STORE.name + "*"):
+            leftover.unlink()
+        url = f"sqlite:///{SCREENSHOT_STORE}"
     store = seeded(url)
     meta = store.get_json(keys.tool_meta("kv_write"))
     store.put(keys.tool_meta("kv_write"), {**meta, "mode": "supervised"})  # its runs wait for review
