@@ -148,7 +148,13 @@ def real_store_url(request, tmp_path):
     """A store URL for subprocess tests: a real Redis (own prefix) or an SQLite file."""
     if request.param == "redis":
         base = request.getfixturevalue("redis_url")
-        return f"{base}?prefix={unique_prefix()}"
+        prefix = unique_prefix()
+        from brainstem.store import open_store
+
+        # The test's own agent, registered as `brainstem seed` would: the commands refuse a name that is not.
+        with open_store(base, prefix="") as admin:
+            admin.register_agent(prefix)
+        return f"{base}?prefix={prefix}"
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 

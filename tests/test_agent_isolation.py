@@ -311,6 +311,8 @@ def test_registering_a_name_the_default_agent_already_uses_is_refused(url):
     with pytest.raises(ConfigError, match=r"cannot register agent 'carol'.*default agent.*'carol:notes'"):
         agent(url, "carol").get("soul")
     r = run_cli("kv", "ls", env={"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": "carol:"})
+    assert r.returncode == 2 and "no agent 'carol'" in r.stderr, r.stderr  # only seed registers a name
+    r = run_cli("seed", "--example-soul", env={"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": "carol:"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "carol:notes" in r.stderr and "--adopt" in r.stderr
     assert d.get("carol:notes") == "the default agent's notes"  # nothing changed: still the default agent's
@@ -386,7 +388,7 @@ def test_cli_default_agent_cannot_read_list_write_or_delete_bobs_keys(world):
                                                 "karma:1", "(log)"])
     for key in ("wisdom", "secret:k", "alice:soul"):
         r = run_cli("kv", "get", key, env={**env, "BRAINSTEM_KV_PREFIX": "bob:"})
-        assert r.returncode == 1 and DEFAULT_SECRET not in r.stdout and ALICE_SOUL not in r.stdout
+        assert r.returncode == 2 and DEFAULT_SECRET not in r.stdout and ALICE_SOUL not in r.stdout  # names nothing
 
 
 def test_kv_read_tool_cannot_read_another_agents_keys(world):

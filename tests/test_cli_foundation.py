@@ -73,7 +73,7 @@ def test_soul_needs_the_operator_override(env):
 
 
 def test_malformed_json_value_gives_raw_text_or_a_clear_error(env):
-    run_cli("kv", "put", "config:defaults", "{oops", env=env)
+    run_cli("kv", "put", "config:defaults", "{oops", "--force", env=env)  # a broken value, on purpose
     assert run_cli("kv", "get", "config:defaults", env=env).stdout.strip() == "{oops"
     assert "not valid JSON" in one_line_error(run_cli("kv", "get", "config:defaults", "--json", env=env))
     assert "not valid JSON" in one_line_error(run_cli("kv", "put", "x", "{oops", "--json", env=env))

@@ -100,7 +100,7 @@ def test_an_invalid_config_models_falls_back_to_its_last_valid_version_and_statu
     from .conftest import run_cli
 
     env = wake_env(real_store_url, llm)
-    r = run_cli("kv", "put", "config:models", '{"models": "not a list"}', env=env)
+    r = run_cli("kv", "put", "config:models", '{"models": "not a list"}', "--force", env=env)
     assert r.returncode == 0, r.stderr
     llm.queue(plan(think("hello", model="haiku")))
     llm.responder = answers()

@@ -217,14 +217,15 @@ def test_sessions_lists_history_newest_last(real_store_url, llm):
     assert outcomes == ["clean", "no_plan", "clean"]
     h = history(store)
 
-    rows = ok(run_cli("sessions", env=cli_env(real_store_url))).splitlines()
+    header, *rows = ok(run_cli("sessions", env=cli_env(real_store_url))).splitlines()
+    assert header.split() == ["SESSION", "STARTED", "OUTCOME", "STEPS", "COST", "DURATION", "SUMMARY"]
     assert [r.split()[0] for r in rows] == [x["id"] for x in h]
     for row, entry in zip(rows, h, strict=True):
         assert row.split()[1:3] == [entry["started_at"], entry["outcome"]], row
         assert f"{entry['steps']} steps" in row and f"${entry['cost']:.4f}" in row
     assert "a quiet session" in rows[0] and "a quiet session" not in rows[1]  # the reflection's summary
 
-    last_two = ok(run_cli("sessions", "-n", "2", env=cli_env(real_store_url))).splitlines()
+    last_two = ok(run_cli("sessions", "-n", "2", env=cli_env(real_store_url))).splitlines()[1:]
     assert [r.split()[0] for r in last_two] == [x["id"] for x in h[-2:]]
 
     as_json = [json.loads(line) for line in ok(run_cli("sessions", "--json", env=cli_env(real_store_url))).splitlines()]
@@ -451,7 +452,7 @@ def test_quiet_prints_one_line_and_text_progress_otherwise(cassette_store, llm):
 
 # --- live progress on a terminal ------------------------------------------------------
 
-def test_tty_progress_shows_step_and_spend_against_budget():
+def test_tty_progress_shows_step_of_the_plan_and_spend_against_budget():
     lines: list[str] = []
     on_entry = listener("text", lines.append, tty=True)
     t = "2026-01-02T03:04:05.678Z"
@@ -459,18 +460,25 @@ def test_tty_progress_shows_step_and_spend_against_budget():
               "budget": {"max_cost": 0.1, "max_steps": 12, "spent": 0}})
     on_entry({"t": t, "elapsed_ms": 10, "event": "llm_call", "purpose": "orient", "cost": 0.0125})
     on_entry({"t": t, "elapsed_ms": 20, "event": "plan", "steps": 3})
+    # step_start carries the step budget (12) as max_steps; the counter shows the plan's 3 steps instead.
     on_entry({"t": t, "elapsed_ms": 30, "event": "step_start", "step_id": "a", "type": "think",
-              "step_number": 1, "max_steps": 3})
+              "step_number": 1, "max_steps": 12})
     on_entry({"t": t, "elapsed_ms": 40, "event": "llm_call", "purpose": "think", "cost": 0.0025})
     on_entry({"t": t, "elapsed_ms": 50, "event": "step_start", "step_id": "b", "type": "think",
-              "step_number": 2, "max_steps": 3})
+              "step_number": 2, "max_steps": 12})
     on_entry({"t": t, "elapsed_ms": 60, "event": "session_end", "outcome": "clean", "cost": 0.015})
-    assert lines[0].startswith("[step 0/12 $0.0000/$0.10] ") and "session_start" in lines[0]
-    assert lines[1].startswith("[step 0/12 $0.0125/$0.10] ") and "llm_call" in lines[1]
+    assert lines[0].startswith("[step 0 $0.0000/$0.10] ") and "session_start" in lines[0]
+    assert lines[1].startswith("[step 0 $0.0125/$0.10] ") and "llm_call" in lines[1]
+    assert lines[2].startswith("[step 0/3 $0.0125/$0.10] ") and "plan" in lines[2]
     assert lines[3].startswith("[step 1/3 $0.0125/$0.10] ") and "step_id=a" in lines[3]
     assert lines[4].startswith("[step 1/3 $0.0150/$0.10] ")
     assert lines[5].startswith("[step 2/3 $0.0150/$0.10] ")
     assert lines[6].startswith("[step 2/3 $0.0150/$0.10] ") and "outcome=clean" in lines[6]
+    assert not any("/12" in line for line in lines)
+    # A conditional's or subplan's steps run past the plan's count: said so, never "5/3".
+    on_entry({"t": t, "elapsed_ms": 70, "event": "step_start", "step_id": "c", "type": "think",
+              "step_number": 5, "max_steps": 12})
+    assert lines[7].startswith("[step 5, 3 planned $0.0150/$0.10] ")
     assert all("03:04:05" not in line for line in lines)  # the clock gives way to the step counter
 
     plain: list[str] = []

@@ -206,7 +206,7 @@ def test_sessions_since_and_by_day_with_totals(st, env, llm):
 
     text = ok(run_cli("sessions", "--since", "7d", env=env))
     lines = text.splitlines()
-    assert [line.split()[0] for line in lines[:-1]] == [e["id"] for e in recent]
+    assert [line.split()[0] for line in lines[1:-1]] == [e["id"] for e in recent]
     total = sum(e["cost"] for e in recent)
     assert total > 0
     assert re.fullmatch(r"2 sessions since \S+Z, \$(\d+\.\d{4}): clean 1, no_plan 1", lines[-1]), lines[-1]
@@ -214,11 +214,11 @@ def test_sessions_since_and_by_day_with_totals(st, env, llm):
     no_repr(text)
 
     everything = ok(run_cli("sessions", "--since", by_id[old]["started_at"][:10], env=env)).splitlines()
-    assert [line.split()[0] for line in everything[:-1]] == [e["id"] for e in h]
+    assert [line.split()[0] for line in everything[1:-1]] == [e["id"] for e in h]
     assert everything[-1].startswith("3 sessions since ") and everything[-1].endswith(": clean 2, no_plan 1")
 
     limited = ok(run_cli("sessions", "--since", "30d", "-n", "1", env=env)).splitlines()
-    assert [line.split()[0] for line in limited[:-1]] == [h[-1]["id"]]
+    assert [line.split()[0] for line in limited[1:-1]] == [h[-1]["id"]]
     assert limited[-1].startswith("3 sessions since ") and "(showing the last 1)" in limited[-1]
 
     as_json = json.loads(ok(run_cli("sessions", "--since", "7d", "--json", env=env)))
@@ -244,7 +244,7 @@ def test_sessions_since_and_by_day_with_totals(st, env, llm):
     assert [d["day"] for d in week["days"]] == [today] and week["totals"]["sessions"] == 2
 
     # The plain listing is unchanged: the last 20, aligned columns, no totals.
-    rows = ok(run_cli("sessions", env=env)).splitlines()
+    rows = ok(run_cli("sessions", env=env)).splitlines()[1:]
     assert [r.split()[0] for r in rows] == [e["id"] for e in h]
     for word in (" steps", "$"):
         assert len({r.index(word) for r in rows}) == 1, rows

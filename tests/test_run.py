@@ -121,9 +121,9 @@ def test_bad_schedules_and_unknown_agents_are_refused_with_one_line(redis_url, a
         "cron out of range": (["--cron", "61 * * * *", "--agent", name], "crontab"),
         "neither": (["--agent", name], "exactly one of"),
         "both": (["--every", "1s", "--cron", "* * * * *", "--agent", name], "exactly one of"),
-        "ghost agent": (["--every", "1s", "--agent", "ghost" + uuid.uuid4().hex[:6]], "unknown agent"),
+        "ghost agent": (["--every", "1s", "--agent", "ghost" + uuid.uuid4().hex[:6]], "nothing has been seeded"),
         "one ghost among real": (["--every", "1s", "--agent", name, "--agent", "ghost" + uuid.uuid4().hex[:6]],
-                                 "unknown agent"),
+                                 "nothing has been seeded"),
     }
     # Each must refuse on its own, quickly (a run that kept running would time out), without touching the schedule.
     for label, (args, why) in cases.items():

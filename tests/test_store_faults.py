@@ -194,6 +194,7 @@ def read_only_store():
     from brainstem.state.versions import record_write
 
     record_write(store, "prompt:orient", "orient v1", "orient v2", source="operator")
+    store.register_agent("bob")  # an agent exists once registered (seeded); reading it then needs no write
     store.close()  # a clean close removes the write-ahead log: the reader cannot create one
     os.chmod(d / "brainstem.db", 0o444)
     os.chmod(d, 0o555)
@@ -206,9 +207,10 @@ def read_only_store():
 def test_a_read_only_sqlite_store_can_be_inspected(read_only_store, agent):
     prefix = _without_dac()
     env = {"BRAINSTEM_KV": read_only_store, **({"BRAINSTEM_KV_PREFIX": agent} if agent else {})}
-    if agent:  # a named agent's first use registers its name: not possible here, and not needed to read
+    if agent:  # a registered agent is read without writing anything; an unknown one is one line, exit 2
         for args in (["status"], ["sessions"], ["kv", "ls"]):
             ok(run_as_user(prefix, *args, env=env))
+        one_line(run_as_user(prefix, "kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "ghost"}), 2, "no agent 'ghost'")
         return
     assert "1-abcdef" in ok(run_as_user(prefix, "status", env=env))
     assert "a quiet session" in ok(run_as_user(prefix, "sessions", env=env))
@@ -265,7 +267,8 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
         assert "soul" in ok(run_cli("kv", "ls", env=env)).split()
         ok(run_cli("status", env=env))
         ok(run_cli("sessions", env=env))
-        ok(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}))  # registering would write: not needed
+        # An agent that was never seeded is one line (nothing is registered, so nothing is written).
+        one_line(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}), 2, "no agent 'bob'")
         one_line(run_cli("kv", "put", "notes:x", "y", env=env), 3, "read-only")
         one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
         from brainstem.store.redis_store import RedisStore

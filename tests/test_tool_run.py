@@ -153,7 +153,8 @@ def test_help_works(kv):
 
 def test_missing_tool(kv):
     _, env = kv
-    assert_one_line_failure(tool_run(env, "no_such_tool"), "no_such_tool", "missing")
+    assert_one_line_failure(tool_run(env, "no_such_tool"), "no tool named 'no_such_tool'", "brainstem tool ls",
+                            code=2)  # names nothing
 
 
 def test_bad_input_json(kv):

@@ -23,6 +23,11 @@ class ConfigError(BrainstemError):
     exit_code = 2
 
 
+class UnknownAgent(ConfigError):
+    """A named agent that is not registered in the store: nothing was seeded under that name (a typo,
+    often). Only ``brainstem seed`` and ``brainstem agents register`` make an agent exist."""
+
+
 class BadArgument(BrainstemError):
     """A command-line argument is not in the form the command takes; the message shows the form."""
 

@@ -34,6 +34,7 @@ WAKE_LOG = "wake_log"
 # The runtime's own bookkeeping (runtime-owned: stats:*, history:*).
 LAST_GROUND_TRUTH = "stats:last_ground_truth"  # what status shows of the balances
 DAILY_COST = "stats:daily_cost"  # today's spend, across sessions
+DAILY_SIMULATED_COST = "stats:daily_simulated_cost"  # today's cassette answers' cost: shown, never spent
 COST_ANOMALIES = "stats:cost_anomalies"  # today's calls billed above their worst case
 READS = "stats:reads"  # per-key read counts, for deep reflection's pruning
 NOTES = "stats:notes"  # the agent's notes to its future self
@@ -53,6 +54,7 @@ INBOX_COUNTER = "stats:inbox_counter"  # the last inbox message id handed out
 INBOX_READ = "stats:inbox_read"  # the highest inbox id shown to the agent in a session that ended
 INBOX_URGENT = "stats:inbox_urgent"  # the highest urgent inbox id: above the read and shown marks, the agent is due
 INBOX_SHOWN = "stats:inbox_shown"  # the highest inbox id put before the model (answered or not): wakes once
+DAEMON_FAILING = "stats:daemon"  # why `brainstem run` cannot wake the agent, and since when; gone once a fire succeeds
 TELEGRAM_STATE = "stats:telegram"  # the Bot API update offset, and texts from other chats (counted, never shown)
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index

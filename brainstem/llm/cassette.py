@@ -7,6 +7,10 @@ Answers are served in order; ``expect`` (optional) is a prefix the request's
 last message must start with, so a cassette that has drifted from the prompts
 fails loudly instead of answering the wrong question. Running out of answers
 is a provider error like any other: recorded, never a hang.
+
+A cassette's answers are *simulated*: they move no money, so the chokepoint
+charges them to the session's budget but never to today's spend. Each session
+gets a provider of its own, so each starts from the cassette's first answer.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from brainstem.llm.openrouter import LLMResponse, ProviderError
 
 class CassetteProvider:
     tier = "cassette"
+    simulated = True  # answers move no money: the session's budget counts them, today's spend never
 
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -10,6 +10,12 @@ book past the ceiling together. After it: settle the hold at the cost (the
 provider's ``usage.cost`` when it reports one, else the price list) and record
 an ``llm_call`` karma entry.
 
+A provider whose ``simulated`` attribute is true (a cassette) moves no money: its
+calls are priced, held and charged against the session's budget exactly as real
+ones (so budgets bound a cassette session the same way), but never held against
+today's ceiling nor added to today's spend; their ``llm_call`` entries say
+``simulated: true`` and their cost is noted apart, as today's simulated spend.
+
 The soul is the system message of every call; no template can leave it out.
 Providers are tried in order (the dynamic adapter, the last working one, the
 hard-coded client); if all fail, the fallback model is tried once.
@@ -65,6 +71,11 @@ class LLMError(Exception):
     @property
     def outage(self) -> bool:
         return self.fault is not None
+
+
+def is_simulated(provider) -> bool:
+    """True for a provider whose answers move no money (a cassette, or a replay whose live model is one)."""
+    return bool(getattr(provider, "simulated", False))
 
 
 def provider_fault(tier: str, exc: ProviderError) -> str | None:
@@ -185,7 +196,10 @@ class LLM:
             messages.append({"role": "user", "content": turn["prompt"]})
         offered = {"tools": turn["tools"], "tool_choice": turn["tool_choice"] or "auto"} if turn["tools"] else {}
         prompt_chars = request_chars({"messages": messages, **offered})
-        max_tokens, reduced = self._fit_budget(purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve)
+        # Today's ceiling limits the call only when some provider tried may spend real money.
+        simulated_only = all(is_simulated(p) for p in self.providers)
+        max_tokens, reduced = self._fit_budget(purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve,
+                                               simulated_only)
         time_left = self.budget.time_left(use_reserve)
         if time_left <= 0:
             self.record(events.BUDGET_EXCEEDED, limit="time", purpose=purpose, step_id=step_id,
@@ -215,7 +229,8 @@ class LLM:
                                                  use_reserve=use_reserve) as wire:
                         resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
                 else:
-                    hold = self._hold(purpose, step_id, model_id, request, use_reserve, max(1.0, time_left))
+                    hold = self._hold(purpose, step_id, model_id, request, use_reserve, max(1.0, time_left),
+                                      is_simulated(provider))
                     resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
             except ProviderError as exc:
                 self.budget.release(hold)
@@ -249,8 +264,9 @@ class LLM:
                         cost=round(wire["cost"], 10), cost_source="wire", wire_requests=wire["requests"],
                         failed=True, error=error, duration_ms=int((time.monotonic() - t0) * 1000))
 
-    def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve) -> tuple[int, bool]:
-        left, limit = self.budget.headroom(use_reserve)
+    def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve,
+                    simulated: bool = False) -> tuple[int, bool]:
+        left, limit = self.budget.headroom(use_reserve, simulated=simulated)
         # Nothing left is a stop whatever the price list says: a model priced at zero must not make
         # the ceiling stop working.
         if left > 0 and self.worst_case(model_id, prompt_chars, max_tokens) <= left:
@@ -274,11 +290,12 @@ class LLM:
         self.record(events.BUDGET_EXCEEDED, limit=limit, purpose=purpose, step_id=step_id, model=model_id,
                     spent=round(spent, 6), budget=round(ceiling, 6), worst_case=round(worst, 6))
 
-    def _hold(self, purpose, step_id, model_id, request, use_reserve, time_left):
+    def _hold(self, purpose, step_id, model_id, request, use_reserve, time_left, simulated: bool = False):
         """The call's worst case, held until it is answered (the provider has until ``time_left`` runs out)."""
         worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
         try:
-            return self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=time_left + HOLD_MARGIN_S)
+            return self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=time_left + HOLD_MARGIN_S,
+                                       simulated=simulated)
         except BudgetExceeded as exc:
             self._refused(exc.limit, purpose, step_id, model_id, worst, use_reserve)
             raise BudgetExceeded(exc.limit, f"the {purpose} call was not sent: {exc}") from None
@@ -318,6 +335,7 @@ class LLM:
                     cost_source=cost_source, wire_requests=wire["requests"] if wire else None,
                     duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
                     finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
+                    simulated=True if hold is not None and hold.simulated else None,
                     request=recorded_request, response=resp.content, tool_calls=resp.tool_calls or None)
         if charge and self.on_cost is not None:
             self.on_cost(cost)

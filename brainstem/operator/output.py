@@ -31,6 +31,18 @@ def as_text(value, none: str = "-") -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+def clip(text: str, width: int = 60) -> str:
+    """``text`` as one line of at most ``width`` characters, cut at a word boundary and marked with "…", so a
+    column never ends mid-word (a single word longer than ``width`` is cut where it must be)."""
+    line = " ".join(text.split())
+    if len(line) <= width:
+        return line
+    head = line[: width - 1]
+    if line[width - 1] != " " and " " in head:
+        head = head[: head.rindex(" ")]
+    return head.rstrip(" ,;:.-") + "…"
+
+
 def usd(value, digits: int = 4) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "-"

@@ -16,9 +16,9 @@ from brainstem.core.settings import Settings
 from brainstem.operator.output import as_text, labelled, usd
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.session.telegram import status as telegram_status
+from brainstem.state import daemon_health, inbox, refusals
 from brainstem.state import history as session_history
-from brainstem.state import inbox, refusals
-from brainstem.state.budget import anomalies_today, daily_spent
+from brainstem.state.budget import anomalies_today, daily_spent, simulated_today
 from brainstem.state.config import load_defaults, load_models
 from brainstem.state.review import items as review_items
 from brainstem.state.sleep import agent_sleeping_until
@@ -107,9 +107,11 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                                       "raw_kept_at": keys.REJECTED_SESSION_HISTORY}
                                      if isinstance(rejected, dict) else None),
         "failing_in_a_row": len(failing_streak(hist)),
+        "daemon": daemon_health.read(store),  # why `brainstem run` cannot wake it: {since, reason}, or None
         "history_damaged": [{"position": e.get("position"), "id": e.get("id")}
                             for e in session_history.damaged(hist)] or None,
         "cost_today": round(daily_spent(store), 6),
+        "simulated_cost_today": round(simulated_today(store), 6),  # cassette answers: never in cost_today
         "daily_ceiling": settings.max_daily_cost,
         "session_ceiling": settings.max_session_cost,
         "balances_last_seen": truth,
@@ -189,6 +191,8 @@ def _agent_lines(report: dict[str, Any]) -> list[str]:
                                             f"{usd(last.get('cost') or 0)}  {as_text(last.get('steps', 0))} steps"))
     if last and report.get("operator_action"):
         out.append(labelled("OPERATOR", report["operator_action"]))
+    if report.get("daemon"):
+        out.append(labelled("daemon", daemon_health.line(report["daemon"])))
     return out
 
 
@@ -230,8 +234,10 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
     def money(v):
         return "unknown" if v is None else usd(v, 2)
     out = [labelled("failing in a row", as_text(report["failing_in_a_row"])),
-           labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)} (per "
-                                   f"session at most {usd(report['session_ceiling'], 2)})"),
+           labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)}"
+                                   + (f" (+{usd(report['simulated_cost_today'])} simulated, from cassettes)"
+                                      if report.get("simulated_cost_today") else "")
+                                   + f" (per session at most {usd(report['session_ceiling'], 2)})"),
            labelled("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC "
                                 f"{money(bal.get('wallet_usdc'))}"
                     + (f" (as of {as_text(truth.get('at'))})" if truth else "")),

@@ -133,8 +133,8 @@ def check_ready(store: Store, settings: Settings, need_key: bool = True) -> tupl
     if not orient or not orient.strip():
         raise ConfigError(f"no prompt:orient in {store.display_url}: run `brainstem seed`")
     if need_key and "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
-        raise ConfigError("OPENROUTER_API_KEY is not set (or point OPENROUTER_BASE_URL at another "
-                          "OpenAI-compatible server)")
+        raise ConfigError("OPENROUTER_API_KEY is not set: set it (or point OPENROUTER_BASE_URL at another "
+                          "OpenAI-compatible server), or pass --llm-cassette FILE to answer from recorded answers")
     return soul, orient
 
 

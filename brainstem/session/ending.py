@@ -140,6 +140,8 @@ def record_end(course: Course) -> WakeResult:
              "steps_failed": course.executor.steps_failed if course.executor else 0, "duration_ms": duration_ms}
     if course.reason:
         entry["reason"] = course.reason
+    if budget.simulated:  # answered from a cassette: this much of its cost moved no money
+        entry["simulated_cost"] = round(budget.simulated, 10)
     if action is not None:
         entry["operator_action"] = action
     last = store.get_json(keys.LAST_REFLECT, default=None)
@@ -168,7 +170,8 @@ def record_end(course: Course) -> WakeResult:
     course.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
                      karma_expired=expired or None, reason=course.reason, operator_action=action,
-                     dry_run=course.mode == "dry_run" or None)
+                     dry_run=course.mode == "dry_run" or None,
+                     simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
     karma_mod.end_session(store, course.id)
     what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
     if course.mode == "dry_run":

@@ -168,6 +168,7 @@ class RecordedAnswers:
     def __init__(self, recording: Recording, record, live=None, assume: bool = False):
         self.record = record
         self.live = live
+        self.simulated = bool(getattr(live, "simulated", False))  # a cassette live: no answer moves money
         self.assume = assume
         self.by_request: dict[str, deque] = defaultdict(deque)
         self.by_place: dict[tuple, deque] = defaultdict(deque)
@@ -284,10 +285,12 @@ class Replayed:
 
 
 def rerun(settings, store: Store, recording: Recording, *, live: bool = False, assume: bool = False,
-        staged: dict[str, Any] | None = None, max_seconds: float | None = None) -> Replayed:
+        staged: dict[str, Any] | None = None, max_seconds: float | None = None, cassette=None) -> Replayed:
     """Run ``recording`` again in an overlay of ``store``, with ``staged`` keys put there first;
-    ``max_seconds`` caps its time budget (the gate runs inside a session's own)."""
-    kept = {keys.DAILY_COST, keys.COST_ANOMALIES} if live else set()
+    ``max_seconds`` caps its time budget (the gate runs inside a session's own). ``cassette`` (a
+    provider) answers in place of the live model: simulated, so today's spend and ceiling are untouched."""
+    paid = live and cassette is None  # only the real model's answers are money
+    kept = {keys.DAILY_COST, keys.COST_ANOMALIES} if paid else set()
     overlay = OverlayStore(store, passthrough=kept.__contains__)
     for key, value in (staged or {}).items():
         overlay.put(key, value)
@@ -296,11 +299,11 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     karma = Karma(overlay, sid, Redactor(settings.known_secrets()))
     for e in recording.prefix:  # the context the session saw, as it saw it
         overlay.append(keys.karma(sid), karma_mod.encode_entry(e))
-    soul, orient_template = check_ready(overlay, settings, need_key=live)
+    soul, orient_template = check_ready(overlay, settings, need_key=paid)
     problems: list[str] = []
     defaults, models = load_defaults(overlay, problems), effective_models(overlay, problems)
     left_today = finite_or(recording.start.get("daily_budget_left"), settings.max_daily_cost)
-    if live:
+    if paid:
         left_today = min(left_today, max(0.0, settings.max_daily_cost - daily_spent(store)))
     budget = make_budget(defaults, settings, left_today)
     if max_seconds is not None:
@@ -308,9 +311,9 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     context = dict(recording.context)
     effort = context.get("effort") if isinstance(context.get("effort"), str) else "low"
     number = int(finite_or(recording.start.get("number"), 0))
-    answers = RecordedAnswers(recording, karma.record, live=hardcoded_provider(settings) if live else None,
-                              assume=assume)
-    if live:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
+    answers = RecordedAnswers(recording, karma.record, assume=assume,
+                              live=(cassette or hardcoded_provider(settings)) if live else None)
+    if paid:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
     session = build_session(settings, overlay, sid=sid, number=number, karma=karma, budget=budget,
                             defaults=defaults, models=models, soul=soul, context=context, mode="replay",

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from brainstem.core import keys
+from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
 from brainstem.core.errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
 from brainstem.core.names import agent_prefix
@@ -53,6 +53,11 @@ WAKE_LOG_KEEP = 500
 BACKOFF_MAX = 300.0
 URGENT_POLL = 1.0  # seconds between looks at the agents' inboxes for an urgent message
 URGENT_REFIRE = 60.0  # a fire for an urgent message that left it waiting (an error, say) is tried again after this
+# Session outcomes that mean the daemon cannot do its job until the operator acts: the LLM endpoint refused
+# the key, has no credit, is down or answers nonsense, or the store went away mid-session.
+FIRE_FAULTS = (*outcomes.PROVIDER_FAULTS.values(), outcomes.STORE_UNAVAILABLE)
+
+
 def parse_every(text: str) -> float:
     """``30s``, ``5m``, ``1h``, ``2d`` (or plain seconds) -> seconds; at least 1 s."""
     seconds = parse_duration(text, "--every")
@@ -86,6 +91,7 @@ class Agent:
     backoff_until: float = 0.0
     backoff: float = 0.0
     outage: str | None = None
+    failing: str | None = None  # the reason fires fail, last logged and recorded (stats:daemon); None: not failing
     cancel: threading.Event = field(default_factory=threading.Event)
     running: bool = False
     busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
@@ -127,8 +133,12 @@ def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
 
 
 class Runner:
-    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0, metrics=None):
+    def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0, metrics=None,
+                 cassette: str | os.PathLike | None = None):
         self.settings = settings
+        # Every fire's session answers from this cassette (a provider of its own per fire, so each session
+        # starts at its first answer); None: the configured providers.
+        self.cassette = cassette
         self.grace = grace
         self.metrics = metrics  # a brainstem.operator.metrics.Metrics, or None
         self.agents: list[Agent] = []
@@ -161,7 +171,7 @@ class Runner:
 
     def _check_agents(self) -> None:
         for a in self.agents:
-            store = open_store(self.settings.kv, prefix=a.prefix)
+            store = open_store(self.settings.kv, prefix=a.prefix, register=False)
             if not (store.get(keys.SOUL) or "").strip():
                 label = a.name or "the default agent"
                 hint = f"BRAINSTEM_KV_PREFIX={a.prefix} " if a.prefix else ""
@@ -184,9 +194,10 @@ class Runner:
         agent.running = True
         try:
             if agent.store is None:
-                agent.store = open_store(self.settings.kv, prefix=agent.prefix)
+                agent.store = open_store(self.settings.kv, prefix=agent.prefix, register=False)
             listeners = [self.metrics.listener(label)] if self.metrics is not None else []
-            result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners)
+            result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners,
+                          providers=self._providers())
             if result.status == "ran":
                 entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id}
                 log.info("%s: %s", label, result.message)
@@ -197,6 +208,8 @@ class Runner:
                 entry = {"fire": "slept", "until": result.next_wake_after}
             self._recovered(agent, label)
             self._record(agent, entry)
+            if result.status == "ran":
+                self._session_ran(agent, label, result.outcome)
         except LockHeld as exc:
             self._recovered(agent, label)
             log.info("%s: skipped: %s", label, exc)
@@ -208,15 +221,58 @@ class Runner:
             if agent.outage is None:  # once per outage, not once per tick
                 log.error("%s: store unavailable, retrying with backoff: %s", label, exc)
                 agent.outage = str(exc)
+            self._failing(agent, label, f"store unavailable: {exc}", logged=True)
         except BrainstemError as exc:
-            log.error("%s: %s", label, exc)
+            self._failing(agent, label, str(exc))
             self._record(agent, {"fire": "error", "error": str(exc)})
         except Exception as exc:  # noqa: BLE001 - a daemon logs and goes on
-            log.exception("%s: unexpected error: %s", label, exc)
+            if self._failing(agent, label, f"unexpected error: {type(exc).__name__}: {exc}", logged=True):
+                log.exception("%s: unexpected error: %s", label, exc)
             self._count(agent, "error")
         finally:
             agent.running = False
             agent.busy.release()
+
+    def _failing(self, agent: Agent, label: str, reason: str, logged: bool = False) -> bool:
+        """A fire failed for an operator fault: logged (unless the caller does) and recorded in the store for
+        ``status`` once per change of reason, not every tick. True when the reason is new."""
+        from brainstem.state import daemon_health
+
+        if reason == agent.failing:
+            return False
+        agent.failing = reason
+        if not logged:
+            log.error("%s: %s (logged again only when the reason changes)", label, reason)
+        try:
+            if agent.store is not None:  # None: the store could not even be opened
+                daemon_health.note_failing(agent.store, reason)
+        except BrainstemError:
+            pass  # an unreachable or read-only store cannot hold it; the log line above says it
+        return True
+
+    def _session_ran(self, agent: Agent, label: str, outcome: str | None) -> None:
+        """A session ran: one that ended in an operator fault (a refused key, no credit, the store) keeps or
+        sets the failure; any other outcome clears it, with a line when there was one."""
+        from brainstem.state import daemon_health
+
+        if outcome in FIRE_FAULTS:
+            self._failing(agent, label, f"{outcome}: {outcomes.operator_action(outcome)}")
+            return
+        try:
+            cleared = daemon_health.clear(agent.store)
+        except BrainstemError:
+            return  # still recorded; the next fire clears it
+        if agent.failing is not None or cleared is not None:
+            log.warning("%s: failing no more: a session ran (%s)%s", label, outcome,
+                        f" after failing since {cleared['since']}" if cleared else "")
+        agent.failing = None
+
+    def _providers(self) -> list | None:
+        if self.cassette is None:
+            return None
+        from brainstem.llm.cassette import CassetteProvider
+
+        return [CassetteProvider(self.cassette)]
 
     def _idle(self, look):
         """(agent, ``look(agent.store)``) for each agent not running nor backing off, until the daemon stops.

@@ -326,7 +326,8 @@ def start(settings: Any, prefix: str | None, label: str = "default", timeout: fl
         if settings.telegram_bot_token is not None or settings.telegram_chat_id is not None:
             log.warning("telegram: not polling: %s", status_reason(settings))
         return None
-    poller = Poller(config, lambda: open_store(settings.kv, prefix=prefix), timeout=timeout, label=label)
+    poller = Poller(config, lambda: open_store(settings.kv, prefix=prefix, register=False), timeout=timeout,
+                    label=label)
     log.info("telegram: polling the bot for messages from chat %s into %s's inbox%s", config.chat_id, label,
              f" (the first of the {agents} agents given)" if agents > 1 else "")
     return poller.start()

@@ -34,6 +34,7 @@ from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import LeaseLost, LockHeld, MalformedValue, NotText, StoreUnavailable
 from brainstem.core.settings import Settings
 from brainstem.core.untrusted import to_record
+from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
 from brainstem.session.build import agent_view, build_session, check_ready, make_budget
 from brainstem.session.crash import close_dead
@@ -140,7 +141,8 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
 
     check_ready(store, settings, need_key=providers is None)
     sid = f"dry-{uuid.uuid4().hex[:8]}"
-    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.COST_ANOMALIES, keys.UNLISTED_KARMA}
+    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.DAILY_SIMULATED_COST,
+               keys.COST_ANOMALIES, keys.UNLISTED_KARMA}
     overlay = OverlayStore(store, passthrough=through.__contains__)
     return _session(settings, overlay, _read_wake_config(store), providers, listeners, cancel, None,
                     mode="dry_run", sid=sid)
@@ -180,7 +182,9 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
     restored = None if dry else auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
     defaults, models = load_defaults(store, problems), effective_models(store, problems)
-    left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
+    # A session answered only from a cassette moves no money: today's real spend does not shrink it.
+    simulated = bool(providers) and all(is_simulated(p) for p in providers)
+    left_today = max(0.0, settings.max_daily_cost - (0.0 if simulated else daily_spent(store)))
     budget = make_budget(defaults, settings, left_today, cancel)
     # Every metered request holds its worst case against today's ceiling in the store before it goes.
     budget.daily = DailyLedger(store, settings.max_daily_cost)

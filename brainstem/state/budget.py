@@ -63,6 +63,10 @@ class DailyLedger:
             usd = 0.0
         self.store.settle_spend(today(), token, usd)
 
+    def simulate(self, usd: float) -> None:
+        """Note what a simulated call (answered from a cassette) would have cost, apart from today's spend."""
+        add_simulated(self.store, usd)
+
 
 @dataclass
 class Hold:
@@ -71,6 +75,7 @@ class Hold:
     usd: float
     daily: bool  # held in the store against today's ceiling too
     settled: bool = False
+    simulated: bool = False  # answered from a cassette: the session's budget counts it, today's spend never
 
 
 @dataclass
@@ -80,6 +85,7 @@ class Budget:
     max_duration: float
     reserve_fraction: float = 0.2
     spent: float = 0.0
+    simulated: float = 0.0  # the part of ``spent`` that moved no money (calls answered from a cassette)
     steps: int = 0
     t0: float = field(default_factory=time.monotonic)
     # Nested limits of running subplans: (absolute cost limit, absolute step limit).
@@ -121,21 +127,23 @@ class Budget:
         now = time.monotonic()
         return sum(usd for usd, deadline in list(self._holds.values()) if deadline > now)
 
-    def headroom(self, use_reserve: bool = False) -> tuple[float, str]:
+    def headroom(self, use_reserve: bool = False, simulated: bool = False) -> tuple[float, str]:
         """(USD a new request may still cost, the limit that binds: ``cost``, ``subplan`` or ``daily``).
-        Today's is read from the store: other processes spend beside this one."""
+        Today's is read from the store: other processes spend beside this one. A ``simulated`` request
+        moves no money, so today's ceiling does not bind it (the session's budget still does)."""
         left = self.cost_ceiling(use_reserve) - self.spent - self.held
         limit = self.binding_limit(use_reserve)
-        if self.daily is not None:
+        if self.daily is not None and not simulated:
             day = self.daily.left()
             if day < left:
                 left, limit = day, "daily"
         return left, limit
 
-    def reserve(self, usd: float, *, use_reserve: bool = False, ttl_s: float) -> Hold:
+    def reserve(self, usd: float, *, use_reserve: bool = False, ttl_s: float, simulated: bool = False) -> Hold:
         """Hold ``usd`` (a request's worst case) against this budget and today's ceiling, before the
         request is sent; :class:`BudgetExceeded` (``daily`` when today's is what binds) if it would
-        pass either. Settle it with :meth:`settle` once the answer says what it cost."""
+        pass either. Settle it with :meth:`settle` once the answer says what it cost. A ``simulated``
+        request (a cassette's answer) is held against this budget only: it moves no money."""
         usd = float(usd)
         if not math.isfinite(usd) or usd < 0:
             raise BudgetExceeded("cost", f"a request whose worst case is ${usd} cannot be priced")
@@ -147,8 +155,8 @@ class Budget:
                                      f"a request that could cost ${usd:.4f} would pass the budget: ${self.spent:.4f} "
                                      f"spent and ${self.held:.4f} held of ${ceiling:.4f}")
             self._holds[token] = (usd, time.monotonic() + ttl_s)
-        if self.daily is None:
-            return Hold(token, usd, daily=False)
+        if self.daily is None or simulated:
+            return Hold(token, usd, daily=False, simulated=simulated)
         try:
             ok = self.daily.reserve(token, usd, ttl_s)
         except BaseException:
@@ -170,7 +178,14 @@ class Budget:
                 hold.settled = True
                 self._holds.pop(hold.token, None)
             self.spent += usd
-        if self.daily is not None:
+            if hold is not None and hold.simulated:
+                self.simulated += usd
+        if self.daily is None:
+            return
+        if hold is not None and hold.simulated:
+            if usd:
+                self.daily.simulate(usd)
+        else:
             self.daily.settle(hold.token if hold is not None and hold.daily else None, usd)
 
     def release(self, hold: Hold | None) -> None:
@@ -226,6 +241,20 @@ def daily_spent(store: Store) -> float:
     if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("usd"), (int, float)):
         return float(rec["usd"])
     return 0.0
+
+
+def simulated_today(store: Store) -> float:
+    """USD that calls answered from a cassette would have cost today (UTC): shown apart, never spent."""
+    rec = store.get_json(keys.DAILY_SIMULATED_COST, default=None)
+    if isinstance(rec, dict) and rec.get("date") == today() and isinstance(rec.get("usd"), (int, float)):
+        return float(rec["usd"])
+    return 0.0
+
+
+def add_simulated(store: Store, usd: float) -> None:
+    """Add to today's simulated spend. A plain read and write, not the ledger's atomic settle: it is a
+    figure shown to the operator, never a limit, so a rare lost update between processes costs nothing."""
+    store.put(keys.DAILY_SIMULATED_COST, {"date": today(), "usd": round(simulated_today(store) + usd, 10)})
 
 
 def daily_reserved(store: Store) -> float:

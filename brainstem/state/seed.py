@@ -99,6 +99,10 @@ def seed(store: Store, soul_file: Path | None = None, force: bool = False,
     checked before anything is written, so a wrong path changes nothing."""
     soul_text = read_soul_file(soul_file) if soul_file is not None else None
     entries = seed_entries(with_providers=with_providers)
+    if store.agent is not None:
+        # Seeding is what makes a named agent exist: the one command (with `agents register`) that
+        # registers its name. Refused, before anything is written, when the default agent holds keys there.
+        store.register_agent(store.agent)
     report = SeedReport()
     for key, value in entries.items():
         old = store.get(key)

@@ -95,7 +95,7 @@ def asleep_fast() -> datetime | None:
 
         # No retries here: an unreachable store or a value that is not text (or not JSON) means
         # "due", and the full path reports it in one line.
-        store = open_store(check=False, retry_seconds=0)
+        store = open_store(check=False, retry_seconds=0, register=False)
         try:
             raw = store.get_text(keys.WAKE_CONFIG)
             return agent_sleeping_until(store, json.loads(raw)) if raw else None

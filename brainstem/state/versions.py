@@ -15,7 +15,7 @@ from typing import Any
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import now_iso
-from brainstem.core.errors import BrainstemError
+from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.state import history as session_history
 from brainstem.store.base import Store
 
@@ -66,6 +66,10 @@ def find(store: Store, key: str, version: int | None) -> tuple[dict, list[dict]]
     """A version (default: the one before the current value) and the whole list."""
     vs = versions(store, key)
     if not vs:
+        # A key that is never versioned, or a version asked for by number, names nothing: exit 2, like an
+        # unknown session. A versionable key not changed yet has nothing to go back to: a state, not a bad name.
+        if version is not None or not keys.is_privileged(key):
+            raise NotFound(no_versions_message(key))
         raise BrainstemError(no_versions_message(key))
     if version is None:
         if len(vs) < 2:
@@ -75,7 +79,7 @@ def find(store: Store, key: str, version: int | None) -> tuple[dict, list[dict]]
         if v["version"] == version:
             return v, vs
     have = ", ".join(str(v["version"]) for v in vs)
-    raise BrainstemError(f"{key!r} has no version {version} (kept: {have})")
+    raise NotFound(f"{key!r} has no version {version} (kept: {have})")
 
 
 def diff(store: Store, key: str, version: int | None = None) -> str:

@@ -47,7 +47,7 @@ def sqlite_path(url: str) -> Path:
 
 
 def open_store(url: str | None = None, prefix: str | None = None, check: bool = True,
-               retry_seconds: float | None = None) -> Store:
+               retry_seconds: float | None = None, register: bool = True) -> Store:
     """Open the store named by ``url`` (default: :func:`default_store_url`).
 
     ``prefix`` selects the agent (default: ``BRAINSTEM_KV_PREFIX``, else the
@@ -57,6 +57,9 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
     ``check`` pings Redis so an unreachable server fails here, with one line (at once: the ping is
     not retried). ``retry_seconds`` is how long a later command retries a lost connection or a
     locked file before failing (default 5 s; 0: fail at once).
+    ``register=False`` (every command but ``seed``, and the daemon): a named agent must be registered
+    already; any operation through the view is :class:`~brainstem.core.errors.UnknownAgent` otherwise, so
+    a mistyped name never becomes an agent. With ``register`` the name is registered on first use.
     """
     url = url or default_store_url()
     prefix = selected(url, environment.agent_name()) if prefix is None else agent_prefix(prefix)
@@ -64,12 +67,15 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
         from brainstem.store.redis_store import RedisStore
 
         store = RedisStore(url, prefix=prefix, retry_seconds=retry_seconds)
+        store.registers = register
         if check:
             store.ping()
         return store
     if url.startswith("sqlite:"):
         from brainstem.store.sqlite_store import SQLiteStore
 
-        return SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
+        store = SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
+        store.registers = register
+        return store
     raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db, "
                       f"redis+cluster://host:port,host:port/, sqlite:///relative.db or sqlite:////absolute/path.db")

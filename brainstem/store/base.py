@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from brainstem.core import names
-from brainstem.core.errors import ConfigError, ForeignAgentKey, LeaseLost, MalformedValue, NotText, StoreReadOnly
+from brainstem.core.errors import (
+    ConfigError,
+    ForeignAgentKey,
+    LeaseLost,
+    MalformedValue,
+    NotText,
+    StoreReadOnly,
+    UnknownAgent,
+)
 from brainstem.core.keys import UNFENCED
 
 
@@ -58,15 +66,24 @@ class Store:
     Subclasses implement the primitives; the JSON helpers live here once, and so
     does confinement: every primitive a backend defines is wrapped so that a view
     never reaches another agent's keys (see :mod:`brainstem.core.names`). A named
-    agent's view is confined by its prefix and registers its name before its
-    first operation; the default agent's view refuses keys whose first segment
-    is a registered name. Backends provide the registry (``_registry_*``).
+    agent's view is confined by its prefix; the default agent's view refuses keys
+    whose first segment is a registered name. Backends provide the registry
+    (``_registry_*``).
+
+    A named view built with ``registers`` (the default for a view made directly) registers its name
+    before its first operation. One opened by the commands (``open_store(register=False)``) does
+    not: an agent exists once ``brainstem seed`` or ``brainstem agents register`` has registered it,
+    and any operation through a view of a name that is not registered is :class:`UnknownAgent`, so
+    a mistyped ``BRAINSTEM_KV_PREFIX`` neither becomes an agent nor reads the default agent's keys.
     """
 
     display_url: str = ""  # the URL with any password removed, safe to print
     prefix: str = ""  # "" for the default agent, else "NAME:"
     _registered = False  # a named view has registered its name (or found it registered)
-    _known_agents: frozenset[str] = frozenset()  # names seen registered; never unregistered, so cached
+    registers = True  # register this view's name on first use (else: UnknownAgent while it is not registered)
+    # Names seen registered, cached for the default agent's refusals. ``agents rm`` may unregister one
+    # later; a stale entry only over-refuses (the default agent keeps off keys that nobody owns now).
+    _known_agents: frozenset[str] = frozenset()
     # (lock name, owner) while a session holds its wake lease through this view: every write then goes
     # through only if the lock is still that owner's, checked atomically with the write, else
     # :class:`~brainstem.core.errors.LeaseLost` (a session that lost its lease writes nothing: no karma, no
@@ -90,6 +107,8 @@ class Store:
     def _registry_has(self, name: str) -> bool: raise NotImplementedError
     def _registry_names(self) -> set[str]: raise NotImplementedError
     def _registry_add(self, name: str, adopt: bool) -> None: raise NotImplementedError  # ConfigError on a clash
+    # The number of entries (keys, logs, locks, internals) under NAME:; the name is unregistered only at 0.
+    def _registry_remove(self, name: str) -> int: raise NotImplementedError
 
     # --- agents (shared) ---
     def _set_prefix(self, prefix: str | None, source: str = "agent prefix") -> None:
@@ -125,6 +144,20 @@ class Store:
         if name == self.agent:
             self._registered = True
 
+    def unregister_agent(self, name: str) -> int | None:
+        """Remove ``name`` from the registry if it holds nothing under ``NAME:``: returns how many entries
+        it still holds (0: removed), or None when it is not registered. Never deletes a key: an agent
+        with keys keeps its registration, so its keys never become visible to the default agent."""
+        name = names.agent_prefix(name, "agent name")[:-1]
+        if not name:
+            raise ConfigError("the default agent is not registered; it cannot be removed")
+        if not self._registry_has(name):
+            return None
+        held = self._registry_remove(name)
+        if held == 0 and name == self.agent:
+            self._registered = False
+        return held
+
     def owner_of(self, key: Any) -> str | None:
         """Who owns ``key`` when this view may not touch it: another agent's name, or ``"__"`` for
         the store's internals. None when the key is this view's own."""
@@ -153,6 +186,11 @@ class Store:
 
     def _ready(self, write: bool = True) -> None:
         if self.prefix and not self._registered:
+            if not self.registers:
+                if not self._registry_has(self.prefix[:-1]):
+                    raise UnknownAgent(unknown_agent(self.prefix[:-1], self.display_url))
+                self._registered = True
+                return
             try:
                 self.register_agent(self.prefix[:-1])
             except StoreReadOnly:
@@ -269,6 +307,13 @@ class Store:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def unknown_agent(name: str, where: str) -> str:
+    """The one line for a named agent that is not registered in the store ``where``."""
+    return (f"no agent {name!r} in {where}: nothing has been seeded under that name (no soul); create it "
+            f"with `BRAINSTEM_KV_PREFIX={name} brainstem seed --soul FILE` (or `brainstem agents register "
+            f"{name}`); `brainstem agents list` names the agents there")
 
 
 def lease_lost(key: str) -> LeaseLost:

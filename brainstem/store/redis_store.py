@@ -159,6 +159,15 @@ class RedisStore(Store):
                                   f"{adopt_hint(name)}")
         self._registry_call(self._r.sadd, REGISTRY, name)
 
+    @guard
+    def _registry_remove(self, name: str) -> int:
+        # SCAN is not atomic with the SREM: the operator removes a name whose agent is not running (a
+        # running one holds its wake lock, which is counted here, as are metadata and today's spend).
+        held = sum(1 for _ in self._scan_all(_glob_escape(self._space(name + ":")) + "*"))
+        if held == 0:
+            self._registry_call(self._r.srem, REGISTRY, name)
+        return held
+
     def _scan_all(self, pattern: str):
         cursor = 0
         while True:

@@ -160,6 +160,20 @@ class SQLiteStore(Store):
                               f"another name; if they are {name}'s own from before agents were registered: "
                               f"{adopt_hint(name)}")
 
+    def _registry_remove(self, name: str) -> int:
+        lo, hi = name + ":", _prefix_upper_bound(name + ":")
+
+        def body(db):
+            # One transaction: nothing can be written under NAME: between the count and the removal.
+            held = sum(db.execute(f"SELECT count(*) FROM {table} WHERE {col} >= ? AND {col} < ?",
+                                  (lo, hi)).fetchone()[0]
+                       for table, col in (("kv", "key"), ("log_keys", "key"), ("locks", "name"),
+                                          ("spend_holds", "key")))
+            if held == 0:
+                db.execute("DELETE FROM agents WHERE name = ?", (name,))
+            return held
+        return self._tx(body)
+
     # --- values ---
     def get_text(self, key: str) -> str | None:
         row = self._run(lambda db: db.execute(

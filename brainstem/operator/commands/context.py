@@ -31,7 +31,8 @@ class Ctx:
         if self._store is None:
             from brainstem.store import open_store
 
-            self._store = open_store(self.settings.kv, prefix=self.settings.agent)
+            # Only `brainstem seed` and `agents register` make an agent exist (they register it themselves).
+            self._store = open_store(self.settings.kv, prefix=self.settings.agent, register=False)
         return self._store
 
 

@@ -30,7 +30,7 @@ def _agent_store(c: Ctx, agent: str | None, need_soul: bool):
                 if prefix[:-1] not in everyone.registered_agents():
                     raise ConfigError(f"unknown agent {prefix[:-1]!r} in {everyone.display_url} (brainstem agents "
                                       f"list names them)")
-        store = open_store(c.settings.kv, prefix=prefix)
+        store = open_store(c.settings.kv, prefix=prefix, register=False)
     if need_soul:
         from brainstem.core import keys
 

@@ -10,7 +10,7 @@ import click
 from brainstem.core import keys
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, table, usd
+from brainstem.operator.output import as_text, clip, echo_lines, json_lines, print_json, table, usd
 from brainstem.store import karma as karma_mod
 
 
@@ -23,10 +23,12 @@ def _session_rows(rows: list[dict]) -> list[str]:
     for h in rows:
         dur = h.get("duration_ms")
         cells.append([as_text(h.get("id")), as_text(h.get("started_at")), as_text(h.get("outcome")),
-                      f"{as_text(h.get('steps'))} steps", usd(h.get("cost") or 0),
+                      f"{as_text(h.get('steps'))} steps",
+                      usd(h.get("cost") or 0) + (" (simulated)" if h.get("simulated_cost") else ""),
                       f"{dur / 1000:.1f}s" if isinstance(dur, (int, float)) else "-",
-                      as_text(h.get("summary"), "")[:60]])
-    return table(cells, right=(3, 4, 5))
+                      clip(as_text(h.get("summary"), ""))])
+    return table(cells, right=(3, 4, 5),
+                 header=["SESSION", "STARTED", "OUTCOME", "STEPS", "COST", "DURATION", "SUMMARY"])
 
 
 @click.command()

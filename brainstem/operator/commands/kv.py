@@ -8,7 +8,7 @@ import json
 import click
 
 from brainstem.core import keys
-from brainstem.core.errors import BadArgument, BrainstemError, MalformedValue, NotText
+from brainstem.core.errors import BadArgument, BrainstemError, KVWriteRefused, MalformedValue, NotFound, NotText
 from brainstem.operator.commands.context import Ctx, pass_ctx
 from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, table
 
@@ -39,8 +39,8 @@ def kv_get(c: Ctx, key: str, as_json: bool) -> None:
     value = c.store.get(key)
     if value is None:
         if c.store.log_length(key):
-            raise BrainstemError(f"{key!r} is a log, not a value; read it with `brainstem karma`")
-        raise BrainstemError(f"no key {key!r} in {c.store.display_url}")
+            raise BadArgument(f"{key!r} is a log, not a value; read it with `brainstem karma`")
+        raise NotFound(f"no key {key!r} in {c.store.display_url}; `brainstem kv ls` lists them")
     if as_json:
         try:
             parsed = json.loads(value)
@@ -57,16 +57,34 @@ def kv_get(c: Ctx, key: str, as_json: bool) -> None:
 @click.option("--file", "file_", type=click.File("r"), help="Read the value from a file ('-' for stdin).")
 @click.option("--json", "as_json", is_flag=True, help="Require the value to be valid JSON (stored compact).")
 @click.option("--force-soul", is_flag=True, help="Operator override: allow replacing the soul.")
+@click.option("--force", is_flag=True,
+              help="Store a config:* or prompt:* value that fails its check anyway (config:reflexes excepted: "
+                   "it is rules or nothing).")
 @pass_ctx
-def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul: bool) -> None:
-    """Set KEY to VALUE (or the contents of --file)."""
+def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul: bool, force: bool) -> None:
+    """Set KEY to VALUE (or the contents of --file).
+
+    A config:* or prompt:* value is checked before it is written: config:defaults
+    and config:models against their schemas, config:resources and
+    config:tool_registry for their shape, config:reflexes as rules, any other
+    config:* as JSON; a prompt:* must be a template the renderer fills (every {{
+    a placeholder such as {{context.now}}, no {{soul}}). A bad value is exit 2
+    with one line naming the key and the field, and nothing is written.
+
+    \b
+    Examples:
+      brainstem kv put wisdom "Be brief."
+      brainstem kv put config:defaults --file defaults.json
+      brainstem kv put config:defaults --json '{"orient": {"max_output_tokens": 4000}}'
+      brainstem kv put prompt:orient --file orient.md --force   # store it despite the check
+    """
+    from brainstem.state.checks import check_value as problem_with
     from brainstem.state.guarded import check_key, check_value
 
     if (value is None) == (file_ is None):
         raise click.UsageError("give exactly one of VALUE or --file")
     text = file_.read() if file_ is not None else value
     check_key(key)
-    check_value(c.store, key, text, agent=False)  # config:reflexes: rules or nothing, whoever writes them
     if key == keys.SOUL and not force_soul:
         raise BrainstemError("soul is immutable; to replace it deliberately, add --force-soul")
     if as_json:
@@ -74,12 +92,24 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
             text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
         except ValueError as exc:
             raise MalformedValue(f"value for {key!r} is not valid JSON: {exc}") from None
+    problem = problem_with(key, text)
+    if problem is not None and (not force or key == keys.CONFIG_REFLEXES):
+        tail = ("config:reflexes is rules or nothing, even with --force" if key == keys.CONFIG_REFLEXES
+                else "--force stores it anyway")
+        raise BadArgument(f"{problem} (nothing written; {tail})")
+    try:
+        check_value(c.store, key, text, agent=False)  # config:reflexes: rules or nothing, even with --force
+    except KVWriteRefused as exc:
+        raise BadArgument(f"{problem or exc} (nothing written; config:reflexes is rules or nothing, even with "
+                          f"--force)") from None
     from brainstem.state.versions import record_write
 
     old = _previous(c.store, key)
     c.store.put(key, text)
     version = record_write(c.store, key, old, text, source="operator")
     click.echo(f"put {key} ({len(text.encode())} bytes)" + (f", version {version}" if version else ""))
+    if problem is not None:
+        click.echo(f"stored despite its check (--force): {problem}", err=True)
 
 
 def _previous(store, key: str) -> str | None:
@@ -121,7 +151,7 @@ def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
         record_write(c.store, key, old, None, source="operator")
         click.echo(f"deleted {key}")
     else:
-        raise BrainstemError(f"no key {key!r} in {c.store.display_url}")
+        raise NotFound(f"no key {key!r} in {c.store.display_url}; `brainstem kv ls` lists them")
 
 
 # --- versions -------------------------------------------------------------
@@ -153,6 +183,9 @@ def history(c: Ctx, key: str, as_json: bool) -> None:
             click.echo(no_versions_message(key))
         return
     current = c.store.get(key)
+    # A rollback records the restored value as a new version, so an older version can hold the same value
+    # as the current one: mark only the newest version that holds it, the one the key is at now.
+    marked = next((v["version"] for v in reversed(vs) if v.get("value") == current), None)
     rows = []
     for v in vs:
         if as_json:
@@ -160,7 +193,7 @@ def history(c: Ctx, key: str, as_json: bool) -> None:
             continue
         value = v.get("value")
         first = "(deleted)" if value is None else (value.strip().splitlines() or [""])[0][:60]
-        rows.append(["*" if value == current else " ", f"v{v['version']}", v.get("at") or "before history",
+        rows.append(["*" if v["version"] == marked else " ", f"v{v['version']}", v.get("at") or "before history",
                      as_text(v.get("source"), ""), as_text(v.get("session_id")),
                      f"{0 if value is None else len(value)}B", first])
     echo_lines(table(rows, right=(5,)))

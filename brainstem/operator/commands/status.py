@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from brainstem.core.errors import BadArgument
 from brainstem.operator import output
 from brainstem.operator.commands.context import Ctx, pass_ctx
 
@@ -58,6 +59,7 @@ def anomaly(c: Ctx, number: int, billed: float) -> None:
     try:
         item, total = correct_anomaly(c.store, number, billed)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        # An unknown number, a correction already made, --billed out of range: each a wrong argument (exit 2).
+        raise BadArgument(str(exc)) from None
     click.echo(f"cost anomaly {number} ({item.get('model')}, reported ${item.get('reported', 0):.4f}) corrected "
                f"to ${billed:.4f}; today's spend is now ${total:.4f}")

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from brainstem.core.errors import BadArgument, BrainstemError
+from brainstem.core import keys
+from brainstem.core.errors import BadArgument, BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
 from brainstem.operator.output import echo_lines, json_lines, print_json, table
 
@@ -104,6 +105,9 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
 
     policy = standalone_tool_policy(c.store, c.settings, record,
                                     on_secrets=lambda secrets: [redact.add(k, v) for k, v in secrets.items()])
+    if ":" in name or c.store.get(keys.tool_code(name)) is None:
+        # Named nothing: exit 2 before the sandbox starts, not the 1 of a tool that ran and failed.
+        raise NotFound(f"no tool named {name!r} in {c.store.display_url}; `brainstem tool ls` lists them")
     out = run_tool(name, args, store=c.store, agent_kv=AgentKV(c.store, record), record=record, policy=policy)
     if not out.ok:
         raise BrainstemError(f"tool {name} failed: {redact(out.error or 'unknown error')}")

@@ -16,7 +16,8 @@ from brainstem.operator.commands.context import Ctx, pass_ctx
 @click.option("--force", is_flag=True, help="Run a session even if the agent is meant to be asleep.")
 @click.option("--verbose", "-v", is_flag=True, help="Also say so when the agent is asleep.")
 @click.option("--llm-cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Answer every LLM call from this recorded cassette instead of a provider (replay, tests).")
+              help="Answer every LLM call from this recorded cassette instead of a provider: offline, no API key; "
+                   "its calls are simulated (in the session's budget, never in today's spend).")
 @click.option("--quiet", "-q", is_flag=True, help="Print only the one-line summary, not the live progress.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Progress as readable lines, or one JSON karma entry per line (journald, log shippers).")
@@ -45,6 +46,7 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
       brainstem wake                 # from cron: */5 * * * * brainstem wake
       brainstem wake --force         # run now, whatever the schedule says
       brainstem wake --dry-run       # what would it do now? (no tool runs, nothing written)
+      brainstem wake --force --llm-cassette demo/cassette.json   # offline, recorded answers
       brainstem karma                # then read what it did
     """
     from brainstem.session.wake import wake as do_wake
@@ -125,8 +127,13 @@ def _print_result(result, quiet: bool, verbose: bool, log_format: str) -> None:
                    "spend today against the ceiling).")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address the metrics endpoint listens on (it shows counts and spend, never a secret).")
+@click.option("--llm-cassette", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Answer every session's LLM calls from this recorded cassette, from its first answer at each "
+                   "fire: offline, no API key; simulated spend, never today's. A session that asks more than it "
+                   "holds gets a provider error, recorded in its karma like any other.")
 @pass_ctx
-def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, metrics_port, metrics_host) -> None:
+def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, metrics_port, metrics_host,
+        llm_cassette) -> None:
     """Stay running and wake the agent on a schedule (instead of cron).
 
     Each fire runs `wake`: it sleeps if it is not time yet, else runs a
@@ -147,6 +154,7 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
       brainstem run --cron "*/10 * * * *" --jitter 30
       brainstem run --every 1m --agent scout --agent scribe
       brainstem run --every 5m --metrics-port 9464   # Prometheus scrapes :9464/metrics
+      brainstem run --every 1m --llm-cassette demo/cassette.json   # offline, recorded answers
     """
     import logging
     import os
@@ -154,6 +162,8 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
     from brainstem.session.scheduler import Runner
 
     _setup_logging(log_format)
+    if llm_cassette is not None:
+        _providers(llm_cassette)  # a cassette that cannot be read stops the daemon now (exit 2), not at each fire
     metrics = None
     if metrics_port is not None:
         from brainstem.operator.metrics import Metrics, serve
@@ -164,7 +174,7 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
         except OSError as exc:
             raise BrainstemError(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: "
                                  f"{exc.strerror or exc}") from None
-    runner = Runner(c.settings, list(agents) or [None], grace=grace, metrics=metrics)
+    runner = Runner(c.settings, list(agents) or [None], grace=grace, metrics=metrics, cassette=llm_cassette)
     code = runner.run(every, cron, jitter=jitter, misfire_grace=misfire_grace)
     if any(a.running for a in runner.agents):
         logging.shutdown()

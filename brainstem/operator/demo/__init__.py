@@ -15,7 +15,8 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
     """Seed an agent, run one session against the cassette, show its karma. Returns an exit code.
 
     The store lives in a throwaway directory, deleted at the end, unless ``keep`` names a
-    directory to keep it in.
+    directory to keep it in; the cassette is then copied there too, so the kept agent can be woken
+    again offline (``brainstem wake --force --llm-cassette DIR/cassette.json``).
     """
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="brainstem-demo-"))
     try:
@@ -36,6 +37,10 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
     from brainstem.store import karma, open_store, sqlite_url
 
     workdir.mkdir(parents=True, exist_ok=True)
+    if kept:  # the loop goes on after the demo: change a prompt, replay, wake again from the same answers
+        kept_cassette = workdir.resolve() / "cassette.json"
+        if kept_cassette != cassette.resolve():
+            shutil.copyfile(cassette, kept_cassette)
     url = sqlite_url(workdir.resolve() / "demo.db")
     store = open_store(url, prefix="")
     try:
@@ -64,6 +69,8 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
             echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
             echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
             echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, read")
+            echo(f"  BRAINSTEM_KV={url} brainstem wake --force --llm-cassette {kept_cassette}"
+                 "   # another session, offline")
         else:
             echo("  brainstem demo --keep ./demo                  # keep the store, then look around in it")
         echo("  brainstem seed --soul my_soul.md && OPENROUTER_API_KEY=... brainstem wake   # a real agent")

@@ -1,0 +1,51 @@
+"""Why the daemon cannot wake the agent, kept in the store (``stats:daemon``) for ``status`` and the dashboard.
+
+``brainstem run`` logs to its own journal, which the operator reading ``brainstem status`` on another
+terminal (or host) never sees: a daemon failing every tick on a missing API key looked like "next
+wake due now" forever. So a fire that fails for an operator fault (no key, a refused key, no credit,
+the store refusing writes, a misconfiguration) writes the reason here, with the time failing began;
+the next fire that runs a session without such a fault deletes it. The record changes only when the
+reason does, so a daemon failing every few seconds writes once, not every tick.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from brainstem.core import keys
+from brainstem.core.clock import now_iso
+from brainstem.core.errors import one_line
+from brainstem.store.base import Store
+
+
+def read(store: Store) -> dict[str, Any] | None:
+    """``{"since", "reason"}`` while the daemon is failing to wake the agent, else None."""
+    rec = store.get_json(keys.DAEMON_FAILING, default=None)
+    if isinstance(rec, dict) and isinstance(rec.get("reason"), str) and isinstance(rec.get("since"), str):
+        return {"since": rec["since"], "reason": rec["reason"]}
+    return None
+
+
+def note_failing(store: Store, reason: str) -> bool:
+    """Record that a fire failed for ``reason`` (made one line). ``since`` is kept from the first failure
+    of the streak, whatever the reason is now. True when the record changed (a new or different reason)."""
+    reason = one_line(reason, 300)
+    old = read(store)
+    if old is not None and old["reason"] == reason:
+        return False
+    store.put(keys.DAEMON_FAILING, {"since": old["since"] if old else now_iso(), "reason": reason})
+    return True
+
+
+def clear(store: Store) -> dict[str, Any] | None:
+    """A fire succeeded: forget the failure. Returns what was recorded (None: nothing was failing)."""
+    if store.get(keys.DAEMON_FAILING) is None:  # the usual case: one read per fire, no write
+        return None
+    old = read(store)
+    store.delete(keys.DAEMON_FAILING)
+    return old
+
+
+def line(rec: dict[str, Any] | None) -> str | None:
+    """``failing since T: reason``, as status and the dashboard show it."""
+    return f"failing since {rec['since']}: {rec['reason']}" if rec else None
