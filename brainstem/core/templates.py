@@ -52,6 +52,13 @@ def to_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
+def capped(value: Any, cap: int) -> Any:
+    """``value`` as it is when its text fits in ``cap`` characters, else its text cut there, saying how much
+    is left out."""
+    text = to_text(value)
+    return value if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+
+
 def render(template: str, variables: Mapping[str, Any], on_missing: Callable[[str], None] | None = None,
            transform: Callable[[str, Any], str] | None = None) -> str:
     """Fill every known placeholder, wrapping untrusted values (:func:`brainstem.core.untrusted.prompt_text`).

@@ -26,7 +26,7 @@ from typing import Any
 
 from brainstem.core import events
 from brainstem.core.plan import AgentStep
-from brainstem.core.templates import to_text
+from brainstem.core.templates import capped
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import assistant_message, tool_message
@@ -156,10 +156,5 @@ def _run_call(session, tools: dict[str, Offered], call: dict, sid: str) -> tuple
     value = outcome.value
     cap = session.defaults.execution.max_result_chars
     if not outcome.ok:
-        return "The tool failed. " + Untrusted(_capped(outcome.error or "failed", cap), f"tool:{name}").text(), outcome
-    return Untrusted(_capped(value, cap), f"tool:{name}").text(), outcome
-
-
-def _capped(value: Any, cap: int) -> Any:
-    text = to_text(value)
-    return value if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+        return "The tool failed. " + Untrusted(capped(outcome.error or "failed", cap), f"tool:{name}").text(), outcome
+    return Untrusted(capped(value, cap), f"tool:{name}").text(), outcome

@@ -29,7 +29,7 @@ from brainstem.core.plan import (
     UnknownStep,
     parse_plan,
 )
-from brainstem.core.templates import references, render, substitute, to_text
+from brainstem.core.templates import capped, references, render, substitute, to_text
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.agent_step import AgentStepFailed, run_agent
@@ -310,8 +310,7 @@ class Executor:
         cap = max_chars or self.session.defaults.execution.max_result_chars
         out = {}
         for name, value in self.results.items():
-            text = to_text(value)
-            value = value if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+            value = capped(value, cap)
             out[name] = Untrusted(value, self.sources.get(name) or f"result:{name}")
         return out
 

@@ -8,7 +8,7 @@ import click
 
 from brainstem.core.errors import BadArgument, ConfigError, one_line
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, table
+from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, short_time, table
 
 AGENT_HELP = "The agent to talk with (its keys live under NAME:). Default: the store's agent (BRAINSTEM_KV_PREFIX)."
 PREVIEW = 200  # characters of a message's text in the listing (--json has it whole)
@@ -40,10 +40,6 @@ def _agent_store(c: Ctx, agent: str | None, need_soul: bool):
                               f"it first (brainstem seed --soul FILE)")
     return store
 
-
-def _short_time(value) -> str:
-    """``2026-05-01T12:34:56Z`` as ``2026-05-01 12:34``."""
-    return value[:16].replace("T", " ") if isinstance(value, str) and len(value) >= 16 else as_text(value)
 
 
 @click.command()
@@ -127,7 +123,7 @@ def inbox_command(c: Ctx, only_unread: bool, limit: int, agent: str | None, as_j
     if not found:
         click.echo("no unread messages" if only_unread else "no messages (leave one with: brainstem tell TEXT)")
         return
-    rows = [[as_text(m["id"]), _short_time(m.get("at")), as_text(m.get("from")),
+    rows = [[as_text(m["id"]), short_time(m.get("at")), as_text(m.get("from")),
              "read" if m.get("read") else "UNREAD", "urgent" if m.get("urgent") is True else "",
              one_line(m.get("text"), PREVIEW)] for m in found]
     echo_lines(table(rows, right=(0,), header=["ID", "AT", "FROM", "STATE", "", "TEXT"]))

@@ -7,14 +7,10 @@ import json
 import click
 
 from brainstem.core.errors import BadArgument, one_line
-from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, row, table
+from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, row, short_time, table
 
 PREVIEW = 50  # characters of a list row's input preview
 
-
-def _short_time(value) -> str:
-    """``2026-05-01T12:34:56.789Z`` as ``2026-05-01 12:34``."""
-    return value[:16].replace("T", " ") if isinstance(value, str) and len(value) >= 16 else as_text(value)
 
 
 def _preview(value, limit: int) -> str:
@@ -36,7 +32,7 @@ def _list(items: list[dict], include_settled: bool, settled_too: int) -> None:
         else:
             click.echo("(each run of a tool in supervised mode lands here; `brainstem tool ls` shows the modes)")
         return
-    rows = [[item["id"], _short_time(item.get("created_at")), _preview(item.get("tool"), 40),
+    rows = [[item["id"], short_time(item.get("created_at")), _preview(item.get("tool"), 40),
              _preview(item.get("session_id"), 30), _preview(item.get("status"), 20), _outcome(item),
              _preview(item.get("input"), PREVIEW)] for item in items]
     echo_lines(table(rows, right=(0,), header=["ID", "CREATED", "TOOL", "SESSION", "STATUS", "OK/ERROR", "INPUT"]))
