@@ -6,16 +6,23 @@ RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
 ``ready`` (or ``error: ...`` and exits, if it could not set itself up), then
 loops:
 
-* a control packet ``{"timeout_ms", "memory_mb"}`` carrying two fds (the
+Control packets are three numbers (``protocol.CONTROL``: op, worker id,
+value), so that the loop between two forks touches as little of the
+server's memory as it can: every page it writes is copied once per fork.
+
+* a control packet ``(FORK, id, memory_mb)`` carrying two fds (the
   worker's channel, whose other end the runtime keeps, and a status socket)
   makes it fork a worker, which runs :func:`worker.child_main` and never
-  returns; the server closes its copy of the channel at once and writes
-  ``{"pid": N}`` then, after reaping, ``{"exit": {...}}`` lines on the status
-  socket; a worker whose lock-down fails writes ``{"error": "..."}`` there
-  first, naming the step and the reason;
-* at ``timeout_ms`` after the spawn it SIGKILLs the worker's process group
-  (the worker called ``setsid``) and marks it ``timed_out``;
-* a control packet ``{"op": "report"}`` carrying one fd gets the isolation
+  returns: it locks itself down and waits for its one job on the channel.
+  The server closes its copy of the channel at once and writes ``{"pid": N}``
+  then, after reaping, ``{"exit": {...}}`` lines on the status socket; a
+  worker whose lock-down fails writes ``{"error": "..."}`` there first,
+  naming the step and the reason;
+* a control packet ``(START, id, timeout_ms)`` says that worker
+  is being given its job: at ``timeout_ms`` from then the server SIGKILLs its
+  process group (the worker called ``setsid``) and marks it ``timed_out``.  A
+  worker's clock is started once; a worker waiting for a job has none;
+* a control packet ``(REPORT, 0, 0)`` carrying one fd gets the isolation
   report (see :mod:`brainstem.sandbox.kernel.report`) written to that fd;
 * when the control socket closes (the runtime exited or died) it kills every
   worker and exits.  ``PR_SET_PDEATHSIG=SIGKILL`` covers the case where it
@@ -46,6 +53,8 @@ import socket
 import sys
 import time
 
+from brainstem.sandbox.protocol import CONTROL, FORK, REPORT, START
+
 
 def _boot() -> str:
     from brainstem.sandbox.kernel.switch import switch_from_env
@@ -64,19 +73,27 @@ def __getattr__(name: str) -> str:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class _Child:
-    __slots__ = ("pid", "deadline", "stat_fd", "timed_out")
+WAITING = float("inf")  # the deadline of a worker that has no job yet
 
-    def __init__(self, pid: int, deadline: float, stat_fd: int):
+
+class _Child:
+    __slots__ = ("pid", "id", "deadline", "stat_fd", "timed_out")
+
+    def __init__(self, pid: int, id: int, stat_fd: int):
         self.pid = pid
-        self.deadline = deadline
+        self.id = id
+        self.deadline = WAITING
         self.stat_fd = stat_fd
         self.timed_out = False
 
 
 def _write_line(fd: int, obj: dict) -> None:
+    _write_raw(fd, json.dumps(obj).encode() + b"\n")
+
+
+def _write_raw(fd: int, line: bytes) -> None:
     try:
-        os.write(fd, json.dumps(obj).encode() + b"\n")
+        os.write(fd, line)
     except OSError:
         pass
 
@@ -129,8 +146,9 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
     try:
         while True:
             timeout = None
-            if children:
-                timeout = max(0.0, min(c.deadline for c in children.values()) - time.monotonic())
+            deadline = min((c.deadline for c in children.values()), default=WAITING)
+            if deadline != WAITING:
+                timeout = max(0.0, deadline - time.monotonic())
             try:
                 ready, _, _ = select.select([control, wake_r], [], [], timeout)
             except InterruptedError:
@@ -146,7 +164,7 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
                     for fd in fds:
                         _close(fd)
                     break
-                _spawn(packet, fds, children, setup, server_pid, worker.child_main)
+                _handle(packet, fds, children, setup, server_pid, worker.child_main)
             _reap(children)
             _kill_overdue(children)
             if os.getppid() != parent:
@@ -221,17 +239,21 @@ def _kill_overdue(children: dict[int, _Child]) -> None:
             _kill(child.pid)
 
 
-def _spawn(packet: bytes, fds: list[int], children: dict[int, _Child], setup, server_pid: int, child_main) -> None:
-    """One request from the runtime: fork a worker (or answer the isolation report)."""
+def _handle(packet: bytes, fds: list[int], children: dict[int, _Child], setup, server_pid: int, child_main) -> None:
+    """One request from the runtime: fork a worker, start one's clock, or answer the isolation report."""
     try:
-        params = json.loads(packet)
-        if type(params) is dict and params.get("op") == "report" and len(fds) == 1:
+        op, worker_id, value = CONTROL.unpack(packet)
+        if op == START and not fds:
+            _start(children, worker_id, value)
+            return
+        if op == REPORT and len(fds) == 1:
             os.set_blocking(fds[0], True)
             _write_all(fds[0], setup.report_bytes)
             _close(fds[0])
             return
-        timeout_ms = int(params["timeout_ms"])
-        memory_mb = int(params["memory_mb"])
+        if op != FORK:
+            raise ValueError(op)
+        memory_mb = value
         chan_fd, stat_fd = fds
     except Exception:  # noqa: BLE001 - malformed request: drop it
         for fd in fds:
@@ -246,9 +268,18 @@ def _spawn(packet: bytes, fds: list[int], children: dict[int, _Child], setup, se
         return
     if pid == 0:  # the worker
         try:
-            child_main(chan_fd, server_pid, timeout_ms, memory_mb, stat_fd)
+            child_main(chan_fd, server_pid, memory_mb, stat_fd)
         finally:
             os._exit(1)
     _close(chan_fd)
-    children[pid] = _Child(pid, time.monotonic() + timeout_ms / 1000.0, stat_fd)
-    _write_line(stat_fd, {"pid": pid})
+    children[pid] = _Child(pid, worker_id, stat_fd)
+    _write_raw(stat_fd, b'{"pid":%d}\n' % pid)
+
+
+def _start(children: dict[int, _Child], worker_id: int, timeout_ms: int) -> None:
+    """The worker's job goes out now: its clock starts (once; a worker already running keeps its own)."""
+    for child in children.values():
+        if child.id == worker_id:
+            if child.deadline == WAITING:
+                child.deadline = time.monotonic() + max(0, timeout_ms) / 1000.0
+            return

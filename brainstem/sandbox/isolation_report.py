@@ -13,6 +13,7 @@ import socket
 
 from brainstem.sandbox import fork_client
 from brainstem.sandbox.kernel.procfs import status_fields
+from brainstem.sandbox.protocol import REPORT
 
 _cache: dict[int, dict] = {}
 
@@ -47,7 +48,7 @@ def _ask(server: fork_client.ForkServer) -> dict:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with ours:
         try:
-            server.spawn({"op": "report"}, [theirs.fileno()])
+            server.send(REPORT, fds=[theirs.fileno()])
         finally:
             theirs.close()
         ours.settimeout(5.0)

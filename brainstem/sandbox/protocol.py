@@ -17,6 +17,12 @@ from typing import Any
 
 HEADER = struct.Struct(">I")
 MAX_DEPTH = 64
+# The runtime's requests to the fork server: (op, worker id, memory_mb or timeout_ms), as fixed numbers.
+CONTROL = struct.Struct("<BQI")
+FORK, START, REPORT = 1, 2, 3
+# ctx requests the worker does not wait on: the runtime handles them in order, and one it cannot handle
+# ends the call there (a log line never goes missing unnoticed).
+ONE_WAY = frozenset({"log"})
 
 
 class FrameTooLarge(Exception):

@@ -1,22 +1,22 @@
 """``run()``: execute KV-stored code in a fresh, locked-down worker process.
 
-The runtime side of the sandbox.  For each execution it makes two socket
-pairs (the worker's channel and a status line), hands the worker ends to the
-fork server (SCM_RIGHTS over the control socket), sends the job (code, entry
-point, arguments, granted secrets, limits) straight to the worker over the
-channel, then serves the worker's ``ctx`` requests by calling ``services``
-*in this process* until the result arrives or the worker dies.  Nothing but
-JSON text crosses: the worker's result is re-parsed here with ``json.loads``.
+The runtime side of the sandbox.  For each execution it takes a worker that
+is already forked, locked down and waiting (:mod:`.pool`), tells the fork
+server that the worker's clock starts, and sends the whole job (code, entry
+point, arguments, granted secrets, limits) in one frame over the worker's
+channel; then it serves the worker's ``ctx`` requests by calling ``services``
+*in this process* until the result arrives or the worker dies.  A call
+without ``ctx`` requests is one round trip; ``ctx.log`` is one-way.  Nothing
+but JSON text crosses: the worker's result is re-parsed here with
+``json.loads``.
 
 A worker's death (timeout kill, signal, memory cap, any exit) is a failed
 ``Outcome``, never an exception of the runtime.  See ``fork_client`` (the
-fork server that starts workers) and ``ctx`` (what a ``ctx`` request gets).
+fork server that forks workers) and ``ctx`` (what a ``ctx`` request gets).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import socket
 import time
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core.errors import one_line
+from brainstem.sandbox import compiled, pool
 from brainstem.sandbox.ctx import MAX_RESPONSE_BYTES, Services, StopExecution, answer, inspect_with, scrub_with
-from brainstem.sandbox.fork_client import SandboxUnavailable, spawn_worker
-from brainstem.sandbox.protocol import HEADER, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
+from brainstem.sandbox.fork_client import SandboxUnavailable, StatusLine, start
+from brainstem.sandbox.protocol import HEADER, ONE_WAY, FrameTooLarge, NotJSON, encode_frame, loads, to_plain
 
 # How long past timeout_ms the runtime waits before it kills the worker itself
 # (the fork server normally does it at timeout_ms).
@@ -59,66 +60,11 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-class _Status:
-    """Reads the fork server's line-per-event status socket."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-        self.pid: int | None = None
-        self.exit: dict | None = None
-        self.error: str | None = None
-        self.closed = False
-
-    def poll(self, timeout: float) -> None:
-        """Read what is available (waiting up to timeout for the first bytes)."""
-        if self.closed:
-            return
-        self.sock.settimeout(max(0.0, timeout))
-        try:
-            data = self.sock.recv(4096)
-        except (TimeoutError, BlockingIOError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.closed = True
-        self.buf += data
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if "pid" in msg:
-                self.pid = int(msg["pid"])
-            if "exit" in msg:
-                self.exit = msg["exit"]
-            if "error" in msg:
-                self.error = str(msg["error"])
-
-    def wait_exit(self, until: float) -> None:
-        while self.exit is None and not self.closed and self.error is None:
-            remaining = until - time.monotonic()
-            if remaining <= 0:
-                return
-            self.poll(remaining)
-
-    def kill(self) -> None:
-        self.poll(0.0 if self.pid is not None else 0.2)
-        if self.exit is None and not self.closed:
-            self.poll(0.0)
-        if self.pid is not None and self.exit is None:
-            for fn in (os.killpg, os.kill):
-                try:
-                    fn(self.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-
-
 class _Execution:
-    def __init__(self, services: Services, limits: Limits, kv_granted: bool, start: float):
+    def __init__(self, services: Services, limits: Limits, kv_granted: bool, start: float,
+                 source_key: str | None = None):
         self.services = services
+        self.source_key = source_key  # set when the worker was asked for its compiled code
         self.limits = limits
         self.kv_granted = kv_granted
         self.start = start
@@ -158,10 +104,14 @@ class _Execution:
         return loads(body)
 
     # -- the loop
-    def serve(self, chan: socket.socket, status: _Status, job: bytes) -> Outcome:
+    def serve(self, chan: socket.socket, status: StatusLine, job: bytes) -> Outcome:
         failed = self._send(chan, status, job)
         if failed is not None:
             return failed
+        try:
+            pool.refill()  # while the job runs
+        except (SandboxUnavailable, OSError):
+            pass  # the next call forks its own worker, or says why it cannot
         while True:
             try:
                 msg = self._recv_frame(chan)
@@ -178,6 +128,12 @@ class _Execution:
                 status.kill()
                 return self._fail("worker protocol error: bad message")
             op = msg.get("op")
+            if op == "compiled":
+                if self.source_key is not None:  # its first frame, sent before the tool's code ran
+                    compiled.put(self.source_key, msg.get("code"))
+                self.source_key = None
+                continue
+            self.source_key = None  # only a first frame is taken for the compiled code
             try:
                 if op == "result":
                     inspect_with(self.services, msg)
@@ -186,6 +142,11 @@ class _Execution:
             except StopExecution as e:
                 status.kill()
                 return self._fail(one_line(str(e)))
+            if op in ONE_WAY:
+                if response.get("ok") is not True:  # not recorded: the call ends here rather than go on without it
+                    status.kill()
+                    return self._fail(f"ctx.{op} failed: {one_line(str(response.get('error')))}")
+                continue
             try:
                 frame = encode_frame(response, MAX_RESPONSE_BYTES)
             except (FrameTooLarge, ValueError, TypeError) as e:
@@ -194,7 +155,7 @@ class _Execution:
             if failed is not None:
                 return failed
 
-    def _send(self, chan: socket.socket, status: _Status, data: bytes) -> Outcome | None:
+    def _send(self, chan: socket.socket, status: StatusLine, data: bytes) -> Outcome | None:
         """Send within the hard deadline; the failed Outcome if the worker is too slow or gone."""
         try:
             chan.settimeout(max(0.05, self.hard_deadline - time.monotonic()))
@@ -217,11 +178,11 @@ class _Execution:
     def _fail(self, error: str) -> Outcome:
         return Outcome(False, None, error, self.elapsed_ms())
 
-    def _timed_out(self, status: _Status) -> Outcome:
+    def _timed_out(self, status: StatusLine) -> Outcome:
         status.kill()
         return self._fail(f"timed out after {self.limits.timeout_ms} ms")
 
-    def _dead(self, status: _Status) -> Outcome:
+    def _dead(self, status: StatusLine) -> Outcome:
         """The channel closed without a result: say why the worker died."""
         status.wait_exit(time.monotonic() + 2.0)
         if status.error:
@@ -256,10 +217,10 @@ class _Execution:
 
 def run(code: str, entrypoint: str, args: list, *, services: Services, limits: Limits = Limits()) -> Outcome:
     """Run ``entrypoint(*args, ctx)`` from ``code`` in a fresh sandboxed worker."""
-    start = time.monotonic()
+    start_time = time.monotonic()
 
     def fail(error: str) -> Outcome:
-        return Outcome(False, None, error, (time.monotonic() - start) * 1000.0)
+        return Outcome(False, None, error, (time.monotonic() - start_time) * 1000.0)
 
     if type(code) is not str:
         return fail("tool code must be a str")
@@ -271,14 +232,20 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
         kv_granted = getattr(services, "kv_access", "none") in ("own", "read_all")
         raw_secrets = getattr(services, "secrets", None) or {}
         secrets = {str(k): str(v) for k, v in dict(raw_secrets).items()}
+        source_key = compiled.key(code)
+        blob = compiled.get(source_key)
         job = encode_frame(
             {
-                "code": code,
+                "code": "" if blob else code,
+                "compiled": blob,
+                "send_compiled": blob is None,
                 "entrypoint": entrypoint,
                 "args": scrub_with(services, to_plain(list(args), max_bytes=32 * 1024 * 1024, what="args")),
                 "secrets": secrets,
                 "kv": kv_granted,
                 "limits": {
+                    "timeout_ms": int(limits.timeout_ms),
+                    "memory_mb": int(limits.memory_mb),
                     "max_result_bytes": int(limits.max_result_bytes),
                     "max_output_bytes": int(limits.max_output_bytes),
                 },
@@ -292,16 +259,30 @@ def run(code: str, entrypoint: str, args: list, *, services: Services, limits: L
         return fail(one_line(str(e)))
 
     try:
-        chan, stat = spawn_worker({"timeout_ms": int(limits.timeout_ms), "memory_mb": int(limits.memory_mb)})
+        worker = _started_worker(limits)
     except (SandboxUnavailable, OSError) as e:
         return fail(f"sandbox unavailable: {one_line(e)}")
-    status = _Status(stat)
-    execution = _Execution(services, limits, kv_granted, start)
+    execution = _Execution(services, limits, kv_granted, start_time, None if blob else source_key)
     try:
-        return execution.serve(chan, status, job)
+        return execution.serve(worker.chan, worker.status, job)
     except Exception as e:  # noqa: BLE001 - never let a tool break the runtime
-        status.kill()
+        worker.status.kill()
         return fail(f"sandbox error: {one_line(f'{type(e).__name__}: {e}')}")
     finally:
-        chan.close()
-        stat.close()
+        worker.close()
+
+
+def _started_worker(limits: Limits):
+    """A worker whose clock the fork server has started. A server found dead here (nothing sent yet) is
+    restarted once: the pool's workers died with it."""
+    for attempt in (0, 1):
+        worker = pool.take(int(limits.memory_mb))
+        try:
+            start(worker, int(limits.timeout_ms))
+            return worker
+        except OSError:
+            worker.close()
+            pool.drain()
+            if attempt == 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -22,11 +22,15 @@ or an empty root, the bulk of the seccomp filter.
 
 from __future__ import annotations
 
+import _signal
+import binascii
 import ctypes
+import marshal
 import math
 import os
 import resource
 import signal
+import time
 import types
 from typing import Any, NoReturn
 
@@ -35,7 +39,16 @@ from brainstem.sandbox import policy, tool_builtins
 from brainstem.sandbox.kernel import lockdown
 from brainstem.sandbox.kernel.caps import NOBODY
 from brainstem.sandbox.kernel.libc import LockDownFailed, reason
-from brainstem.sandbox.protocol import FrameTooLarge, NotJSON, dumps, encode_frame, read_frame_fd, to_plain, write_all
+from brainstem.sandbox.protocol import (
+    ONE_WAY,
+    FrameTooLarge,
+    NotJSON,
+    dumps,
+    encode_frame,
+    read_frame_fd,
+    to_plain,
+    write_all,
+)
 
 CHANNEL_FD = 3
 STATUS_FD = 4  # during the lock-down only
@@ -47,7 +60,11 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 MAX_CTX_CALLS = 1000
 MAX_ERROR_CHARS = 400
+# The CPU limit a worker is locked down with while it waits for a job, which lowers it to its own.
+WAITING_TIMEOUT_MS = 3_600_000
 
+_DEFAULT_SIGNALS = tuple(int(s) for s in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                                            signal.SIGXCPU))
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _PR_SET_NO_NEW_PRIVS = 38
@@ -77,9 +94,10 @@ def _lock_down(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, s
     _status_fd = status_fd
     step = "signals"
     try:
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGXCPU):
-            signal.signal(sig, signal.SIG_DFL)
+        # _signal, not signal: its enum conversions would write to pages that are otherwise left shared
+        _signal.set_wakeup_fd(-1)
+        for sig in _DEFAULT_SIGNALS:
+            _signal.signal(sig, _signal.SIG_DFL)
         step = "fds"
         os.setsid()
         if _status_fd == CHANNEL_FD:
@@ -280,6 +298,8 @@ def make_caller(fd: int, sink: policy.OutputSink, max_output: int):
             raise RuntimeError(error)
         try:
             write_all(fd, frame)
+            if op in ONE_WAY:
+                return None
             response = read_frame_fd(fd, MAX_RESPONSE_BYTES)
         except (OSError, FrameTooLarge, ValueError):
             response = None
@@ -315,38 +335,83 @@ def _send_and_exit(fd: int, message: dict, code: int) -> NoReturn:
     os._exit(code)
 
 
-def child_main(chan_fd: int, server_pid: int, timeout_ms: int, memory_mb: int, status_fd: int = -1) -> NoReturn:
-    """Entry point in the forked child; never returns."""
-    memory_frame = b""
+def child_main(chan_fd: int, server_pid: int, memory_mb: int, status_fd: int = -1) -> NoReturn:
+    """Entry point in the forked child; never returns.
+
+    Locks down at once, before any job exists; then warms up and waits (as
+    ``brainstem-idle``) for its one job.  The job's own limits only lower the
+    ones it was locked down with.
+    """
     try:
         try:
-            _lock_down(chan_fd, server_pid, timeout_ms, memory_mb, status_fd)
+            _lock_down(chan_fd, server_pid, WAITING_TIMEOUT_MS, memory_mb, status_fd)
         except LockDownFailed as e:
             _tell_failure(e)
             os._exit(72)
-        memory_frame = encode_frame(
-            {"op": "result", "ok": False, "error": f"memory limit ({memory_mb} MB) exceeded"}
-        )
+        _warm_up()
+        prctl(_PR_SET_NAME, b"brainstem-idle")
         _run(memory_mb)
     except MemoryError:
-        if memory_frame:
+        if _memory_frame:
             try:
                 _finishing()
-                write_all(CHANNEL_FD, memory_frame)
+                write_all(CHANNEL_FD, _memory_frame)
             except BaseException:  # noqa: BLE001
                 pass
         os._exit(71)
-    except BaseException:  # noqa: BLE001 - nothing may escape the child
+    except BaseException as e:  # noqa: BLE001 - nothing may escape the child
+        try:
+            _finishing()
+            write_all(CHANNEL_FD, encode_frame({"op": "result", "ok": False,
+                                                "error": one_line(f"sandbox worker failed: {reason(e)}",
+                                                                  MAX_ERROR_CHARS)}))
+        except BaseException:  # noqa: BLE001 - the exit status still tells
+            pass
         os._exit(72)
     os._exit(0)
+
+
+_memory_frame = b""  # the result a worker that ran out of memory sends
+
+
+def _warm_up() -> None:
+    """Go once through what a call does, so that the pages it writes are copied from the fork server
+    now, while the worker waits, rather than during the call that is waiting for it."""
+    glb = policy.make_globals(policy.OutputSink(1 << 10))
+    exec(marshal.loads(binascii.a2b_base64(_WARM_UP_CODE)), glb)
+    encode_frame({"op": "result", "ok": True, "value": to_plain(glb["execute"]({"n": 1}, None), max_bytes=64),
+                  "output": ""})
+
+
+# Compiled once, in the fork server: the workers' warm-up loads it as a call with cached code does.
+_WARM_UP_CODE = binascii.b2a_base64(marshal.dumps(policy.compile_tool(
+    "def execute(args, ctx):\n    return {'n': args['n'] + 1}\n")), newline=False).decode("ascii")
+
+
+def _lower_limits(timeout_ms: int, memory_mb: int) -> None:
+    """The job's limits: CPU time counted from now, and at most the memory the worker was locked down with."""
+    used = time.process_time()  # clock_gettime: the filter allows it, and not getrusage
+    cpu = int(used) + max(1, math.ceil(timeout_ms / 1000)) + 1
+    _, hard_cpu = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (min(cpu, hard_cpu), min(cpu + 1, hard_cpu)))
+    _, hard_as = resource.getrlimit(resource.RLIMIT_AS)
+    memory = memory_mb * 1024 * 1024
+    if 0 < memory < hard_as:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
 
 def _run(memory_mb: int) -> NoReturn:
     fd = CHANNEL_FD
     init = read_frame_fd(fd, MAX_INIT_BYTES)
     if type(init) is not dict:
-        os._exit(73)
+        os._exit(73)  # the runtime closed the channel (a pool being drained) or broke protocol
+    global _memory_frame
+    prctl(_PR_SET_NAME, b"brainstem-tool")
     limits = init["limits"]
+    _lower_limits(int(limits["timeout_ms"]), int(limits["memory_mb"]))
+    memory_mb = min(memory_mb, int(limits["memory_mb"]))
+    # Made now: once memory has run out, there may be none left to make it.
+    _memory_frame = encode_frame({"op": "result", "ok": False, "error": f"memory limit ({memory_mb} MB) exceeded"})
     max_result = int(limits["max_result_bytes"])
     max_output = int(limits["max_output_bytes"])
 
@@ -361,18 +426,25 @@ def _run(memory_mb: int) -> NoReturn:
     entrypoint = init["entrypoint"]
     args = init["args"]
     source = init["code"]
-    init = None  # drop the job message
+    send_compiled = init.get("send_compiled") is True
 
     def fail(error: str) -> NoReturn:
         _send_and_exit(fd, {"op": "result", "ok": False, "error": error, "output": sink.text()}, 0)
 
-    try:
-        code = policy.compile_tool(source)
-    except policy.CompileError as e:
-        fail(str(e))
-    except BaseException as e:  # noqa: BLE001 - e.g. RecursionError on absurdly nested source
-        fail("compile failed: " + describe_exception(e, memory_mb))
-    source = None
+    compiled = init.get("compiled")
+    if type(compiled) is str:  # this source's code, as an earlier worker compiled it
+        code = marshal.loads(binascii.a2b_base64(compiled))
+    else:
+        try:
+            code = policy.compile_tool(source)
+        except policy.CompileError as e:
+            fail(str(e))
+        except BaseException as e:  # noqa: BLE001 - e.g. RecursionError on absurdly nested source
+            fail("compile failed: " + describe_exception(e, memory_mb))
+        if send_compiled:  # before any of the tool's code runs
+            blob = binascii.b2a_base64(marshal.dumps(code), newline=False).decode("ascii")
+            write_all(fd, encode_frame({"op": "compiled", "code": blob}))
+    source = compiled = init = None  # drop the job message
 
     glb = policy.make_globals(sink)
     error = None

@@ -198,10 +198,37 @@ def test_services_error_becomes_catchable_runtime_error():
 
 
 def test_uncaught_services_error_fails_the_tool_only():
-    s = FakeServices(fail={"log": ValueError("karma is full")})
-    o = go(tool("ctx.log('x')\nreturn 1"), services=s)
-    assert not o.ok and o.error.startswith("RuntimeError: karma is full")
+    s = FakeServices(kv_access="own", fail={"kv_get": ValueError("store is gone")})
+    o = go(tool("ctx.kv.get('k')\nreturn 1"), services=s)
+    assert not o.ok and o.error.startswith("RuntimeError: store is gone")
     assert_runtime_healthy()
+
+
+def test_a_log_line_that_cannot_be_recorded_ends_the_call():
+    """ctx.log is one-way (the tool does not wait for it), so a line the runtime cannot record cannot
+    become the tool's exception: the call ends there, rather than run on with a hole in its log."""
+    s = FakeServices(kv_access="own", fail={"log": ValueError("karma is full")})
+    o = go(tool("ctx.log('x')\nctx.kv.put('after', 'yes')\nreturn 1"), services=s)
+    assert not o.ok and o.error == "ctx.log failed: karma is full"
+    assert "after" not in s.kv  # nothing the tool did after the lost line was served
+    assert_runtime_healthy()
+
+
+def test_log_lines_and_requests_arrive_in_the_order_the_tool_made_them():
+    events = []
+
+    class Recording(FakeServices):
+        def log(self, message):
+            events.append(("log", message))
+
+        def kv_put(self, key, value):
+            events.append(("put", key))
+
+    s = Recording(kv_access="own")
+    o = go(tool("for i in range(3):\n    ctx.log(str(i))\n    ctx.kv.put('k' + str(i), 'v')\nreturn 1"),
+           services=s)
+    assert o.ok, o
+    assert events == [("log", "0"), ("put", "k0"), ("log", "1"), ("put", "k1"), ("log", "2"), ("put", "k2")]
 
 
 def test_secrets_readable_and_immutable():
