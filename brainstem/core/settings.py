@@ -105,6 +105,10 @@ class Settings(BaseSettings):
                                   description="Bytes one tool call may write to the store")
     session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
                                      description="Bytes all tool calls of one session may write to the store")
+    sandbox_pool: int = Field(4, ge=0, le=64, validation_alias="BRAINSTEM_SANDBOX_POOL",
+                              description="Sandbox workers kept forked and locked down, ready for a session's next "
+                                          "tool call (each still runs one call only); 0 forks each when its call "
+                                          "comes. Between sessions there are none")
     lease_seconds: float = Field(30.0, ge=1, le=300, validation_alias="BRAINSTEM_LEASE_SECONDS",
                                  description="The wake lease's period: a session renews its lease every third of "
                                              "it, and a dead host's agents are taken over within about two")

@@ -36,6 +36,7 @@ from brainstem.core.settings import Settings
 from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
+from brainstem.sandbox import pool
 from brainstem.session.build import agent_view, build_session, check_ready, make_budget
 from brainstem.session.crash import close_dead
 from brainstem.session.cycle import Course, check_reflexes, max_effort, think
@@ -168,6 +169,15 @@ def _next_number(store: Store) -> int:
 
 def _session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str = "live",
              sid: str | None = None, woke_for: str | None = None) -> WakeResult:
+    pool.configure(settings.sandbox_pool)
+    try:
+        return _whole_session(settings, store, wake_config, providers, listeners, cancel, lease, mode, sid, woke_for)
+    finally:
+        pool.drain()  # the session's ready workers go with it: a runtime between sessions holds none
+
+
+def _whole_session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str,
+                   sid: str | None, woke_for: str | None) -> WakeResult:
     dry = mode == "dry_run"
     crumb = None if dry else karma_mod.unfinished_session(store)  # a dry run closes nothing
     number = _next_number(store)
