@@ -65,7 +65,10 @@ def _limit(pid: int, name: str) -> str:
     return line[len(name):].split()[0]
 
 
-def _sleeping_call(seconds: float, limits: Limits = Limits(timeout_ms=5000)):
+SLEEPER_LIMITS = Limits(timeout_ms=5000)
+
+
+def _sleeping_call(seconds: float, limits: Limits = SLEEPER_LIMITS):
     """Start a sleeping tool in a thread; return (thread, result dict, the pid of the worker running it)."""
     result: dict = {}
     t = threading.Thread(target=lambda: result.setdefault(

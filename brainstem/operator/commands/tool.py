@@ -83,10 +83,10 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     """
     from brainstem.core.clock import now_iso
     from brainstem.core.timeline import format_entry
+    from brainstem.sandbox import pool
     from brainstem.state.guarded import AgentKV
     from brainstem.store.karma import Redactor
     from brainstem.tools.policy import standalone_tool_policy
-    from brainstem.sandbox import pool
     from brainstem.tools.services import run_tool
 
     example = '--input \'{"url": "https://example.org"}\''
