@@ -406,9 +406,9 @@ def _run(memory_mb: int) -> NoReturn:
     if type(init) is not dict:
         os._exit(73)  # the runtime closed the channel (a pool being drained) or broke protocol
     global _memory_frame
-    prctl(_PR_SET_NAME, b"brainstem-tool")
     limits = init["limits"]
     _lower_limits(int(limits["timeout_ms"]), int(limits["memory_mb"]))
+    prctl(_PR_SET_NAME, b"brainstem-tool")  # once its limits are the job's: ps then shows them
     memory_mb = min(memory_mb, int(limits["memory_mb"]))
     # Made now: once memory has run out, there may be none left to make it.
     _memory_frame = encode_frame({"op": "result", "ok": False, "error": f"memory limit ({memory_mb} MB) exceeded"})
