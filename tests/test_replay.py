@@ -235,3 +235,20 @@ def test_the_agent_cannot_switch_its_own_gate_off(st, llm, fenv):
 
     lowered = {**before, "deep_reflect": {**before["deep_reflect"], "replay_gate_sessions": 0}}
     assert cli("kv", "put", keys.CONFIG_DEFAULTS, json.dumps(lowered), env=fenv).returncode == 0
+
+
+def test_replay_keeps_the_pool_of_workers_the_operator_set(st, llm, fenv):
+    from brainstem.sandbox import pool
+
+    sid = _session(st, llm, fenv)
+    llm.reset()
+    try:
+        r = run_cli("replay", sid, env={**fenv, "BRAINSTEM_SANDBOX_POOL": "0"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert pool.size() == 0 and pool.ready() == []  # no worker kept ready
+        r = run_cli("replay", sid, env={**fenv, "BRAINSTEM_SANDBOX_POOL": "2"})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert pool.size() == 2
+    finally:
+        pool.drain()
+        pool.configure(pool.DEFAULT_SIZE)

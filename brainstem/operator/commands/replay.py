@@ -44,6 +44,7 @@ def replay(c, session_ref: str, live: bool, llm_cassette: Path | None, as_json: 
       brainstem replay 12 --live          # ask the model where the prompt changed
       brainstem replay 12 --live --llm-cassette demo/cassette.json   # ask the cassette instead
     """
+    from brainstem.sandbox import pool
     from brainstem.session.replay import compare, load, render
     from brainstem.session.replay import rerun as run_replay
 
@@ -55,6 +56,7 @@ def replay(c, session_ref: str, live: bool, llm_cassette: Path | None, as_json: 
 
         cassette = CassetteProvider(llm_cassette)
     recording = load(c.store, session_ref)
+    pool.configure(c.settings.sandbox_pool)  # the tool calls replayed get the workers a session's would
     report = compare(run_replay(c.settings, c.store, recording, live=live, cassette=cassette))
     if as_json:
         print_json(report, sort_keys=True)
