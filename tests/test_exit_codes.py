@@ -44,6 +44,8 @@ WRONG_ARGUMENT = [
     (["diff", "wisdom", "abc"], 2, ["'abc' is not a valid integer"]),
     (["sessions", "-n", "0"], 2, ["0 is not in the range"]),
     (["tell", ""], 2, ["the message is empty"]),
+    (["wakey"], 2, ["No such command 'wakey'", "'wake'", "`brainstem --help`"]),
+    (["kv", "get"], 2, ["Missing argument 'KEY'", "`brainstem kv get --help`"]),
 ]
 
 SUCCEEDS = [
@@ -73,7 +75,8 @@ def env(tmp_path_factory):
 def only_line(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert "Traceback" not in stderr, stderr
-    return lines[-1]  # click's own usage errors put "Usage:" lines first; the error is the last
+    assert len(lines) == 1 and lines[0].startswith("brainstem: error: "), stderr  # click's usage errors too
+    return lines[0]
 
 
 @pytest.mark.parametrize("argv, code, words", NAMES_NOTHING, ids=[" ".join(a) for a, _, _ in NAMES_NOTHING])
@@ -107,3 +110,14 @@ def test_a_key_with_nothing_to_go_back_to_is_not_an_argument_error(env):
     assert run_cli("kv", "put", "prompt:fresh", "x", env=env).returncode == 0
     r = run_cli("diff", "prompt:fresh", env=env)
     assert r.returncode == 1 and "has only one version" in only_line(r.stderr), r
+
+
+def test_with_debug_a_usage_error_shows_click_s_whole_usage(env):
+    r = run_cli("--debug", "kv", "get", env=env)
+    assert r.returncode == 2
+    assert r.stderr.startswith("Usage: brainstem kv get [OPTIONS] KEY") and "Missing argument 'KEY'" in r.stderr
+
+
+def test_a_bare_group_still_shows_its_help(env):
+    r = run_cli("kv", env=env)
+    assert r.returncode == 2 and "Commands:" in r.stdout + r.stderr and "brainstem: error" not in r.stderr

@@ -76,6 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
+    except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its help is the answer
+        exc.show()
+        return exc.exit_code
+    except click.UsageError as exc:
+        if debug:
+            exc.show()
+        else:
+            output.usage_error(exc.format_message(), exc.ctx.command_path if exc.ctx else "brainstem")
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -91,6 +91,11 @@ def error(exc: BaseException) -> None:
     click.echo(f"brainstem: error: {exc}", err=True)
 
 
+def usage_error(message: str, command_path: str) -> None:
+    """A command line click could not parse: one line, like every other error, naming the help to read."""
+    click.echo(f"brainstem: error: {message.rstrip()} (see `{command_path} --help`)", err=True)
+
+
 def unexpected(exc: BaseException) -> None:
     """A failure the runtime did not expect: still one line, pointing at --debug."""
     click.echo(f"brainstem: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
