@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from brainstem.core.errors import BrainstemError, LockHeld
+from brainstem.core.errors import BadArgument, LockHeld
 from brainstem.operator.commands.context import Ctx, pass_ctx
 
 
@@ -172,7 +172,7 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
         try:
             serve(metrics, metrics_port, metrics_host)
         except OSError as exc:
-            raise BrainstemError(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: "
+            raise BadArgument(f"--metrics-port {metrics_port}: cannot listen on {metrics_host}: "
                                  f"{exc.strerror or exc}") from None
     runner = Runner(c.settings, list(agents) or [None], grace=grace, metrics=metrics, cassette=llm_cassette)
     code = runner.run(every, cron, jitter=jitter, misfire_grace=misfire_grace)
