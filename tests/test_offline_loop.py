@@ -65,9 +65,10 @@ def spent_today(store) -> float:
 # --- wake, without a key ---------------------------------------------------------------------
 
 def test_wake_force_from_a_cassette_needs_no_key_and_spends_nothing_today(url, store):
-    ok(cli(url, "wake", "--force", "--quiet", "--llm-cassette", str(CASSETTE)))
+    summary = ok(cli(url, "wake", "--force", "--quiet", "--llm-cassette", str(CASSETTE)))
     h = last_session(store)
     assert h["outcome"] == "clean" and h["cost"] > 0
+    assert f"clean, ${h['cost']:.4f} (simulated), " in summary, summary  # the line cron mails says so too
     calls = llm_calls(store, h["id"])
     assert calls and all(c["tier"] == "cassette" and c["simulated"] is True and c["cost"] > 0 for c in calls)
     # The session's cost is still the sum of its calls; it is all simulated, and none of it is today's.

@@ -174,11 +174,14 @@ def record_end(course: Course) -> WakeResult:
                      simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
     karma_mod.end_session(store, course.id)
     what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
+    cost = f"${budget.spent:.4f}"
+    if budget.simulated:  # as `brainstem sessions` shows it: a cassette's answers moved no money
+        cost += " (simulated)" if budget.simulated >= budget.spent else f" (${budget.simulated:.4f} simulated)"
     if course.mode == "dry_run":
-        message = (f"dry run {course.id}: {course.outcome}, ${budget.spent:.4f}, {budget.steps} steps; nothing was "
+        message = (f"dry run {course.id}: {course.outcome}, {cost}, {budget.steps} steps; nothing was "
                    f"written but its karma (brainstem karma {course.id})")
     else:
-        message = (f"{what} {course.id}: {course.outcome}, ${budget.spent:.4f}, {budget.steps} steps; "
+        message = (f"{what} {course.id}: {course.outcome}, {cost}, {budget.steps} steps; "
                    f"next wake {wake_cfg['next_wake_after']}")
     if action is not None:
         message += f"; operator: {action}"
