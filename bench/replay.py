@@ -13,7 +13,7 @@ session's karma (``--sessions``, medians reported): its wall time
 the tools took.
 
 The last session is then replayed ``--repeat`` times in-process
-(``brainstem.session.replay.load`` + ``run`` + ``compare``: answers from the
+(``brainstem.session.replay.load`` + ``rerun`` + ``replay_report.compare``: answers from the
 recording, tools in the sandbox against an overlay, fetches answered from
 the recording) and once through the command line (``python -m brainstem
 replay ID``: interpreter start-up, imports and a cold fork server included).
@@ -51,6 +51,7 @@ from brainstem.core import events  # noqa: E402
 from brainstem.core.settings import load_settings  # noqa: E402
 from brainstem.sandbox import shutdown  # noqa: E402
 from brainstem.session import replay as replay_mod  # noqa: E402
+from brainstem.session import replay_report  # noqa: E402
 from brainstem.session.wake import wake  # noqa: E402
 from brainstem.state.seed import example_soul_path, seed  # noqa: E402
 from brainstem.store import (  # noqa: E402
@@ -164,13 +165,13 @@ def main() -> int:
                 t1 = time.perf_counter()
                 replayed = replay_mod.rerun(settings, store, recording)
                 t2 = time.perf_counter()
-                report = replay_mod.compare(replayed)
+                report = replay_report.compare(replayed)
                 t3 = time.perf_counter()
                 replays.append((t3 - t0) * 1000.0)
                 for name, a, b in (("load", t0, t1), ("run", t1, t2), ("compare", t2, t3)):
                     phases[name].append((b - a) * 1000.0)
                 if not report["same"] or report["answers"]["recorded"] != len(calls):
-                    print("\n".join(replay_mod.render(report)), file=sys.stderr)
+                    print("\n".join(replay_report.render(report)), file=sys.stderr)
                     sys.exit(f"replay {i + 1}: not the same behaviour ({report['differs']}, "
                              f"answers {report['answers']})")
                 replay_tools.append(tool_ms(replayed.entries))

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from brainstem.core import outcomes
-from brainstem.session.replay import ReplayError, compare, load, rerun, shorten
+from brainstem.session.replay import ReplayError, load, rerun
+from brainstem.session.replay_report import compare, shorten
 from brainstem.state import history as session_history
 from brainstem.store.base import Store
 

@@ -45,8 +45,9 @@ def replay(c, session_ref: str, live: bool, llm_cassette: Path | None, as_json: 
       brainstem replay 12 --live --llm-cassette demo/cassette.json   # ask the cassette instead
     """
     from brainstem.sandbox import pool
-    from brainstem.session.replay import compare, load, render
+    from brainstem.session.replay import load
     from brainstem.session.replay import rerun as run_replay
+    from brainstem.session.replay_report import compare, render
 
     if llm_cassette is not None and not live:
         raise BadArgument("--llm-cassette answers a replay's live calls: add --live")
