@@ -13,7 +13,6 @@ import click
 LABEL = 17  # row labels are padded to this many characters, so the values line up
 
 
-
 def short_time(value) -> str:
     """``2026-05-01T12:34:56Z`` as ``2026-05-01 12:34``, for a table's time column."""
     return value[:16].replace("T", " ") if isinstance(value, str) and len(value) >= 16 else as_text(value)

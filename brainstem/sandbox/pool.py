@@ -76,14 +76,17 @@ def refill() -> None:
             return
         _ordered += n
         memory_mb = _memory_mb
+    forked = 0
     try:
         for _ in range(n):
             worker = fork_worker(memory_mb)
             with _lock:
                 _ready.append(worker)
+                _ordered -= 1  # now counted among the ready
+            forked += 1
     finally:
         with _lock:
-            _ordered -= n
+            _ordered -= n - forked
 
 
 def drain() -> None:

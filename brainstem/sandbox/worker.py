@@ -378,14 +378,22 @@ def _warm_up() -> None:
     """Go once through what a call does, so that the pages it writes are copied from the fork server
     now, while the worker waits, rather than during the call that is waiting for it."""
     glb = policy.make_globals(policy.OutputSink(1 << 10))
-    exec(marshal.loads(binascii.a2b_base64(_WARM_UP_CODE)), glb)
+    exec(_code_from_text(_WARM_UP_CODE), glb)
     encode_frame({"op": "result", "ok": True, "value": to_plain(glb["execute"]({"n": 1}, None), max_bytes=64),
                   "output": ""})
 
 
+def _code_as_text(code: types.CodeType) -> str:
+    """Compiled code as the runtime keeps it (:mod:`brainstem.sandbox.compiled`): marshalled, in base64."""
+    return binascii.b2a_base64(marshal.dumps(code), newline=False).decode("ascii")
+
+
+def _code_from_text(text: str) -> types.CodeType:
+    return marshal.loads(binascii.a2b_base64(text))
+
+
 # Compiled once, in the fork server: the workers' warm-up loads it as a call with cached code does.
-_WARM_UP_CODE = binascii.b2a_base64(marshal.dumps(policy.compile_tool(
-    "def execute(args, ctx):\n    return {'n': args['n'] + 1}\n")), newline=False).decode("ascii")
+_WARM_UP_CODE = _code_as_text(policy.compile_tool("def execute(args, ctx):\n    return {'n': args['n'] + 1}\n"))
 
 
 def _lower_limits(timeout_ms: int, memory_mb: int) -> None:
@@ -433,7 +441,7 @@ def _run(memory_mb: int) -> NoReturn:
 
     compiled = init.get("compiled")
     if type(compiled) is str:  # this source's code, as an earlier worker compiled it
-        code = marshal.loads(binascii.a2b_base64(compiled))
+        code = _code_from_text(compiled)
     else:
         try:
             code = policy.compile_tool(source)
@@ -442,8 +450,7 @@ def _run(memory_mb: int) -> NoReturn:
         except BaseException as e:  # noqa: BLE001 - e.g. RecursionError on absurdly nested source
             fail("compile failed: " + describe_exception(e, memory_mb))
         if send_compiled:  # before any of the tool's code runs
-            blob = binascii.b2a_base64(marshal.dumps(code), newline=False).decode("ascii")
-            write_all(fd, encode_frame({"op": "compiled", "code": blob}))
+            write_all(fd, encode_frame({"op": "compiled", "code": _code_as_text(code)}))
     source = compiled = init = None  # drop the job message
 
     glb = policy.make_globals(sink)

@@ -174,9 +174,8 @@ def record_end(course: Course) -> WakeResult:
                      simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
     karma_mod.end_session(store, course.id)
     what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
-    cost = f"${budget.spent:.4f}"
-    if budget.simulated:  # as `brainstem sessions` shows it: a cassette's answers moved no money
-        cost += " (simulated)" if budget.simulated >= budget.spent else f" (${budget.simulated:.4f} simulated)"
+    # As `brainstem sessions` shows it: a cassette's answers moved no money.
+    cost = f"${budget.spent:.4f}" + (" (simulated)" if budget.simulated else "")
     if course.mode == "dry_run":
         message = (f"dry run {course.id}: {course.outcome}, {cost}, {budget.steps} steps; nothing was "
                    f"written but its karma (brainstem karma {course.id})")

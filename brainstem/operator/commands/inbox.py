@@ -41,7 +41,6 @@ def _agent_store(c: Ctx, agent: str | None, need_soul: bool):
     return store
 
 
-
 @click.command()
 @click.argument("text", nargs=-1)
 @click.option("--urgent", is_flag=True,

@@ -12,7 +12,6 @@ from brainstem.operator.output import as_text, echo_lines, json_lines, print_jso
 PREVIEW = 50  # characters of a list row's input preview
 
 
-
 def _preview(value, limit: int) -> str:
     return one_line(as_text(value, "null"), limit)
 
