@@ -1,10 +1,16 @@
 """One scrubber between the runtime's secrets and code in the sandbox, in both directions.
 
 Everything the runtime hands sandboxed code (its input, fetch results, headers,
-status lines, store values, error and refusal text) passes :meth:`Scrubber.clean`;
-everything the code sends back (requests, writes, log lines, its result) passes
-:meth:`Scrubber.holds`. Both know every secret value the runtime holds, not only
-what the running code was granted.
+status lines, store values, error and refusal text) and everything the code
+sends back (requests, writes, log lines, its result) is looked through by
+:meth:`Scrubber.holds`, which knows every secret value the runtime holds, not
+only what the running code was granted.
+
+What reaches the code may depend on a secret's value in one way only: where a
+server's answer holds, verbatim, the exact text the runtime put into *that*
+request, that text becomes the code's placeholder (:func:`put_back`). Any other
+secret text is never handed over, cut or masked: a masked piece would tell the
+code which of its guesses was right. The caller stops the code instead.
 
 A secret is found:
 
@@ -15,16 +21,14 @@ A secret is found:
   value spelled with a mix of them, or whose letter case changed before it
   was encoded, is still found;
 * as any run of :data:`MIN_RUN` or more consecutive characters of it (or of
-  one of its encodings), so an echo that truncates or splits the value never
-  yields a piece of it; a view with whitespace and punctuation squeezed out
-  finds a value split into shorter pieces (when 8 or more of its characters are
-  not whitespace or punctuation).
+  one of its encodings), so an echo that truncates or splits the value is
+  found too; a view with whitespace and punctuation squeezed out finds a value
+  split into shorter pieces (when 8 or more of its characters are not
+  whitespace or punctuation).
 
 A value shorter than :data:`MIN_RUN` is found only whole and exact: its pieces
 would match ordinary text. A run that lies inside a value's public prefix
-(``sk-or-v1-``: the same in every key of its kind) is not secret text. What is found becomes the running code's own
-placeholder when the code holds that secret and the whole value came back,
-and :data:`REMOVED` otherwise.
+(``sk-or-v1-``: the same in every key of its kind) is not secret text.
 
 The common path costs a few C-speed regex passes over the text; views are
 mapped back to the original text only when a view finds something.
@@ -44,7 +48,6 @@ from functools import lru_cache
 from typing import Any
 
 MIN_RUN = 8
-REMOVED = "[REDACTED]"
 MAX_DEPTH = 100
 # What a splitting echo may put between the pieces of a value.
 _SEPARATORS = re.compile(r"[\s.,;:|_'\"`*~^()\[\]{}<>-]+")
@@ -319,33 +322,15 @@ def _detector(secrets: tuple[tuple[str, str], ...]) -> _Detector:
     return _Detector(secrets)
 
 
-def _merge(spans: list[tuple[int, int, str, bool]]) -> list[tuple[int, int, str, bool]]:
-    """Overlapping or touching spans as one; whole when one whole span covers the rest."""
-    groups: list[list[tuple[int, int, str, bool]]] = []
-    for span in sorted(spans):
-        if groups and span[0] <= max(e for _, e, _, _ in groups[-1]):
-            groups[-1].append(span)
-        else:
-            groups.append([span])
-    out = []
-    for group in groups:
-        start, end = group[0][0], max(e for _, e, _, _ in group)
-        whole = next((sp for sp in group if sp[3] and sp[0] == start and sp[1] == end), None)
-        out.append((start, end, whole[2], True) if whole else (start, end, group[0][2], False))
-    return out
-
-
 class Scrubber:
-    """The runtime's secrets (``label -> value``) and the placeholders of those this code holds."""
+    """The runtime's secrets (``label -> value``), to find in what passes between it and the sandbox."""
 
-    def __init__(self, secrets: Mapping[str, str], placeholders: Mapping[str, str] | None = None,
-                 opaque: Iterable[str] = ()):
+    def __init__(self, secrets: Mapping[str, str], opaque: Iterable[str] = ()):
         """``opaque``: exact texts that are never secret text (the runtime's placeholders, which could
         otherwise share a run with a value such as ``my-secret-key``)."""
         values = {label: value for label, value in secrets.items() if isinstance(value, str) and value}
         self._detector = _detector(tuple(sorted(values.items()))) if values else None
-        self._placeholders = dict(placeholders or {})
-        words = sorted({w for w in [*opaque, *self._placeholders.values()] if w}, key=len, reverse=True)
+        words = sorted({w for w in opaque if w}, key=len, reverse=True)
         self._opaque = re.compile("|".join(map(re.escape, words))) if words else None
 
     def held(self, text: str) -> list[str]:
@@ -361,33 +346,27 @@ class Scrubber:
             found.update(self.held(text))
         return sorted(found)
 
-    def text(self, text: str) -> str:
-        if self._detector is None or not text:
-            return text
-        for _ in range(4):
-            spans = _merge(self._detector.spans(text, self._opaque))
-            if not spans:
-                return text
-            out, last = [], 0
-            for s, e, label, whole in spans:
-                out.append(text[last:s])
-                out.append(self._placeholders.get(label, REMOVED) if whole else REMOVED)
-                last = e
-            out.append(text[last:])
-            text = "".join(out)
-        return REMOVED  # still finding secret text after four passes: withhold all of it
 
-    def clean(self, obj: Any, _depth: int = 0) -> Any:
-        """A copy of a JSON-like value with every string (and dict key) scrubbed."""
-        if isinstance(obj, str):
-            return self.text(obj)
-        if _depth > MAX_DEPTH:
-            return obj
-        if isinstance(obj, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.clean(v, _depth + 1) for k, v in obj.items()}
-        if isinstance(obj, (list, tuple)):
-            return [self.clean(v, _depth + 1) for v in obj]
+def put_back(obj: Any, sent: Mapping[str, str]) -> Any:
+    """A copy of a JSON-like value with every exact occurrence of a key of ``sent`` (text the runtime put
+    into a request) replaced by its value (the placeholder it stood for). Exact: same bytes, same case.
+    Whatever else of a secret the value holds is left for :meth:`Scrubber.holds` to find."""
+    if not sent:
         return obj
+    pattern = re.compile("|".join(map(re.escape, sorted(sent, key=len, reverse=True))))
+
+    def walk(value: Any, depth: int) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda m: sent[m.group(0)], value)
+        if depth > MAX_DEPTH:
+            return value
+        if isinstance(value, dict):
+            return {walk(k, depth + 1): walk(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v, depth + 1) for v in value]
+        return value
+
+    return walk(obj, 0)
 
 
 def _strings(obj: Any, _depth: int = 0):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events, keys
-from brainstem.core.scrubber import Scrubber
+from brainstem.core.scrubber import Scrubber, put_back
 from brainstem.core.secrets import placeholder_for
 from brainstem.state import refusals
 from brainstem.state.guarded import AgentKV
@@ -71,7 +71,6 @@ class ToolServices:
         self._policy = policy
         self._on_read = on_read
         self._written = 0
-        self._explained: set[str] = set()  # the secrets put into the fetch in progress: its echo is expected
         if policy.withdrawn or refusals.held(store):
             # Code met a secret's value: no code of this agent runs again until the operator has looked, so
             # whether it was stopped confirms one guess, once (`brainstem refusals`).
@@ -83,20 +82,20 @@ class ToolServices:
             policy.on_secrets(self.grants.values())
         self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
         held = {**policy.held_secrets(store), **self.grants.values()}
-        self.scrubber = Scrubber(held, self.grants.placeholders(), opaque=map(placeholder_for, held))
+        self.scrubber = Scrubber(held, opaque=map(placeholder_for, held))
 
     # --- the one way in and out of the sandbox (see brainstem.sandbox.ctx.Services) ---
-    def scrub(self, value: Any, explained: set[str] | frozenset[str] = frozenset()) -> Any:
-        """``value`` as the code may see it. Secret text in it that the code's own request explains (a
-        bound host echoing what was put in) is replaced; any other means the code arranged to be handed
-        it (a guess echoed by a server it controls, say): stopped, as for sending it."""
+    def scrub(self, value: Any, sent: Mapping[str, str] | None = None) -> Any:
+        """``value`` as the code may see it, or a stop. ``sent`` maps the exact text the runtime put into
+        the request being answered to the placeholder it stood for: a server echoing that text verbatim
+        hands the code its placeholder back. Any other secret text (a piece, another encoding or letter
+        case, a value the request never carried) is not masked, since which parts were masked would tell
+        the code which of its guesses was right: the code is stopped, whatever the request carried."""
+        value = put_back(value, sent or {})
         held = self.scrubber.holds(value)
-        if not held:
-            return value
-        unexplained = [label for label in held if label not in explained]
-        if unexplained:
-            self.refuse_value(unexplained, direction="in")
-        return self.scrubber.clean(value)
+        if held:
+            self.refuse_value(held, direction="in")
+        return value
 
     def inspect(self, value: Any) -> None:
         held = self.scrubber.holds(value)
@@ -199,7 +198,6 @@ class ToolServices:
 
         trace: list = []
         t0 = time.monotonic()
-        self._explained = set()
         self._charge_record("fetch", FETCH_RECORD_MIN_BYTES)  # no request goes out once the quota is spent
         if self._policy.fetch_replay is not None:
             return self._replayed_fetch(url, method, t0)
@@ -289,13 +287,16 @@ def _url_fields(url: Any) -> dict[str, Any]:
 
 
 class _FetchGuard:
-    """Between a tool's fetch and the wire: secrets put in only for their hosts, values scrubbed from
-    what comes back, requests to the LLM host metered."""
+    """Between a tool's fetch and the wire: secrets put in only for their hosts, what comes back handed
+    over only as the code may see it, requests to the LLM host metered."""
 
     def __init__(self, services: ToolServices):
         self.s = services
         self.grants = services.grants
         self.meter = services._policy.meter
+        # Per hop (a redirect is a new hop): the exact text put into its request -> the placeholder it stood
+        # for. Only that hop's answer may echo it back; what an earlier hop carried explains nothing here.
+        self._sent: dict[int, dict[str, str]] = {}
 
     def outgoing(self, hop):
         from urllib.parse import quote, quote_plus
@@ -322,7 +323,6 @@ class _FetchGuard:
                            secrets=sorted(g.name for g in self.grants.present(*texts)), reason=str(exc))
             raise EgressDenied(str(exc)) from None
         hop.note["secrets"] = [g.name for g in found]
-        self.s._explained.update(g.label for g in found)
         body = hop.body
         if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found]):
             from brainstem.llm.meter import MeterRefused
@@ -333,16 +333,26 @@ class _FetchGuard:
                 raise EgressDenied(str(exc)) from None
         if not found:
             return hop.url, headers, body
+        sent = self._sent.setdefault(id(hop), {})
+
+        def put_in(text: str, grants: list, quoting=lambda v: v) -> str:
+            for g in grants:
+                if g.placeholder in text:
+                    sent[quoting(g.value)] = sent[g.value] = g.placeholder
+            return self.grants.put_in(text, grants, quoting)
+
         # Quoted for where it lands: a path segment may keep ':' or '&', a query value may not.
         anywhere = [g for g in found if not req.header_only(g)]
         before_query, mark, query = hop.url.partition("?")
-        url = (self.grants.put_in(before_query, anywhere, lambda v: quote(v, safe=PCHAR_SAFE)) + mark
-               + self.grants.put_in(query, anywhere, lambda v: quote(v, safe="-._~")))
+        url = (put_in(before_query, anywhere, lambda v: quote(v, safe=PCHAR_SAFE)) + mark
+               + put_in(query, anywhere, lambda v: quote(v, safe="-._~")))
         for k, v in list(headers.items()):
             if basic[k] is not None and any(g.placeholder in basic[k] for g in found):
-                v = "Basic " + base64.b64encode(self.grants.put_in(basic[k], found).encode("utf-8")).decode("ascii")
+                token = base64.b64encode(put_in(basic[k], found).encode("utf-8")).decode("ascii")
+                sent[token] = next(g.placeholder for g in found if g.placeholder in basic[k])
+                v = "Basic " + token
             else:
-                v = self.grants.put_in(v, found)
+                v = put_in(v, found)
             if "\r" in v or "\n" in v:
                 raise EgressDenied(f"refused: header {k} would carry a line break")
             headers[k] = v
@@ -350,7 +360,7 @@ class _FetchGuard:
             text = body.decode("utf-8", "surrogateescape")
             quoting = {"json": lambda v: json.dumps(v)[1:-1], "form": quote_plus}.get(hop.body_kind,
                                                                                           lambda v: v)
-            body = self.grants.put_in(text, anywhere, quoting).encode("utf-8", "surrogateescape")
+            body = put_in(text, anywhere, quoting).encode("utf-8", "surrogateescape")
         return url, headers, body
 
     def incoming(self, hop, status, headers, text, error=None):
@@ -359,7 +369,7 @@ class _FetchGuard:
             hop.note["error"] = error
         if "worst_case" in hop.note and self.meter is not None:
             self.meter.after(hop.note, status, text, error, self.s.name)
-        cleaned = self.s.scrub({"headers": headers, "text": text}, self.s._explained)
+        cleaned = self.s.scrub({"headers": headers, "text": text}, self._sent.get(id(hop)))
         return cleaned["headers"], cleaned["text"]
 
 

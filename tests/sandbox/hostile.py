@@ -86,6 +86,8 @@ def bound_api(attacker_base: str) -> Host:
             body = "\n".join([key, key[::-1], base64.b64encode(raw).decode(), raw.hex(),
                               base64.b64encode(b"Bearer " + raw).decode()]).encode()
             h._send(200, body, {"Content-Type": "text/plain", "X-Echo": key})
+        elif path == "/echo-exact":
+            h._send(200, key.encode(), {"Content-Type": "text/plain", "X-Echo": key})
         elif path == "/echo-upper":
             h._send(200, f"your key is {key.upper()}".encode(), {"Content-Type": "text/plain"})
         elif path == "/echo-json":

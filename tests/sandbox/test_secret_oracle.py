@@ -45,11 +45,14 @@ def _echo(handler):
         body = ("pad " + sent)[:int(query["n"][0])]
     elif kind == "ords":  # a server of the attacker's that spells out character codes
         body = "".join(chr(int(x)) for x in sent.split(",") if x.strip().isdigit())
+    elif kind == "beside":  # the value put in, and a guess sent as character codes, spelled out
+        guess = handler.headers.get("X-G") or ""
+        body = sent + " " + "".join(chr(int(x)) for x in guess.split(",") if x.strip().isdigit())
     elif kind == "split":
         body = " ".join(sent[i:i + 3] for i in range(0, len(sent), 3))
     else:
         body = sent
-    handler._send(200, body.encode(), {"Content-Type": "text/plain", "X-Echo": sent[:12]})
+    handler._send(200, body.encode(), {"Content-Type": "text/plain", "X-Echo": sent})
 
 
 class Session:
@@ -108,18 +111,51 @@ def execute(a, ctx):
     assert _pieces(TOKEN, text) == [] and text.startswith("fetch failed: "), out.value
 
 
-@pytest.mark.parametrize("query", ["as=jsonp", "as=html", "as=split", "as=cut&n=12", "as=cut&n=16", "as=cut&n=20"])
-def test_a_bound_host_echoing_the_value_escaped_cut_or_split_gives_nothing_of_it(world, query):
-    s, bound, _ = world
-    out = s.run("echo", '''
+ECHO = '''
 def execute(a, ctx):
-    r = ctx.fetch(a["url"], headers={"X-K": ctx.secrets["TOK"]})
+    ctx.kv.put("asked", "yes")
+    r = ctx.fetch(a["url"], headers={"X-K": ctx.secrets["TOK"], "X-G": a.get("guess", "")})
     return {"text": r["text"], "headers": r["headers"]}
-''', {"url": bound.base + "/e?" + query}, secrets=["TOK"])
+'''
+
+
+def test_a_bound_host_echoing_exactly_what_was_put_in_hands_back_the_placeholder(world):
+    s, bound, _ = world
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?as=plain"}, secrets=["TOK"], kv_access="own")
     assert out.ok, out.error
-    seen = json.dumps(out.value)
-    for view in (seen, html.unescape(seen), seen.replace("\\\\/", "/"), seen.replace(" ", "")):
-        assert _pieces(TOKEN, view) == [], (query, out.value)
+    assert out.value["text"].startswith("brainstem-secret-TOK-") and out.value["headers"]["x-echo"] == out.value["text"]
+    assert s.of(events.SECRET_REFUSED) == []
+
+
+@pytest.mark.parametrize("query", ["as=html", "as=split", "as=cut&n=12", "as=cut&n=16", "as=cut&n=20"])
+def test_a_bound_host_echoing_the_value_in_any_other_form_stops_the_code(world, query):
+    """Only the exact text put in comes back as the placeholder. A piece, an escape or a split is never
+    masked and handed over (which parts were masked would answer a guess): the code is stopped."""
+    s, bound, _ = world
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?" + query}, secrets=["TOK"], kv_access="own")
+    assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), (query, out)
+    (refused,) = s.of(events.SECRET_REFUSED)
+    assert refused["direction"] == "in" and refused["secrets"] == ["TOK"]
+    assert all(_pieces(TOKEN, json.dumps(e)) == [] for e in s.events)
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_a_guess_echoed_beside_the_real_value_is_never_masked(world, right):
+    """The oracle: the request carries the real value (so its echo is expected) and a guess in a form
+    the scrubber cannot read, which the server spells out. A right guess stops the code; a wrong one
+    is handed over as it was sent. Never a masked copy that says which part was right."""
+    s, bound, _ = world
+    guessed = TOKEN[4:14] if right else "x" * 10
+    guess = ",".join(str(ord(c)) for c in guessed)
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?as=beside", "guess": guess}, secrets=["TOK"],
+                kv_access="own")
+    assert s.store.get("tooldata:echo:asked") == "yes"  # it went out: the guess is not recognisable
+    if right:
+        assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), out
+        assert len(s.of(events.SECRET_REFUSED)) == 1
+    else:
+        assert out.ok and out.value["text"].endswith(" " + guessed), out
+        assert "[REDACTED]" not in json.dumps(out.value)
 
 
 def test_a_guessed_value_stops_the_tool_and_withdraws_every_grant_of_the_session(world):
