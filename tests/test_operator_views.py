@@ -358,14 +358,16 @@ def test_tool_ls_lists_every_tool_and_flags_invalid_meta(st, env):
     assert "INVALID" in rows["garbled"] and "not valid JSON" in rows["garbled"]
     assert "INVALID" in rows["orphan"] and "tool:orphan:code is missing" in rows["orphan"]
     assert rows["kv_read"].split()[1:4] == ["automated", "read_all", "5s"]
-    assert "TELEGRAM_BOT_TOKEN" in rows["send_telegram"] and rows["plain"].split()[1:5] == ["automated", "none",
-                                                                                          "10s", "-"]
+    assert "OPENROUTER_API_KEY" in rows["check_or_balance"] and rows["plain"].split()[1:5] == ["automated", "none",
+                                                                                             "10s", "-"]
+    assert rows["send_telegram"].split()[4] == "-"  # it asks the runtime to send: no secret
     assert len({line.index(" automated") for line in lines if " automated" in line}) == 1
 
     tools = {t["name"]: t for t in map(json.loads, ok(run_cli("tool", "ls", "--json", env=env)).splitlines())}
     assert tools["broken"]["error"] and tools["broken"]["mode"] is None
     assert tools["web_fetch"]["error"] is None and tools["web_fetch"]["timeout_ms"] > 0
-    assert tools["send_telegram"]["secrets"] == json.loads(st.get(keys.tool_meta("send_telegram")))["secrets"]
+    assert tools["check_or_balance"]["secrets"] == \
+        json.loads(st.get(keys.tool_meta("check_or_balance")))["secrets"]
 
 
 # --- wakes: the daemon's wake_log --------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from RestrictedPython.Guards import (
 )
 
 from brainstem.core import keys
-from brainstem.core.secrets import parse_bindings, placeholder_for
+from brainstem.core.secrets import parse_bindings
 from brainstem.sandbox import egress
 from brainstem.state.guarded import AgentKV
 from brainstem.store.sqlite_store import SQLiteStore
@@ -81,8 +81,6 @@ WALLET = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
 EMPTY_WALLET = "0x" + "11" * 20
 RAW_BALANCES = {WALLET.lower(): 123_456_789, EMPTY_WALLET: 0}  # 6 decimals
 OR_KEY = "sk-or-test-secret-0123"
-TG_TOKEN = "123456:TEST-token-never-leak"
-TG_BAD_TOKEN = "999:bad-token-never-leak"
 
 
 # --------------------------------------------------------------------------
@@ -162,15 +160,6 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/rpc-error":
             return self.reply(200, {"jsonrpc": "2.0", "id": 1,
                                     "error": {"code": -32000, "message": "header not found"}})
-        m = re.fullmatch(r"/tg/bot([^/]+)/sendMessage", path)
-        if m:
-            return self.telegram(m.group(1), body)
-        m = re.fullmatch(r"/tg-echo/bot([^/]+)/sendMessage", path)
-        if m:  # a server that repeats the token it was sent in its error
-            return self.reply(401, {"ok": False, "error_code": 401,
-                                    "description": "Unauthorized: no bot " + m.group(1)})
-        if re.fullmatch(r"/tg-html/bot[^/]+/sendMessage", path):
-            return self.reply(502, "<html>Bad Gateway</html>", "text/html")
         return self.reply(404, {"error": "no route"})
 
     def rpc(self, body):
@@ -194,15 +183,6 @@ class Handler(BaseHTTPRequestHandler):
             return error("unknown holder " + holder)
         return self.reply(200, {"jsonrpc": "2.0", "id": body.get("id"),
                                 "result": "0x" + format(RAW_BALANCES[holder], "064x")})
-
-    def telegram(self, token, body):
-        if token != TG_TOKEN:
-            return self.reply(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
-        if not isinstance(body, dict) or not body.get("chat_id") or not body.get("text"):
-            return self.reply(400, {"ok": False, "error_code": 400,
-                                    "description": "Bad Request: chat_id and text required"})
-        return self.reply(200, {"ok": True,
-                                "result": {"message_id": 4242, "chat": {"id": body["chat_id"]}, "text": body["text"]}})
 
 
 def serve(address):
@@ -387,7 +367,7 @@ def run_tool(request):
 
 # Names a test makes up or borrows, as a resolver standing in for DNS answers them:
 # each at the address of `other_server`. Any other name resolves to nothing.
-OTHER_NAMES = {"api.telegram.org", "openrouter.ai", "api.telegram.org.evil.example", "openrouter.ai.evil.example"}
+OTHER_NAMES = {"openrouter.ai", "openrouter.ai.evil.example"}
 
 
 def fake_resolve(host, port, timeout=10.0):
@@ -556,119 +536,56 @@ def test_kv_write_refuses_oversized_value(run_tool, store):
 # --------------------------------------------------------------------------
 
 
-def tg_ctx(client, **secrets):
-    return Ctx(client, secrets=secrets)
+class ChatCtx(Ctx):
+    """A ctx whose ``send_telegram`` is the runtime's: the text goes to the operator's chat, or the runtime's
+    one-line reason comes back as the tool's RuntimeError."""
+
+    def __init__(self, fail=None):
+        super().__init__()
+        self.sent = []
+        self.fail = fail
+
+    def send_telegram(self, text):
+        if self.fail:
+            raise RuntimeError(self.fail)
+        self.sent.append(text)
+        return {"message_id": 4242}
 
 
-def test_send_telegram_posts_message(run_tool, server, http_client):
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN)
-    r = run_tool("send_telegram", {"text": "hello operator", "chat_id": 777, "api_base": server.base + "/tg/"}, ctx)
-    assert r == {"ok": True, "message_id": 4242}
-    req = server.requests[-1]
-    assert req["method"] == "POST" and req["path"] == f"/tg/bot{TG_TOKEN}/sendMessage"
-    assert req["body"] == {"chat_id": 777, "text": "hello operator"}
+def test_send_telegram_asks_the_runtime_to_send(run_tool):
+    ctx = ChatCtx()
+    assert run_tool("send_telegram", {"text": "hello operator"}, ctx) == {"ok": True, "message_id": 4242}
+    assert ctx.sent == ["hello operator"] and ctx.fetches == []
+    run_tool("send_telegram", {"text": "x" * 5000}, ctx)
+    assert ctx.sent[-1] == "x" * 4095 + "…"  # Telegram's limit is 4096 characters
 
 
-def test_send_telegram_chat_id_from_secret(run_tool, server, http_client):
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="-100123")
-    r = run_tool("send_telegram", {"text": "hi", "api_base": server.base + "/tg"}, ctx)
-    assert r["ok"] is True
-    assert server.requests[-1]["body"]["chat_id"] == "-100123"
-
-
-def test_send_telegram_missing_secrets(run_tool, http_client):
-    ctx = tg_ctx(http_client, TELEGRAM_CHAT_ID="1")
-    r = run_tool("send_telegram", {"text": "hi"}, ctx)
-    assert r["ok"] is False and "TELEGRAM_BOT_TOKEN" in r["error"]
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN)
-    r = run_tool("send_telegram", {"text": "hi"}, ctx)
-    assert r["ok"] is False and "chat_id" in r["error"]
-    assert ctx.fetches == []
-
-
-def test_send_telegram_reports_error_answers(run_tool, server, http_client):
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_BAD_TOKEN, TELEGRAM_CHAT_ID="1")
-    r = run_tool("send_telegram", {"text": "hi", "api_base": server.base + "/tg"}, ctx)
-    assert r == {"ok": False, "error": "Telegram answered 401: Unauthorized"}
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
-    r = run_tool("send_telegram", {"text": "hi", "api_base": server.base + "/tg-html"}, ctx)
-    assert r == {"ok": False, "error": "Telegram answered 502: non-JSON or unexpected response"}
-
-
-def test_send_telegram_reports_a_failed_request(run_tool, http_client, closed_port_url):
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
-    r = run_tool("send_telegram", {"text": "hi", "api_base": closed_port_url}, ctx)
-    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: ")
-    assert len(ctx.fetches) == 1
-
-
-@pytest.mark.parametrize("api_base", ["ftp://127.0.0.1", "file:///etc/passwd", "127.0.0.1:8080", "api.telegram.org"])
-def test_send_telegram_wants_an_http_api_base(run_tool, http_client, api_base):
-    ctx = tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN, TELEGRAM_CHAT_ID="1")
-    r = run_tool("send_telegram", {"text": "hi", "api_base": api_base}, ctx)
-    assert r == {"ok": False, "error": "api_base must be an http:// or https:// URL"}
-    assert ctx.fetches == []
+@pytest.mark.parametrize("args", [{"text": "  "}, {"text": 5}, {},
+                                  {"text": "hi", "chat_id": 777}, {"text": "hi", "api_base": "http://127.0.0.1"}])
+def test_send_telegram_takes_a_text_for_the_operators_chat_only(run_tool, args):
+    ctx = ChatCtx()
     with pytest.raises(ValueError):
-        run_tool("send_telegram", {"text": "hi", "api_base": 5}, ctx)
-    assert ctx.fetches == []
+        run_tool("send_telegram", args, ctx)
+    assert ctx.sent == []
 
 
-TG_BOUND = ["TELEGRAM_BOT_TOKEN@127.0.0.1"]
+def test_send_telegram_fails_with_the_runtimes_reason(run_tool):
+    why = "telegram: not configured: set BRAINSTEM_TELEGRAM_BOT_TOKEN and BRAINSTEM_TELEGRAM_CHAT_ID"
+    with pytest.raises(RuntimeError, match="BRAINSTEM_TELEGRAM_CHAT_ID"):
+        run_tool("send_telegram", {"text": "hi"}, ChatCtx(fail=why))
 
 
 def elsewhere_url(where, server, other_server, path):
     bound, other = server.server_address[1], other_server.server_address[1]
-    look_alike = "api.telegram.org" if "tg" in path else "openrouter.ai"
     return {
         "another_host": f"http://127.0.0.2:{other}",
         "another_name_for_the_bound_host": f"http://localhost:{bound}",
         "user_info_disguise": f"http://127.0.0.1:{bound}@127.0.0.2:{other}",
-        "look_alike_name": f"http://{look_alike}.evil.example:{other}",
+        "look_alike_name": f"http://openrouter.ai.evil.example:{other}",
     }[where] + path
 
 
 ELSEWHERE = ["another_host", "another_name_for_the_bound_host", "user_info_disguise", "look_alike_name"]
-
-
-@pytest.mark.parametrize("where", ELSEWHERE)
-def test_send_telegram_token_goes_only_to_the_bound_host(runtime, server, other_server, monkeypatch, where):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
-    # The bound host gets the token, put in by the runtime: the binding works.
-    r = runtime("send_telegram", {"text": "hi", "chat_id": 777, "api_base": server.base + "/tg"}, TG_BOUND)
-    assert r == {"ok": True, "message_id": 4242}
-    assert server.requests[-1]["path"] == f"/tg/bot{TG_TOKEN}/sendMessage"
-    sent = len(server.requests), len(other_server.requests)
-
-    api_base = elsewhere_url(where, server, other_server, "/tg")
-    r = runtime("send_telegram", {"text": "hi", "chat_id": 777, "api_base": api_base}, TG_BOUND)
-    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: refused")
-    assert "TELEGRAM_BOT_TOKEN" in r["error"] and "not bound to" in r["error"]
-    assert (len(server.requests), len(other_server.requests)) == sent  # refused before anything was sent
-    assert reached(other_server, TG_TOKEN) == [] and TG_TOKEN not in json.dumps(r)
-    (refused,) = runtime.of("secret_refused")
-    assert refused["secrets"] == ["TELEGRAM_BOT_TOKEN"] and refused["host"] != "127.0.0.1"
-
-
-def test_send_telegram_an_echoed_token_comes_back_as_its_placeholder(runtime, server, monkeypatch):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
-    r = runtime("send_telegram", {"text": "hi", "chat_id": 1, "api_base": server.base + "/tg-echo"}, TG_BOUND)
-    assert server.requests[-1]["path"] == f"/tg-echo/bot{TG_TOKEN}/sendMessage"  # the server had the token
-    assert r == {"ok": False,
-                 "error": "Telegram answered 401: Unauthorized: no bot " + placeholder_for("TELEGRAM_BOT_TOKEN")}
-
-
-def test_send_telegram_unreachable_through_the_runtime(runtime, closed_port_url, monkeypatch):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
-    r = runtime("send_telegram", {"text": "hi", "chat_id": 1, "api_base": closed_port_url}, TG_BOUND)
-    assert r["ok"] is False and r["error"].startswith("request to Telegram failed: ")
-    assert TG_TOKEN not in json.dumps(r)
-    (fetch,) = runtime.of("fetch")
-    assert fetch["secrets"] == ["TELEGRAM_BOT_TOKEN"] and fetch["error"]  # it was tried, with the token
-
-
-def test_send_telegram_requires_text(run_tool, http_client):
-    with pytest.raises(ValueError):
-        run_tool("send_telegram", {"text": "  "}, tg_ctx(http_client, TELEGRAM_BOT_TOKEN=TG_TOKEN))
 
 
 # --------------------------------------------------------------------------
@@ -763,21 +680,15 @@ def test_or_balance_key_goes_only_to_the_bound_host(runtime, server, other_serve
     assert [e["secrets"] for e in runtime.of("secret_refused")] == [["OPENROUTER_API_KEY"]] * 2
 
 
-@pytest.mark.parametrize("tool,args,binding", [
-    ("send_telegram", {"text": "hi", "chat_id": 1, "api_base": "http://api.telegram.org:%d"},
-     "TELEGRAM_BOT_TOKEN@api.telegram.org"),
-    ("check_or_balance", {"base_url": "http://openrouter.ai:%d/or/limited"}, "OPENROUTER_API_KEY@openrouter.ai"),
-])
-def test_a_secret_never_goes_over_plain_http_to_a_remote_host(runtime, other_server, monkeypatch, tool, args, binding):
+def test_a_secret_never_goes_over_plain_http_to_a_remote_host(runtime, other_server, monkeypatch):
     # The bound name resolves (here) to the second double, reached over plain http: refused.
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TG_TOKEN)
     monkeypatch.setenv("OPENROUTER_API_KEY", OR_KEY)
-    args = {k: v % other_server.server_address[1] if k in ("api_base", "base_url") else v for k, v in args.items()}
     sent = len(other_server.requests)
-    r = runtime(tool, args, [binding])
+    r = runtime("check_or_balance", {"base_url": f"http://openrouter.ai:{other_server.server_address[1]}/or/limited"},
+                ["OPENROUTER_API_KEY@openrouter.ai"])
     assert r["ok"] is False and "refused" in r["error"] and "plain http" in r["error"]
     assert len(other_server.requests) == sent
-    assert reached(other_server, TG_TOKEN) == reached(other_server, OR_KEY) == []
+    assert reached(other_server, OR_KEY) == []
 
 
 def test_or_balance_unreachable_through_the_runtime(runtime, closed_port_url, monkeypatch):

@@ -4,11 +4,13 @@
 seeded by ``brainstem.state.seed.seed``; the tool code runs in a sandboxed worker and
 reaches the outside world only through ``ctx.fetch`` under the egress policy
 (``fetch_allow=["127.0.0.1"]``), here loopback servers: a small ``http.server``
-for web pages and the Telegram Bot API, ``LLMDouble`` for OpenRouter's
+for web pages, ``LLMDouble`` for OpenRouter's
 ``/key`` and ``/credits``, ``RPCDouble`` for Base JSON-RPC. Secrets come from
 the environment (``monkeypatch.setenv``) or ``secret:*`` keys, and only when
 the operator binds them (``allowed``: ``NAME@HOST`` entries, as in
 ``BRAINSTEM_TOOL_SECRETS``); the tool holds placeholders, never values.
+``send_telegram`` sends through the runtime, not ``ctx.fetch``: see
+tests/sandbox/test_send_telegram.py.
 """
 
 from __future__ import annotations
@@ -29,13 +31,12 @@ from brainstem.tools.services import run_tool
 
 from .doubles import LLMDouble, RPCDouble
 
-BOT_TOKEN = "123456:bot-token-7c2f9e1a0b3d5c7e"
 WALLET = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
 SECRET_VALUE = "kv-secret-value-8d1f3a6b2c"
 PAGE = "<html><body>Hello from the loopback page.</body></html>"
 
 
-# --- a loopback web server (pages and a Telegram Bot API) ------------------------------------------
+# --- a loopback web server (pages) ------------------------------------------
 
 class _Web(BaseHTTPRequestHandler):
     def log_message(self, *args):
@@ -62,16 +63,6 @@ class _Web(BaseHTTPRequestHandler):
             self.end_headers()
         else:
             self._send(404, "no such page", "text/plain")
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"null")
-        self.server.seen.append(("POST", self.path, body))
-        if self.path == f"/bot{BOT_TOKEN}/sendMessage":
-            self._send(200, json.dumps({"ok": True, "result": {"message_id": 777, "chat": {"id": body["chat_id"]}}}),
-                       "application/json")
-        else:  # a wrong token: Telegram's answer, which echoes nothing secret
-            self._send(401, json.dumps({"ok": False, "error_code": 401, "description": "Unauthorized"}),
-                       "application/json")
 
 
 @pytest.fixture
@@ -346,54 +337,6 @@ def test_secrets_are_read_only_in_the_tool(run, store, monkeypatch):
     out = run("tamper", allowed=["MY_API_KEY@127.0.0.1"])
     assert not out.ok and "does not support item" in out.error
     assert "env-secret-value" not in out.error
-
-
-# --- send_telegram -----------------------------------------------------------------------------------
-
-TELEGRAM = ["TELEGRAM_BOT_TOKEN@127.0.0.1", "TELEGRAM_CHAT_ID@127.0.0.1"]
-
-
-def test_send_telegram_posts_to_the_bot_api(run, web, monkeypatch):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
-    monkeypatch.setenv("TELEGRAM_CHAT_ID", "4242")
-    out = run("send_telegram", {"text": "hello operator", "api_base": web.base}, allowed=TELEGRAM)
-    assert out.ok, out.error
-    assert out.value == {"ok": True, "message_id": 777}
-    # The bound host got the real token (URL path) and chat id (JSON body), put in by the runtime.
-    assert web.seen == [("POST", f"/bot{BOT_TOKEN}/sendMessage", {"chat_id": "4242", "text": "hello operator"})]
-    assert BOT_TOKEN not in json.dumps(out.value)
-    (f,) = run.of("fetch")
-    assert f["method"] == "POST" and f["host"] == "127.0.0.1" and f["status"] == 200
-    assert f["secrets"] == ["TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT_ID"] and BOT_TOKEN not in f["path"]
-
-
-def test_send_telegram_chat_id_from_a_kv_secret(run, web, store, monkeypatch):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN)
-    store.put("secret:TELEGRAM_CHAT_ID", "9001")
-    out = run("send_telegram", {"text": "hi", "api_base": web.base},
-              allowed=["TELEGRAM_BOT_TOKEN@127.0.0.1", "secret:TELEGRAM_CHAT_ID@127.0.0.1"])
-    assert out.ok, out.error
-    assert web.seen[0][2] == {"chat_id": "9001", "text": "hi"}
-    # the env one, not bound; and the Bot API's URL, a plain value this policy does not set
-    assert [n["secret_name"] for n in run.of("secret_not_granted")] == ["TELEGRAM_CHAT_ID", "TELEGRAM_API_URL"]
-
-
-def test_send_telegram_errors_never_carry_the_token(run, web, monkeypatch):
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", BOT_TOKEN + "-wrong")
-    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": web.base}, allowed=TELEGRAM)
-    assert out.ok and out.value["ok"] is False
-    assert "401" in out.value["error"] and "Unauthorized" in out.value["error"]
-    # Unreachable server: the URL (with the token in its path) must not surface either.
-    out = run("send_telegram", {"text": "hi", "chat_id": 1, "api_base": "http://127.0.0.1:9"}, allowed=TELEGRAM)
-    assert out.ok and out.value["ok"] is False
-    assert BOT_TOKEN not in json.dumps(out.value)
-
-
-def test_send_telegram_without_a_token(run, web):
-    out = run("send_telegram", {"text": "hi", "api_base": web.base})
-    assert out.ok and out.value == {"ok": False, "error": "secret TELEGRAM_BOT_TOKEN is not available to this tool"}
-    assert {n["secret_name"] for n in run.of("secret_not_granted")} >= {"TELEGRAM_BOT_TOKEN", "TELEGRAM_CHAT_ID"}
-    assert web.seen == []
 
 
 # --- check_or_balance --------------------------------------------------------------------------------

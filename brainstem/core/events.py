@@ -32,6 +32,7 @@ TOOL_LOG = "tool_log"
 SECRET_NOT_GRANTED = "secret_not_granted"
 SECRET_REFUSED = "secret_refused"  # a request would have carried a secret to a host it is not bound to
 FETCH = "fetch"  # one ctx.fetch: method, scheme, host, port, path, status or error, bytes, ms, secrets put in
+TELEGRAM_SENT = "telegram_sent"  # one ctx.send_telegram: chat, chars, bytes, message_id or error, ms
 COST_ANOMALY = "cost_anomaly"  # a host reported more than the request could cost
 QUOTA_EXCEEDED = "quota_exceeded"  # a tool write refused by the write quota
 BUDGET_EXCEEDED = "budget_exceeded"

@@ -22,10 +22,11 @@ A few operator settings that are not credentials (``OPENROUTER_BASE_URL``,
 part where a key could hide, and the Telegram chat and API URL) are handed over
 as plain values to code that asks.
 
-``BRAINSTEM_TELEGRAM_BOT_TOKEN`` binds itself: it is granted as
-``TELEGRAM_BOT_TOKEN`` towards the Telegram API's host only, and never for the
-Bot API methods that read or redirect the bot's updates (the runtime's own
-poller reads them: see :func:`telegram_guard`).
+The Telegram bot token (``BRAINSTEM_TELEGRAM_BOT_TOKEN``) is never granted,
+not even as a placeholder: whoever holds it can read the operator's messages
+or take them away. Code asks the runtime to send to the operator's chat
+(``ctx.send_telegram``) instead; a binding that would hand it over is a
+configuration error, and a store secret of the same value is not granted.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import ipaddress
 import re
 import secrets as _random
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +51,11 @@ HOST_NAME = re.compile(r"(?=.{1,253}\Z)"  # 1 to 253 characters in all
                        r"(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\Z")  # then more, each after a dot
 LLM_KEY = "OPENROUTER_API_KEY"
 PUBLIC_SETTINGS = ("OPENROUTER_BASE_URL", "WALLET_ADDRESS", "BASE_RPC_URL", "TELEGRAM_CHAT_ID", "TELEGRAM_API_URL")
-TELEGRAM_TOKEN = "TELEGRAM_BOT_TOKEN"  # what a tool asks for to send through the operator's bot
-# Bot API methods that read the bot's updates or send them elsewhere: the runtime polls them, so code holding
-# the bot's token may not (it would read other chats' texts, or take the operator's messages away).
-TELEGRAM_POLL_METHODS = frozenset({"getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "logout", "close"})
+BOT_TOKEN = "BRAINSTEM_TELEGRAM_BOT_TOKEN"
+# Secrets the runtime holds and never grants, by the name it knows them by: code asks for the act instead.
+NEVER_GRANTED = frozenset({BOT_TOKEN})
 PCHAR_SAFE = "-._~!$&'()*+,;=:@"  # what a URL path segment may hold unescaped
+WITHHELD_REASON = "the Telegram bot token is never handed to code: ctx.send_telegram(text) sends to the operator"
 MIN_ENCODED_LEN = 8  # encodings of shorter values would match ordinary text
 
 # One random part per process: placeholders cannot collide with ordinary text by accident.
@@ -94,16 +95,8 @@ def _check_host(entry: str, host: str) -> str:
 
 @dataclass(frozen=True)
 class Binding:
-    label: str  # "TELEGRAM_BOT_TOKEN", or "secret:wallet_pk" for a store secret
+    label: str  # "WEATHER_API_KEY", or "secret:wallet_pk" for a store secret
     hosts: frozenset[str]
-    source: str | None = None  # the variable holding the value, when it is not ``label`` itself
-    # A request the secret may not go into, even at its host: ``guard(url)`` is the reason, or None.
-    guard: Callable[[str], str | None] | None = field(default=None, compare=False)
-
-    @property
-    def variable(self) -> str:
-        """The environment variable that holds this secret's value."""
-        return self.source or self.label
 
     @property
     def from_store(self) -> bool:
@@ -138,23 +131,6 @@ def parse_bindings(entries: Iterable[str], llm_base_url: str) -> dict[str, Bindi
                               f"variable name (or write secret:NAME@HOST for a key in the store)")
         hosts.setdefault(name, set()).add(_check_host(entry, host))
     return {name: Binding(name, frozenset(h)) for name, h in hosts.items()}
-
-
-def telegram_guard(url: str) -> str | None:
-    """Why a request to ``url`` may not carry the operator's bot token, or None: the methods that read the
-    bot's updates or redirect them (see :data:`TELEGRAM_POLL_METHODS`). Bot API method names are matched as
-    the server matches them: in any letter case, however the path is percent-escaped."""
-    try:
-        path = urllib.parse.urlsplit(url).path
-    except ValueError:
-        return "refused: the URL cannot be read"
-    for _ in range(4):  # escaped once, twice ...: each layer the server might undo
-        path = urllib.parse.unquote(path)
-    for segment in path.split("/"):
-        if segment.strip().lower() in TELEGRAM_POLL_METHODS:
-            return (f"refused: the bot's updates are the runtime's (it polls them for the operator's messages); "
-                    f"code may not call {segment.strip()} with {TELEGRAM_TOKEN}")
-    return None
 
 
 def placeholder_for(label: str) -> str:
@@ -230,7 +206,6 @@ class Grant:
     value: str
     hosts: frozenset[str]
     placeholder: str
-    guard: Callable[[str], str | None] | None = None  # see Binding.guard
 
 
 @dataclass
@@ -274,9 +249,6 @@ class Grants:
             if host not in g.hosts:
                 raise SecretRefused(f"refused: the request carries secret {g.name} to {host}, which it is "
                                     f"not bound to (bound to: {', '.join(sorted(g.hosts))})")
-            why = g.guard(req.url) if g.guard is not None else None
-            if why:
-                raise SecretRefused(why)
             where = req.header_values if req.header_only(g) else texts
             if sum(t.count(g.placeholder) for t in where if t) > 1:
                 raise SecretRefused(f"refused: the request carries secret {g.name} more than once; a secret "
@@ -331,8 +303,10 @@ def cleartext_ok(host: str, llm_base_url: str | None = None) -> bool:
 
 def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindings: Mapping[str, Binding],
           read_store_secret: Callable[[str], str | None], record: Callable[..., Any],
-          env: Mapping[str, str] | None = None, public: Mapping[str, str | None] | None = None) -> Grants:
-    """What ``tool`` may hold, given what its meta asks for and what the operator bound.
+          env: Mapping[str, str] | None = None, public: Mapping[str, str | None] | None = None,
+          withheld: Collection[str] = ()) -> Grants:
+    """What ``tool`` may hold, given what its meta asks for and what the operator bound. A value in
+    ``withheld`` (see :data:`NEVER_GRANTED`) is never granted, whatever name or binding it comes by.
 
     Each name asked for and not granted is a ``secret_not_granted`` karma entry; the tool still runs.
     """
@@ -361,11 +335,12 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
         binding = bindings.get(name)
         if binding is None:
             refuse(name, "not bound in BRAINSTEM_TOOL_SECRETS (bind it as NAME@HOST)")
-        elif not env.get(binding.variable):
+        elif not env.get(name):
             refuse(name, "not set in the environment")
+        elif env[name] in withheld:
+            refuse(name, WITHHELD_REASON)
         else:
-            out.secrets.append(Grant(name, name, env[binding.variable], binding.hosts, placeholder_for(name),
-                                     binding.guard))
+            out.secrets.append(Grant(name, name, env[name], binding.hosts, placeholder_for(name)))
     for name in dict.fromkeys(asked_kv):
         if not isinstance(name, str):
             continue
@@ -377,6 +352,9 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
         value = read_store_secret(name)
         if not value:
             refuse(label, "no such key")
+            continue
+        if value in withheld:
+            refuse(label, WITHHELD_REASON)
             continue
         if any(g.name == name for g in out.secrets) or name in out.public:
             refuse(label, f"{name} is already granted from the environment")

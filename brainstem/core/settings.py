@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from brainstem.core import environment, names
 from brainstem.core.environment import default_store_url
 from brainstem.core.errors import ConfigError
-from brainstem.core.secrets import TELEGRAM_TOKEN, Binding, cleartext_ok, normalise_host, parse_bindings, telegram_guard
+from brainstem.core.secrets import BOT_TOKEN, Binding, cleartext_ok, normalise_host, parse_bindings
 
 CommaList = Annotated[list[str], NoDecode]
 TELEGRAM_API_DEFAULT = "https://api.telegram.org"
@@ -120,15 +120,16 @@ class Settings(BaseSettings):
     brainstem_telegram_bot_token: SecretStr | None = Field(
         None, validation_alias="BRAINSTEM_TELEGRAM_BOT_TOKEN",
         description="Telegram bot token (from @BotFather): with the chat id, brainstem run polls the bot for the "
-                    "operator's messages, and send_telegram sends with it; bound to the Telegram API's host only")
+                    "operator's messages, and the runtime sends ctx.send_telegram's texts with it; never handed to "
+                    "agent code")
     brainstem_telegram_chat_id: str | None = Field(
         None, validation_alias="BRAINSTEM_TELEGRAM_CHAT_ID",
         description="The operator's Telegram chat: only its texts reach the agent's inbox (texts from other chats "
-                    "are counted, never shown); send_telegram's default chat")
+                    "are counted, never shown); the only chat ctx.send_telegram sends to")
     brainstem_telegram_api_url: str = Field(
         TELEGRAM_API_DEFAULT, validation_alias="BRAINSTEM_TELEGRAM_API_URL",
-        description="The Telegram Bot API (a self-hosted Bot API server, a test double); the bot token goes to its "
-                    "host only")
+        description="The Telegram Bot API (a self-hosted Bot API server, a test double) the runtime polls and "
+                    "sends through")
 
     @field_validator("brainstem_telegram_bot_token", "brainstem_telegram_chat_id", "brainstem_telegram_api_url",
                      mode="before")
@@ -142,6 +143,7 @@ class Settings(BaseSettings):
     def _check_bindings(self):
         self._check_telegram()
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
+        self._check_bot_token_unbound()
         self.mode_floors()
         self.agent  # noqa: B018 -- a bad agent name is one line at startup too
         return self
@@ -165,14 +167,20 @@ class Settings(BaseSettings):
         return out
 
     def bindings(self) -> dict[str, Binding]:
-        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``). The bot token of
-        ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` binds itself, as ``TELEGRAM_BOT_TOKEN`` towards the Telegram API's
-        host (and nowhere else, whatever ``BRAINSTEM_TOOL_SECRETS`` says of that name)."""
-        out = parse_bindings(self.tool_secrets, self.openrouter_base_url)
-        if self.telegram_bot_token is not None:
-            out[TELEGRAM_TOKEN] = Binding(TELEGRAM_TOKEN, frozenset({self.telegram_host}),
-                                          source="BRAINSTEM_TELEGRAM_BOT_TOKEN", guard=telegram_guard)
-        return out
+        """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``). None holds the bot
+        token: it is never bound (:meth:`_check_bot_token_unbound`)."""
+        return parse_bindings(self.tool_secrets, self.openrouter_base_url)
+
+    def _check_bot_token_unbound(self) -> None:
+        """A binding that would hand the bot token to code, under its own name or another variable holding
+        the same value, is a configuration error: code asks the runtime to send (``ctx.send_telegram``)."""
+        token = self.telegram_bot_token.get_secret_value() if self.telegram_bot_token is not None else None
+        given = environment.variables()
+        for b in self.bindings().values():
+            if b.label == BOT_TOKEN or (token and not b.from_store and given.get(b.label) == token):
+                raise ConfigError(f"BRAINSTEM_TOOL_SECRETS binds {b.label}, which holds the Telegram bot token: "
+                                  f"the bot token is never handed to agent code (tools send to the operator "
+                                  f"with ctx.send_telegram); remove {b.label} from BRAINSTEM_TOOL_SECRETS")
 
     def public_settings(self) -> dict[str, str | None]:
         """Operator settings that are not credentials, handed as plain values to code that asks."""
@@ -183,8 +191,8 @@ class Settings(BaseSettings):
     def allowed_secret_values(self) -> dict[str, str]:
         """The bound environment secrets that are set (in the environment or the env file), by name."""
         given = environment.variables()
-        return {b.label: given[b.variable] for b in self.bindings().values()
-                if not b.from_store and given.get(b.variable)}
+        return {b.label: given[b.label] for b in self.bindings().values()
+                if not b.from_store and given.get(b.label)}
 
     def known_secrets(self) -> dict[str, str]:
         """Every secret value this process knows of, for redaction."""
@@ -194,10 +202,10 @@ class Settings(BaseSettings):
         if self.dashboard_token is not None:
             out["BRAINSTEM_DASHBOARD_TOKEN"] = self.dashboard_token.get_secret_value()
         if self.telegram_bot_token is not None:
-            out["BRAINSTEM_TELEGRAM_BOT_TOKEN"] = self.telegram_bot_token.get_secret_value()
-            # A TELEGRAM_BOT_TOKEN set as well is no longer what tools are granted, but it is still a secret.
-            given = environment.variables().get(TELEGRAM_TOKEN)
-            if given and given != out["BRAINSTEM_TELEGRAM_BOT_TOKEN"]:
+            out[BOT_TOKEN] = self.telegram_bot_token.get_secret_value()
+            # The variable of an older setup, set as well and not bound, is not used, but it is still a secret.
+            given = environment.variables().get("TELEGRAM_BOT_TOKEN")
+            if given and given != out[BOT_TOKEN] and "TELEGRAM_BOT_TOKEN" not in out:
                 out["TELEGRAM_BOT_TOKEN_UNUSED"] = given
         return out
 
@@ -217,7 +225,8 @@ class Settings(BaseSettings):
 
     @property
     def telegram_host(self) -> str:
-        """The host the bot token may go to: the Telegram API's (``BRAINSTEM_TELEGRAM_API_URL``)."""
+        """The Telegram API's host (``BRAINSTEM_TELEGRAM_API_URL``): the only one the runtime sends the bot
+        token to."""
         host = normalise_host(urllib.parse.urlsplit(self.telegram_api_url).hostname or "")
         try:
             return str(ipaddress.ip_address(host))

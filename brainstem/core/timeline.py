@@ -30,6 +30,7 @@ _SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     events.SECRET_NOT_GRANTED: ("tool", "secret_name", "reason"),
     events.COST_ANOMALY: ("model", "reported", "worst_case"),
     events.QUOTA_EXCEEDED: ("tool", "key", "bytes", "quota"),
+    events.TELEGRAM_SENT: ("tool", "chat_id", "message_id", "chars", "error"),
 }
 
 

@@ -1,7 +1,7 @@
 """The runtime side of a worker's ``ctx``: the :class:`Services` it is served from, and one request's answer.
 
 Every ``ctx`` call a worker makes (``kv_get``, ``kv_put``, ``kv_list``,
-``kv_delete``, ``log``, ``fetch``) arrives in the runtime process as a JSON
+``kv_delete``, ``log``, ``fetch``, ``send_telegram``) arrives in the runtime process as a JSON
 request; :func:`answer` checks it, calls ``services`` *in this process* and
 returns the JSON answer, a value or one line of error text, scrubbed like
 everything handed back.  ``services.inspect`` sees every request first, and
@@ -39,6 +39,9 @@ class Services(Protocol):
     def fetch(self, url, method, headers, json, data, timeout) -> dict: ...
 
     def log(self, message: str) -> None: ...
+
+    # The operator's chat: the runtime sends ``text`` with the bot token, which the worker never holds.
+    def send_telegram(self, text: str, timeout: float) -> dict: ...
 
     # The one way back in and the one way out: every value handed to the worker passes ``scrub``, and
     # everything the worker sends passes ``inspect``, which raises :class:`StopExecution` when it holds
@@ -106,6 +109,8 @@ def _dispatch(services: Services, op: Any, msg: dict, kv_granted: bool, deadline
         return None
     if op == "fetch":
         return _fetch(services, msg, deadline)
+    if op == "send_telegram":
+        return services.send_telegram(_str_arg(msg, "text"), max(0.1, deadline - time.monotonic()))
     raise _Refused(f"unknown ctx operation {str(op)[:40]!r}")
 
 

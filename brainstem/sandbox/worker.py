@@ -266,6 +266,11 @@ def build_ctx(call, kv_granted: bool, secrets: dict[str, str]):
                 message = _safe_str(message)
             call("log", {"message": message})
 
+        def send_telegram(self, text):
+            """Send ``text`` to the operator's Telegram chat; the runtime sends it (this process never
+            holds the bot token). ``{"message_id": ...}``, or RuntimeError saying why not."""
+            return call("send_telegram", {"text": _check_str(text, "text")})
+
         def __repr__(self):
             return "<ctx>"
 

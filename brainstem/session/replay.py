@@ -122,6 +122,9 @@ class Recording:
     def fetches(self) -> list[dict]:
         return [e for e in self.rest if e.get("event") == events.FETCH]
 
+    def telegram_sends(self) -> list[dict]:
+        return [e for e in self.rest if e.get("event") == events.TELEGRAM_SENT]
+
 
 def load(store: Store, ref: str) -> Recording:
     """The recording of session ``ref`` (an id or a number), or :class:`ReplayError` saying why not."""
@@ -229,13 +232,30 @@ class RecordedAnswers:
 
 class RecordedFetches:
     """Each fetch a replayed tool makes, answered with what the original session received for the same
-    tool, method and URL (query strings are not recorded: same path, in order)."""
+    tool, method and URL (query strings are not recorded: same path, in order); each Telegram send, with
+    the message id the original send of that tool got."""
 
     def __init__(self, recording: Recording):
         self.queues: dict[tuple, deque] = defaultdict(deque)
         for e in recording.fetches():
             self.queues[self._key(e.get("tool"), e.get("method"), e.get("scheme"), e.get("host"), e.get("port"),
                                   e.get("path"))].append(e)
+        self.sends: dict[Any, deque] = defaultdict(deque)
+        for e in recording.telegram_sends():
+            self.sends[e.get("tool")].append(e)
+
+    def telegram(self, tool: str) -> Any:
+        """The message id the original session's send of ``tool`` got (in order); never Telegram's."""
+        from brainstem.tools.operator_chat import NotSent
+
+        queue = self.sends.get(tool)
+        if not queue:
+            raise NotSent("telegram: replay: the original session sent no such message; a replay never reaches "
+                          "the world")
+        e = queue.popleft()
+        if e.get("error"):
+            raise NotSent(str(e["error"]))  # what the original code was told
+        return e.get("message_id")
 
     @staticmethod
     def _key(tool, method, scheme, host, port, path) -> tuple:

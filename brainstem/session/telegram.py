@@ -40,7 +40,9 @@ import httpx
 from brainstem.core import keys
 from brainstem.core.clock import now_iso
 from brainstem.core.errors import BrainstemError, StoreUnavailable
-from brainstem.session.bot_api import (
+from brainstem.state import inbox
+from brainstem.store.base import Store
+from brainstem.tools.bot_api import (
     MAX_ERROR_CHARS,
     POLL_TIMEOUT,
     ClientConfig,
@@ -49,8 +51,6 @@ from brainstem.session.bot_api import (
     get_updates,
     make_client,
 )
-from brainstem.state import inbox
-from brainstem.store.base import Store
 
 log = logging.getLogger("brainstem.telegram")
 

@@ -1,5 +1,6 @@
 """What the operator allows code from the store: the secrets it may be granted and where they may
-go, the private hosts it may fetch, the LLM requests it may make and what it may write.
+go, the private hosts it may fetch, the LLM requests it may make, what it may write, and the chat
+it may send to (through the runtime: the bot token is never code's).
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brainstem.core.errors import BrainstemError
-from brainstem.core.secrets import Binding
+from brainstem.core.secrets import NEVER_GRANTED, Binding
 from brainstem.store.base import Store
+from brainstem.tools.bot_api import ClientConfig
 
 
 @dataclass
@@ -21,6 +23,8 @@ class ToolPolicy:
     which private hosts fetch may reach, ``meter`` (a :class:`~brainstem.llm.meter.WireMeter`)
     prices and charges requests to the LLM host, and the quotas bound what tools write.
     ``on_secrets`` is told the values granted (label -> value), so karma can redact them.
+    ``telegram`` is how the runtime sends for ``ctx.send_telegram`` (the bot token and the operator's
+    chat), or None when Telegram is not configured; code never holds it.
     """
 
     bindings: Mapping[str, Binding] = field(default_factory=dict)
@@ -39,13 +43,20 @@ class ToolPolicy:
     # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
     # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
     withdrawn: dict[str, Any] = field(default_factory=dict)
+    telegram: ClientConfig | None = None
+
+    @property
+    def withheld(self) -> frozenset[str]:
+        """Values no code is ever granted, whatever the bindings (a store secret holding the same bytes
+        included): the bot token; code asks the runtime to send instead, with ``ctx.send_telegram``."""
+        return frozenset(v for k, v in self.known_secrets.items() if k in NEVER_GRANTED and v)
 
     @classmethod
     def from_settings(cls, settings: Any, **kwargs: Any) -> ToolPolicy:
         return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
                    session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
-                   **kwargs)
+                   telegram=ClientConfig.from_settings(settings), **kwargs)
 
     def held_secrets(self, store: Store) -> dict[str, str]:
         """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""

@@ -8,7 +8,9 @@ agent's guarded view and counts against the write quotas. ``ctx.secrets``
 holds placeholders for what the meta asks for *and* the operator bound
 (``BRAINSTEM_TOOL_SECRETS``); the values stay here and go on the wire only
 to their bound hosts (see :mod:`brainstem.core.secrets`). An omission is noted in
-karma and the tool still runs. Every ``ctx.fetch`` is a ``fetch`` entry.
+karma and the tool still runs. Every ``ctx.fetch`` is a ``fetch`` entry. The Telegram
+bot token is never granted: ``ctx.send_telegram`` asks this process to send (see
+:mod:`brainstem.tools.operator_chat`).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class ToolServices:
             raise ToolError(refusals.HELD_MESSAGE)
         self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
                             read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
-                            public=policy.public)
+                            public=policy.public, withheld=policy.withheld)
         if policy.on_secrets is not None:
             policy.on_secrets(self.grants.values())
         self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
@@ -257,6 +259,12 @@ class ToolServices:
                 self._record(events.FETCH, **fields)
                 raise
         self._record(events.FETCH, **fields)
+
+    # --- ctx.send_telegram: the act, not the token ---
+    def send_telegram(self, text: str, timeout: float) -> dict:
+        from brainstem.tools.operator_chat import send
+
+        return send(self._policy, text, timeout, tool=self.name, record=self._record, charge=self._charge_record)
 
     def log(self, message: str) -> None:
         message = str(message)[:2000]

@@ -15,7 +15,8 @@ none pending it holds the request up to ``timeout`` seconds (at most ``.max_hold
 soon as one arrives. A scripted failure (:meth:`fail`) is a dict of ``status`` (default 200),
 ``retry_after`` (a 429's ``parameters.retry_after``), ``description``, ``body`` (bytes, str or JSON
 sent verbatim: malformed answers) and ``headers``; each answers one getUpdates. A request with another
-token is answered 401, as Telegram answers it.
+token is answered 401, as Telegram answers it. Every request is kept (``.requests``), with its ``raw``
+text (path, headers and body) to search for what it should not carry.
 """
 
 from __future__ import annotations
@@ -65,11 +66,13 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         params = self._params(raw)
         parts = path.strip("/").split("/")
+        seen = self.path + "\n" + str(self.headers) + raw.decode("latin-1")
         if len(parts) != 2 or not parts[0].startswith("bot"):
+            d._record(self.command, "", "", params, seen)
             self._send(404, {"ok": False, "error_code": 404, "description": "Not Found"})
             return
         token, method = parts[0][3:], parts[1]
-        d._record(self.command, method, token, params)
+        d._record(self.command, method, token, params, seen)
         if token != d.token:
             self._send(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
             return
@@ -205,10 +208,10 @@ class TelegramDouble(LoopbackDouble):
 
     # --- what happened ---
 
-    def _record(self, verb: str, method: str, token: str, params: dict[str, Any]) -> None:
+    def _record(self, verb: str, method: str, token: str, params: dict[str, Any], raw: str) -> None:
         with self._lock:
             self._requests.append({"verb": verb, "method": method, "token_ok": token == self.token,
-                                   "params": params, "t": time.monotonic()})
+                                   "params": params, "raw": raw, "t": time.monotonic()})
 
     @property
     def requests(self) -> list[dict[str, Any]]:

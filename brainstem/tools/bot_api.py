@@ -1,9 +1,11 @@
-"""The Telegram Bot API on the wire: ``getUpdates``, read with bounded waits and sizes, on connections
-a stopping daemon can cut at once.
+"""The Telegram Bot API on the wire: ``getUpdates`` (the poller's) and ``sendMessage`` (the runtime's
+sending for ``ctx.send_telegram``), read with bounded waits and sizes, on connections a stopping daemon
+can cut at once.
 
 The bot token is in every request's URL, so nothing here quotes a URL, and a server's own words
 (``description``) pass the redactor before they are kept. Every failure is one :class:`PollError`
-whose message is safe to record.
+whose message is safe to record. The token lives in this process only: agent code asks the runtime to
+send (see :mod:`brainstem.tools.services`), it never holds the token.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from brainstem.store.karma import Redactor
 
 POLL_TIMEOUT = 25  # seconds Telegram holds a getUpdates open when there is nothing to hand over
 MAX_UPDATES = 100  # the Bot API's own limit per getUpdates
+SEND_TIMEOUT = 10.0  # seconds a sendMessage may take, all of it
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a hundred updates fit in far less; a larger answer is not the Bot API's
 RETRY_AFTER_MAX = 600.0  # a 429's retry_after beyond this is not believed
 MAX_ERROR_CHARS = 300
@@ -62,11 +65,14 @@ class ClientConfig:
 
 
 class PollError(Exception):
-    """One getUpdates that did not hand over updates; the message is safe to record (no token, no URL)."""
+    """One Bot API request that did not do what was asked (a getUpdates that handed nothing over, a message
+    not sent); the message is safe to record (no token, no URL). ``status`` is Telegram's HTTP status, or
+    None when no answer came."""
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.status = status
 
 
 def get_updates(config: ClientConfig, offset: int | None, timeout: float,
@@ -75,23 +81,49 @@ def get_updates(config: ClientConfig, offset: int | None, timeout: float,
     body: dict[str, Any] = {"timeout": max(0, int(timeout)), "allowed_updates": ["message"], "limit": MAX_UPDATES}
     if offset is not None:
         body["offset"] = offset
+    result = _call(config, "getUpdates", body, _timeouts(timeout), timeout + ANSWER_MARGIN, client)
+    if not isinstance(result, list):
+        raise PollError("Telegram's answer is not the Bot API's: its result is not a list")
+    updates = {}
+    for item in result[: MAX_UPDATES * 10]:
+        uid = item.get("update_id") if isinstance(item, dict) else None
+        if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 2 ** 53:
+            updates[uid] = item
+    return sorted(updates.items(), key=lambda pair: pair[0])
+
+
+def send_message(config: ClientConfig, text: str, timeout: float = SEND_TIMEOUT,
+                 client: httpx.Client | None = None) -> int | None:
+    """Send ``text`` to the operator's chat (``config.chat_id``): Telegram's message id; :class:`PollError`
+    when it was not sent. The chat is the configuration's, never the caller's."""
+    timeout = max(0.1, min(timeout, SEND_TIMEOUT))
+    waits = httpx.Timeout(connect=timeout, read=timeout, write=timeout, pool=timeout)
+    result = _call(config, "sendMessage", {"chat_id": config.chat_id, "text": text}, waits, timeout, client)
+    message_id = result.get("message_id") if isinstance(result, dict) else None
+    return message_id if isinstance(message_id, int) and not isinstance(message_id, bool) else None
+
+
+def _call(config: ClientConfig, method: str, body: dict[str, Any], waits: httpx.Timeout, within: float,
+          client: httpx.Client | None) -> Any:
+    """One Bot API call: its ``result`` when Telegram answered ``ok``; :class:`PollError` otherwise. Every
+    byte of the exchange, headers included, arrives ``within`` seconds or none is waited for."""
     own = client is None
     if own:
-        client = make_client(timeout)
-    deadline = time.monotonic() + timeout + ANSWER_MARGIN
-    _deadline.at = deadline  # every byte of the exchange, headers included, by then (see _Stream)
+        client = make_client()  # the request's own ``waits`` apply, whatever the client's
+    deadline = time.monotonic() + within
+    _deadline.at = deadline  # see _Stream
     try:
-        with client.stream("POST", config.method_url("getUpdates"), json=body,
-                           timeout=_timeouts(timeout)) as response:
+        with client.stream("POST", config.method_url(method), json=body, timeout=waits) as response:
             status = response.status_code
             header_retry = response.headers.get("retry-after")
             raw = bytearray()
             for chunk in response.iter_bytes():
                 raw += chunk
                 if len(raw) > MAX_BODY_BYTES:
-                    raise PollError(f"Telegram's answer was larger than {MAX_BODY_BYTES} bytes (HTTP {status})")
+                    raise PollError(f"Telegram's answer was larger than {MAX_BODY_BYTES} bytes (HTTP {status})",
+                                    status=status)
                 if time.monotonic() > deadline:
-                    raise PollError("Telegram's answer took too long to arrive")
+                    raise PollError("Telegram's answer took too long to arrive", status=status)
     except PollError:
         raise
     except httpx.TimeoutException:
@@ -107,18 +139,9 @@ def get_updates(config: ClientConfig, offset: int | None, timeout: float,
         if own:
             client.close()
     answer = _parse(bytes(raw))
-    redact = config.redactor
     if status != 200 or not isinstance(answer, dict) or answer.get("ok") is not True:
-        raise _refusal(status, answer, header_retry, redact)
-    result = answer.get("result")
-    if not isinstance(result, list):
-        raise PollError("Telegram's answer is not the Bot API's: its result is not a list")
-    updates = {}
-    for item in result[: MAX_UPDATES * 10]:
-        uid = item.get("update_id") if isinstance(item, dict) else None
-        if isinstance(uid, int) and not isinstance(uid, bool) and 0 <= uid < 2 ** 53:
-            updates[uid] = item
-    return sorted(updates.items(), key=lambda pair: pair[0])
+        raise _refusal(status, answer, header_retry, config.redactor)
+    return answer.get("result")
 
 
 _NOT_JSON = object()
@@ -148,18 +171,20 @@ def _refusal(status: int, answer: Any, header_retry: str | None, redact: Redacto
             retry = min(value, RETRY_AFTER_MAX)
             break
     if status == 429:
-        return PollError(f"Telegram asked to slow down (HTTP 429){said}", retry_after=retry)
+        return PollError(f"Telegram asked to slow down (HTTP 429){said}", retry_after=retry, status=status)
     if status in (401, 404):
-        return PollError(f"Telegram refused the bot token (HTTP {status}){said}; check BRAINSTEM_TELEGRAM_BOT_TOKEN")
+        return PollError(f"Telegram refused the bot token (HTTP {status}){said}; check BRAINSTEM_TELEGRAM_BOT_TOKEN",
+                         status=status)
     if status == 409:
-        return PollError(f"Telegram answered 409 Conflict{said}: another process polls this bot, or a webhook is set")
+        return PollError(f"Telegram answered 409 Conflict{said}: another process polls this bot, or a webhook is set",
+                         status=status)
     if status != 200:
-        return PollError(f"Telegram answered HTTP {status}{said}", retry_after=retry)
+        return PollError(f"Telegram answered HTTP {status}{said}", retry_after=retry, status=status)
     if answer is _NOT_JSON:
-        return PollError("Telegram's answer is not JSON")
+        return PollError("Telegram's answer is not JSON", status=status)
     if not isinstance(answer, dict):
-        return PollError("Telegram's answer is not the Bot API's: not a JSON object")
-    return PollError(f"Telegram answered ok: false{said}", retry_after=retry)
+        return PollError("Telegram's answer is not the Bot API's: not a JSON object", status=status)
+    return PollError(f"Telegram answered ok: false{said}", retry_after=retry, status=status)
 
 
 def _timeouts(timeout: float) -> httpx.Timeout:
