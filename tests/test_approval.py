@@ -322,3 +322,57 @@ def test_bad_names_are_one_line_and_exit_2(st, env, args, says):
     out = run_cli("tool", *args, env=env)
     assert out.returncode == 2 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert "Traceback" not in out.stderr
+
+
+# --- the dashboard -----------------------------------------------------------------------------------
+
+def test_the_review_page_shows_pending_code_and_its_diff_redacted_and_escaped(tmp_path, monkeypatch):
+    import warnings
+
+    from brainstem.core.settings import load_settings
+    from brainstem.operator.dashboard.app import make_app
+    from brainstem.state.seed import seed
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Starlette's TestClient warns of its move to httpx2
+        from starlette.testclient import TestClient
+
+    key = "sk-or-v1-approval-0a1b2c3d4e5f6a7b"
+    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENROUTER_API_KEY", key)
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        seed(store)
+        shipped = store.get(keys.tool_code("kv_write"))
+        AgentKV(store).put(keys.tool_code("kv_write"), shipped + f"# <script>alert(1)</script> {key}\n")
+        app = make_app(load_settings(), {"": store}, token=None, loopback_only=True)
+        body = TestClient(app, base_url="http://127.0.0.1:8765").get("/review").text
+    finally:
+        store.close()
+    assert "<td>kv_write</td>" in body and approval.digest(shipped)[:12] in body  # the approved side of the diff
+    assert "+# &lt;script&gt;alert(1)&lt;/script&gt; [REDACTED:OPENROUTER_API_KEY]" in body
+    assert key not in body and "<script>alert" not in body
+
+
+def test_a_rewritten_llm_adapter_is_held_back_and_the_approved_snapshot_answers(real_store_url, llm):
+    from .wake_helpers import llm_calls, wake_env
+
+    env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS="OPENROUTER_API_KEY",
+                   BRAINSTEM_FETCH_ALLOW="127.0.0.1", BRAINSTEM_TOOL_MODES="new=manual")
+    assert run_cli("seed", "--with-providers", "--example-soul", env=env).returncode == 0
+    store = open_store(real_store_url)
+    try:
+        adapter = store.get(keys.PROVIDER_LLM_CODE)
+        llm.queue(plan(), reflection(kv_operations=[
+            {"op": "put", "key": keys.PROVIDER_LLM_CODE, "value": adapter + "\n# tidied\n"}]))
+        _, entries = finished(run_wake(env, "--force"), store, "clean")
+        assert {c["tier"] for c in llm_calls(entries)} == {"dynamic"}  # seeded: approved, and snapshotted
+        assert store.get(keys.PROVIDER_LLM_LAST_WORKING_CODE) == adapter
+        llm.queue(plan(), reflection())
+        _, entries = finished(run_wake(env, "--force"), store, "clean")
+        assert {c["tier"] for c in llm_calls(entries)} == {"last_working"}
+        held = [e for e in events_of(entries, "provider_fallback") if e.get("reason") == "manual"]
+        assert [(e["tier"], e["mode_floor"]) for e in held] == [("dynamic", "manual")]
+    finally:
+        store.close()
