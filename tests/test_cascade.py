@@ -19,7 +19,8 @@ import sqlite3
 import pytest
 
 from brainstem.core import keys
-from brainstem.state.seed import seed, seed_dirs
+from brainstem.state.seed import seed
+from brainstem.state.shipped import seed_dirs
 
 from .conftest import run_cli
 from .doubles import RPCDouble

@@ -134,6 +134,8 @@ def plant(store, payloads: list[str], names: list[str], secret_name: str, secret
             versions.record_write(store, key, old, value, source=p[(n + i) % len(p)], session_id=SID)
             store.put(key, value)
             old = value
+    for i, name in enumerate(names[:2]):  # code the agent wrote, never approved: /review shows it and its diff
+        store.put(keys.tool_code(name), f"{p[i + 2]}\n{secret_value}\n")
     store.put(keys.CONFIG_REFLEXES, json.dumps([{"name": p[4], "when": {"fact": p[5], "lt": 1},
                                                  "do": {"tool": p[6]}}]))
     k = karma.Karma(store, SID)  # no redactor: the dashboard catches what slipped into karma

@@ -3,9 +3,9 @@
 Every operation (put, rename, copy, delete, in a batch or alone) is checked on each
 key it writes exactly as a put of that key is: the replay gate in ``config:defaults``
 cannot be lowered, a runtime-owned key cannot be produced, a secret cannot be read
-by moving it. A mode floor follows the code through renames and copies, and
-``new=MODE`` holds for code the agent creates; provider code is tool code for modes
-and dry runs. Hypothesis draws operation sequences; end-to-end tests run wakes.
+by moving it. Provider code is tool code for modes and dry runs (which code runs at
+which mode is tests/test_approval.py's). Hypothesis draws operation sequences;
+end-to-end tests run wakes.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from hypothesis import strategies as st_
 
 from brainstem.core import keys
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
-from brainstem.state import lineage
 from brainstem.state.config import Defaults
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
 
 from .sandbox.hostile import Host
-from .wake_helpers import action, events_of, finished, plan, reflection, run_wake
+from .wake_helpers import events_of, finished, plan, reflection, run_wake
 
 GATE = 10  # the operator's replay gate, above the shipped default (5)
 
@@ -113,13 +112,12 @@ operation = st_.one_of(
 @given(st_.lists(st_.lists(operation, min_size=1, max_size=5), min_size=1, max_size=4))
 def test_no_sequence_of_operations_loosens_a_limit(kv, batches):
     for key in ("config:staging", "notes:a", "tool:n2:code", "tool:n3:code", "provider:llm_balance:code",
-                "bob:soul", keys.TOOL_LINEAGE):
+                "bob:soul"):
         kv.delete(key)
     kv.put(keys.CONFIG_DEFAULTS, defaults_with_gate(GATE))
     kv.put(keys.tool_code("notify"), VALUES[5])
     owned = {k: kv.get(k) for k in ("soul", "wake_config", "session:current", "stats:daily_cost", "karma:1",
                                     "history:config:defaults")}
-    floors = {"notify": "manual"}
     agent = AgentKV(kv)
     for batch in batches:
         try:
@@ -133,38 +131,9 @@ def test_no_sequence_of_operations_loosens_a_limit(kv, batches):
         assert kv.get("bob:soul") is None  # another agent's key space, registered or not
         # The secret's value is nowhere the agent can read.
         assert all(kv.get(k.name) != "hunter2-hunter2" for k in kv.list_all("") if not k.name.startswith("secret:"))
-        # Wherever notify's code went (renamed, copied), the floor went with it.
-        for key in KEYS:
-            name = lineage.code_name(key)
-            if name and kv.get(key) == VALUES[5]:
-                assert lineage.floor(kv, name, floors) == "manual", (name, kv.get(keys.TOOL_LINEAGE))
 
 
-# --- mode floors and provider code, end to end --------------------------------------------------------
-
-def test_a_renamed_or_copied_tool_keeps_its_floor_and_new_tools_get_new(st, env, llm):
-    st.put(keys.tool_meta("kv_write"), json.dumps({**json.loads(st.get(keys.tool_meta("kv_write"))),
-                                                   "mode": "automated"}))
-    code, meta = st.get(keys.tool_code("kv_write")), st.get(keys.tool_meta("kv_write"))
-    llm.queue(plan(action("kv_write", {"key": "a", "value": "1"}, id="w")), reflection(kv_operations=[
-        {"op": "rename", "key": "tool:kv_write:code", "value": "tool:kw2:code"},
-        {"op": "rename", "key": "tool:kv_write:meta", "value": "tool:kw2:meta"},
-        {"op": "copy", "key": "tool:kw2:code", "value": "tool:kw3:code"},
-        {"op": "copy", "key": "tool:kw2:meta", "value": "tool:kw3:meta"},
-        {"op": "put", "key": "tool:fresh:code", "value": code + "\n# mine now\n"},
-        {"op": "put", "key": "tool:fresh:meta", "value": json.loads(meta)}]))
-    floors = {**env, "BRAINSTEM_TOOL_MODES": "kv_write=manual,new=supervised"}
-    finished(run_wake(floors, "--force"), st, "clean")
-    assert st.get(keys.tool_code("kw2")) == code and st.get(keys.tool_code("kv_write")) is None
-    llm.queue(plan(action("kw2", {"key": "b", "value": "2"}, id="a"), action("kw3", {"key": "c", "value": "3"}, id="b"),
-                   action("fresh", {"key": "d", "value": "4"}, id="c")), reflection())
-    _, entries = finished(run_wake(floors, "--force"), st, "clean")
-    would = {e["tool"]: e for e in events_of(entries, "tool_would_do")}
-    assert set(would) == {"kw2", "kw3"} and all(w["mode_floor"] == "manual" for w in would.values())
-    assert st.get("tooldata:kw2:b") is None and st.get("tooldata:kw3:c") is None
-    # The tool the agent wrote itself ran, under new=supervised: into the review inbox.
-    assert [e["tool"] for e in events_of(entries, "review_queued")] == ["fresh"]
-
+# --- provider code, end to end ------------------------------------------------------------------
 
 def _checker_posting_to(url: str) -> str:
     return (f"def check(ctx):\n    ctx.fetch({url!r}, method='POST', json={{'k': ctx.secrets.get('TOK')}})\n"

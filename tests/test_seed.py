@@ -8,7 +8,8 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.errors import ConfigError
-from brainstem.state.seed import example_soul_path, seed, seed_entries
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.state.shipped import seed_entries
 
 
 def test_seed_files_cover_the_contract_keys():

@@ -47,7 +47,6 @@ REFLEX_STATE = "stats:reflexes"  # when each reflex last fired (its cooldown)
 REPLAY_GATE = "stats:replay_gate"  # the last replay check of a change deep reflection proposed
 REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
 OPERATOR_MODELS = "stats:operator_models"  # the price list the operator last wrote: the floor of every price
-TOOL_LINEAGE = "stats:tool_lineage"  # where the agent's code came from: mode floors follow it
 SECRET_REFUSALS = "stats:secret_refusals"  # how often code was stopped for sending a secret's value
 INBOX = "inbox"  # a log: the operator's messages to the agent (brainstem tell, Telegram), JSON each
 INBOX_COUNTER = "stats:inbox_counter"  # the last inbox message id handed out
@@ -57,7 +56,9 @@ INBOX_SHOWN = "stats:inbox_shown"  # the highest inbox id put before the model (
 DAEMON_FAILING = "stats:daemon"  # why `brainstem run` cannot wake the agent, and since when; gone once a fire succeeds
 TELEGRAM_STATE = "stats:telegram"  # the Bot API update offset, and texts from other chats (counted, never shown)
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
-BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX)  # never in the agent's key index
+# approved:{code key}: the code the operator approved under that key (its bytes and their sha256)
+APPROVED_PREFIX = "approved:"
+BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX, APPROVED_PREFIX)  # never in the agent's key index
 
 WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values): the session's lease
 TELEGRAM_LOCK = "telegram"  # a lock name: the one process polling the agent's Telegram bot
@@ -79,6 +80,30 @@ def tool_code(name: str) -> str:
 
 def tool_meta(name: str) -> str:
     return f"tool:{name}:meta"
+
+
+def provider_code(name: str) -> str:
+    return f"provider:{name}:code"
+
+
+def code_key(name: str) -> str:
+    """Where the code a mode floor calls ``name`` lives: ``notify`` -> ``tool:notify:code``,
+    ``provider:llm`` -> ``provider:llm:code``."""
+    return f"{name}:code" if name.startswith("provider:") else tool_code(name)
+
+
+def code_name(key: str) -> str | None:
+    """The name a mode floor uses for the code stored at ``key`` (``notify``, ``provider:llm``), or None
+    when ``key`` holds no tool's or provider's code."""
+    parts = key.split(":")
+    if len(parts) == 3 and parts[0] in ("tool", "provider") and parts[2] == "code" and parts[1]:
+        return parts[1] if parts[0] == "tool" else f"provider:{parts[1]}"
+    return None
+
+
+def approved(name: str) -> str:
+    """The operator's approval of the code a mode floor calls ``name``."""
+    return APPROVED_PREFIX + code_key(name)
 
 
 def review_item(item_id: str) -> str:
@@ -107,8 +132,9 @@ def is_secret(key: str) -> bool:
 RUNTIME_OWNED = frozenset({
     SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG, INBOX,
 })
-RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", REVIEW_PREFIX, "provider:llm:last_working:",
-                          "provider:llm_balance:last_working:", "provider:wallet_balance:last_working:")
+RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", REVIEW_PREFIX, APPROVED_PREFIX,
+                          "provider:llm:last_working:", "provider:llm_balance:last_working:",
+                          "provider:wallet_balance:last_working:")
 
 # Writes to these keep the previous value, so the operator can roll them back.
 PRIVILEGED_PREFIXES = ("config:", "prompt:", "tool:", "provider:")
@@ -130,5 +156,5 @@ def is_privileged(key: str) -> bool:
 DEFAULT_AGENT_SEGMENTS = frozenset({
     "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
     "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
-    "deep_reflect_schedule", "review", "inbox",
+    "deep_reflect_schedule", "review", "inbox", "approved",
 })

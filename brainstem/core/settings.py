@@ -89,7 +89,8 @@ class Settings(BaseSettings):
     tool_modes: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_MODES",
                                   description="The least supervision a tool gets, whatever its meta says: "
                                               "NAME=supervised or NAME=manual, comma list; * for every tool, "
-                                              "new for tools the agent creates")
+                                              "new for code whose exact bytes you have not approved under its "
+                                              "name (brainstem tool pending)")
 
     @field_validator("tool_secrets", "fetch_allow", "tool_modes", mode="before")
     @classmethod

@@ -20,7 +20,6 @@ from brainstem.core.errors import ConfigError
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
-from brainstem.state import lineage
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
@@ -73,12 +72,10 @@ class Session:
                               result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
             self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
-        # The operator's BRAINSTEM_TOOL_MODES, following the code through renames and copies.
-        floor = lineage.floor(self.store, name, self.settings.mode_floors()) if isinstance(name, str) else None
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
                         on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
-                        on_supervised=supervised, mode_floor=floor)
+                        on_supervised=supervised, floors=self.settings.mode_floors())
 
     def policy(self) -> ToolPolicy:
         if self.tool_policy is None:
@@ -147,12 +144,10 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
 def cascade(settings: Settings, session: Session) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     from brainstem.core.secrets import public_url
-    from brainstem.state import lineage
     from brainstem.tools.adapters import dynamic_providers
 
-    floor = lineage.floor(session.store, "provider:llm", settings.mode_floors())
     dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
-                                base_url=public_url(settings.openrouter_base_url), mode_floor=floor,
+                                base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),
                                 dry_run=session.mode == "dry_run")
     return [*dynamic, hardcoded_provider(settings)]
 

@@ -95,7 +95,6 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
     recorded in karma and kept for ``status``. The agent's checkers are code under the operator's mode
     floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them."""
-    from brainstem.state import lineage
     from brainstem.tools.adapters import checked_number
 
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
@@ -119,9 +118,8 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
     def dynamic_or(name, fallback):
         # The agent's own checker first (sandboxed), the hard-coded one when it fails.
         # Half the time for the agent's checker, so a hanging one leaves the fallback time to answer.
-        floor = lineage.floor(store, f"provider:{name}", floors)
         return lambda: checked_number(store, name, fallback, agent_kv, karma.record, policy, timeout / 2,
-                                      mode_floor=floor, dry_run=dry_run)
+                                      floors=floors, dry_run=dry_run)
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}

@@ -4,6 +4,6 @@
 change, for history and rollback), ``reflexes``, ``review`` (what waits for
 the operator), ``refusals``, ``history`` (one summary per session),
 ``memory``, ``budget`` (spend today), ``sleep`` (is the agent asleep? kept
-light for the wake path), ``lineage`` (mode floors that follow code) and
+light for the wake path), ``approval`` (the code the operator approved, by its bytes) and
 ``guarded`` (``AgentKV``: every write the agent makes, checked).
 """

@@ -290,7 +290,7 @@ def _models_or_none(text: Any) -> Models | None:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_text() -> str | None:
-    from brainstem.state.seed import seed_dirs
+    from brainstem.state.shipped import seed_dirs
 
     try:
         return (seed_dirs()[0] / "config" / "models.json").read_text()

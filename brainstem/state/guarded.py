@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from brainstem.core import events, keys, names
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
-from brainstem.state import lineage
 from brainstem.store.base import Store, encode
 
 MAX_KEY_LENGTH = 512
@@ -196,38 +195,38 @@ class AgentKV:
         check_value(self.store, key, text, agent=True)
         return key
 
-    def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None, str | None]]:
+    def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None]]:
         """What ``ops`` write, in order, each checked as a put (or delete) of that key would be:
-        ``(op, key, value or None, moved or copied from)``. :class:`KVWriteRefused` if any is refused."""
+        ``(op, key, value or None)``. :class:`KVWriteRefused` if any is refused."""
         pending: dict[str, str | None] = {}  # what the batch has written so far
 
         def current(k: str) -> str | None:
             return pending[k] if k in pending else self.store.get(k)
 
-        writes: list[tuple[str, str, str | None, str | None]] = []
+        writes: list[tuple[str, str, str | None]] = []
         for op in ops:
             done = len(writes)
             if isinstance(op, PutOp):
                 text = encode(op.value)
-                writes.append(("put", self._check_write(op.key, text), text, None))
+                writes.append(("put", self._check_write(op.key, text), text))
             elif isinstance(op, DeleteOp):
-                writes.append(("delete", self._check_write(op.key, None), None, None))
+                writes.append(("delete", self._check_write(op.key, None), None))
             else:
                 src = self._readable_source(op.key)
                 value = current(src)
                 if value is None:
                     raise KVWriteRefused(f"cannot {op.op} {src!r}: it does not exist")
-                writes.append(("put", self._check_write(op.value, value), value, src))
+                writes.append(("put", self._check_write(op.value, value), value))
                 if isinstance(op, RenameOp):
-                    writes.append(("delete", self._check_write(src, None), None, None))
-            for _, key, text, _ in writes[done:]:
+                    writes.append(("delete", self._check_write(src, None), None))
+            for _, key, text in writes[done:]:
                 pending[key] = text
         return writes
 
     def staged(self, raw: Any) -> dict[str, str | None]:
         """The value each key a valid batch writes would end with (None: deleted); {} for an invalid one."""
         try:
-            return {key: text for _, key, text, _ in self.plan(parse_operations(raw))}
+            return {key: text for _, key, text in self.plan(parse_operations(raw))}
         except KVWriteRefused:
             return {}
 
@@ -267,11 +266,10 @@ class AgentKV:
         return [op.model_dump() for op in ops]
 
     # --- internals ---
-    def _perform(self, writes: list[tuple[str, str, str | None, str | None]], source: str) -> bool:
+    def _perform(self, writes: list[tuple[str, str, str | None]], source: str) -> bool:
         existed = True
-        for op, key, text, origin in writes:
+        for op, key, text in writes:
             if op == "put":
-                lineage.note_write(self.store, key, text, origin)
                 self._write(key, text, source)
             else:
                 existed = self._delete(key, source)

@@ -85,11 +85,16 @@ def find(store: Store, key: str, version: int | None) -> tuple[dict, list[dict]]
 def diff(store: Store, key: str, version: int | None = None) -> str:
     """Unified diff from a version (default: the previous one) to the current value."""
     old, _ = find(store, key, version)
-    current = store.get(key)
-    a = [line if line.endswith("\n") else line + "\n" for line in (old.get("value") or "").splitlines(keepends=True)]
-    b = [line if line.endswith("\n") else line + "\n" for line in (current or "").splitlines(keepends=True)]
-    return "".join(difflib.unified_diff(a, b, fromfile=f"{key} (version {old['version']})",
-                                        tofile=f"{key} (current)"))
+    return unified_diff(old.get("value") or "", store.get(key) or "", f"{key} (version {old['version']})",
+                        f"{key} (current)")
+
+
+def unified_diff(before: str, after: str, fromfile: str, tofile: str) -> str:
+    """``before`` to ``after`` as a unified diff ("" when they are the same); a last line without its
+    newline is shown as if it had one."""
+    a = [line if line.endswith("\n") else line + "\n" for line in before.splitlines(keepends=True)]
+    b = [line if line.endswith("\n") else line + "\n" for line in after.splitlines(keepends=True)]
+    return "".join(difflib.unified_diff(a, b, fromfile=fromfile, tofile=tofile))
 
 
 def rollback(store: Store, key: str, version: int | None = None, *, source: str = "operator:rollback",

@@ -19,7 +19,7 @@ counts as a failed check.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from brainstem.core import events, keys
@@ -96,15 +96,21 @@ class SandboxedAdapter:
 
 
 def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any], policy: ToolPolicy,
-                      base_url: str | None = None, mode_floor: str | None = None, dry_run: bool = False) -> list:
+                      base_url: str | None = None, floors: Mapping[str, str] | None = None,
+                      dry_run: bool = False) -> list:
     """Tier 1 and tier 2, whichever exist and are valid (a broken one is recorded and left out). Adapter
-    code is tool code: held back (both tiers) when ``manual`` or in a dry run, as a balance checker is."""
+    code is tool code: each tier is held back when ``manual`` for its own bytes (as ``provider:llm``) or in
+    a dry run, as a balance checker is; then the hard-coded client answers."""
     out = []
     code = store.get(keys.PROVIDER_LLM_CODE)
     snap_code = store.get(keys.PROVIDER_LLM_LAST_WORKING_CODE)
-    if (code is not None or snap_code is not None) and _held_back(store, "provider:llm", mode_floor, dry_run,
-                                                                  record, events.PROVIDER_FALLBACK):
-        return out  # the hard-coded client answers
+    if snap_code == code:
+        snap_code = None
+    if code is not None and _held_back(store, "provider:llm", code, floors, dry_run, record, tier="dynamic"):
+        code = None
+    if snap_code is not None and _held_back(store, "provider:llm", snap_code, floors, dry_run, record,
+                                            tier="last_working"):
+        snap_code = None
     snapshotted = {"done": False}
 
     def services(name: str, meta: ToolMeta) -> ToolServices:
@@ -130,7 +136,7 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
                                         on_success=snapshot, base_url=base_url))
         except ToolError as exc:
             record(events.PROVIDER_FALLBACK, tier="dynamic", error=str(exc))
-    if snap_code is not None and snap_code != code:
+    if snap_code is not None:
         try:
             meta = _meta(store, keys.PROVIDER_LLM_LAST_WORKING_META)
             out.append(SandboxedAdapter("last_working", "provider:llm:last_working", snap_code, meta,
@@ -140,20 +146,23 @@ def dynamic_providers(store: Store, agent_kv: AgentKV, record: Callable[..., Any
     return out
 
 
-def _held_back(store: Store, name: str, mode_floor: str | None, dry_run: bool, record: Callable[..., Any],
-               event: str = events.TOOL_WOULD_DO) -> bool:
-    """Whether provider code ``name`` must not run now (an ``event`` entry says why)."""
-    from brainstem.state.lineage import MODES
+def _held_back(store: Store, name: str, code: str, floors: Mapping[str, str] | None, dry_run: bool,
+               record: Callable[..., Any], tier: str | None = None) -> bool:
+    """Whether provider ``code``, run as ``name``, must not run now: a ``tool_would_do`` entry says why, or
+    for an adapter's ``tier`` a ``provider_fallback`` entry."""
+    from brainstem.state import approval
 
     try:
-        mode = _meta(store, f"{name}:meta").mode
+        meta_mode = _meta(store, f"{name}:meta").mode
     except ToolError:
-        mode = "automated"  # a broken meta fails the code when it runs, as before
-    floored = mode_floor in MODES and MODES.index(mode_floor) > MODES.index(mode)
-    mode = mode_floor if floored else mode
+        meta_mode = "automated"  # a broken meta fails the code when it runs, as before
+    mode_floor = approval.floor(store, name, code, floors)
+    mode = approval.strictest(meta_mode, mode_floor)
+    floored = mode != meta_mode
     reason = "dry_run" if dry_run else ("manual" if mode == "manual" else None)
     if reason is not None:
-        fields = {"tool": name} if event == events.TOOL_WOULD_DO else {"tier": "dynamic", "error": f"{name} held back"}
+        event, fields = ((events.TOOL_WOULD_DO, {"tool": name}) if tier is None else
+                         (events.PROVIDER_FALLBACK, {"tier": tier, "error": f"{name} held back"}))
         record(event, **fields, reason=reason, mode_floor=mode_floor if floored else None)
     return reason is not None
 
@@ -177,17 +186,17 @@ def sane_balance(value: Any) -> tuple[float | None, str | None]:
 
 
 def checked_number(store: Store, name: str, fallback: Callable[[], float | None], agent_kv: AgentKV,
-                   record: Callable[..., Any], policy: ToolPolicy, timeout: float, *, mode_floor: str | None = None,
-                   dry_run: bool = False) -> float | None:
+                   record: Callable[..., Any], policy: ToolPolicy, timeout: float, *,
+                   floors: Mapping[str, str] | None = None, dry_run: bool = False) -> float | None:
     """A balance from ``provider:{name}:code`` (``check(ctx)``), else from the hard-coded ``fallback``.
 
-    The checker is tool code: ``manual`` (its meta's mode or the operator's ``mode_floor``) never runs it,
+    The checker is tool code: ``manual`` (its meta's mode or the operator's ``floors`` for its bytes) never runs it,
     and neither does a dry run (a ``tool_would_do`` entry each, and the fallback answers). What the
     checker is granted is redacted from what is recorded here (its ``ctx.log`` lines and its error),
     whether or not the caller's recorder knows those values.
     """
     code = store.get(f"provider:{name}:code")
-    if code is not None and _held_back(store, f"provider:{name}", mode_floor, dry_run, record):
+    if code is not None and _held_back(store, f"provider:{name}", code, floors, dry_run, record):
         code = None
     if code is not None:
         from dataclasses import replace

@@ -395,16 +395,17 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
              policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
              on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
              on_supervised: Callable[[ToolOutcome], None] | None = None,
-             mode_floor: str | None = None) -> ToolOutcome:
+             floors: Mapping[str, str] | None = None) -> ToolOutcome:
     """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
 
     With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
     ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run.
-    ``mode_floor`` (the operator's ``BRAINSTEM_TOOL_MODES`` for this tool) is the least supervision it
-    gets, whatever its meta says. ``dry_run`` runs nothing at all. An operator's own ``brainstem tool
-    run`` runs whatever the mode.
+    ``floors`` (the operator's ``BRAINSTEM_TOOL_MODES``) give the least supervision it gets, whatever its
+    meta says, decided on the very bytes that run (see :mod:`brainstem.state.approval`). ``dry_run``
+    runs nothing at all. An operator's own ``brainstem tool run`` runs whatever the mode.
     """
     from brainstem.sandbox import Limits, run
+    from brainstem.state import approval
 
     t0 = time.monotonic()
     try:
@@ -414,11 +415,9 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
         _record_complete(record, name, step_id, attempt, outcome)
         return outcome
-    order = ("automated", "supervised", "manual")
-    mode = meta.mode
-    floored = mode_floor in order and order.index(mode_floor) > order.index(mode)
-    if floored:
-        mode = mode_floor
+    mode_floor = approval.floor(store, name, code, floors) if enforce_mode else None
+    mode = approval.strictest(meta.mode, mode_floor)
+    floored = mode != meta.mode
     not_run = "dry_run" if dry_run else ("manual" if enforce_mode and mode == "manual" else None)
     if not_run is not None:
         record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,

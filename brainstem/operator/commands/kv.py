@@ -108,6 +108,11 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
     c.store.put(key, text)
     version = record_write(c.store, key, old, text, source="operator")
     click.echo(f"put {key} ({len(text.encode())} bytes)" + (f", version {version}" if version else ""))
+    if keys.code_name(key) is not None:  # code the operator puts is code the operator approves
+        from brainstem.state import approval
+
+        rec = approval.approve(c.store, keys.code_name(key), text, by="operator:kv put")
+        click.echo(f"approved {key} (sha256 {rec['sha256'][:12]})")
     if problem is not None:
         click.echo(f"stored despite its check (--force): {problem}", err=True)
 

@@ -296,6 +296,7 @@ async def review_page(request: Request) -> Response:
     newest = items(store, include_settled=True)[-200:][::-1]
     return d.page(request, "review.html", title="Review and reflexes", items=newest,
                   records=tool_records(store), rules=rules, fired=fired,
+                  pending=views.pending_code(store, redact=d.redact.text),
                   problem=problem, message=request.query_params.get("done"))
 
 

@@ -125,6 +125,19 @@ def key_history(store, key: str, a: int | None, b: int | None) -> dict:
     return {"key": key, "versions": vs[::-1], "current": current, "a": a, "b": b, "diff": diff}
 
 
+def pending_code(store, redact: Any = None) -> list[dict]:
+    """The code not approved under its name (``brainstem tool pending``), each with its diff against the
+    approved bytes (``brainstem tool diff``), redacted before it is cut."""
+    from brainstem.state import approval
+
+    out = []
+    for row in approval.pending(store):
+        code = store.get(row["key"])
+        if code is not None:
+            out.append({**row, "diff": pretty(approval.diff(store, row["name"], code), redact=redact)})
+    return out
+
+
 # --- the store ---
 
 def key_list(store, prefix: str, page: int, per_page: int = 200) -> dict:
