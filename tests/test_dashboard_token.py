@@ -33,6 +33,7 @@ from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma, open_store
 
+from .conftest import run_cli
 from .dashboard_client import BEARER, TOKEN, app_for, client, printed_token, serving
 
 SID = "7-abcdef"
@@ -231,6 +232,15 @@ def test_the_link_sets_the_cookie_and_leaves_the_address_without_the_token(world
     assert c.get("/").status_code == 200
 
 
+def test_a_proxys_basic_login_does_not_hide_the_cookie(world):
+    """Behind a reverse proxy with its own Basic login, the browser's Authorization header reaches the
+    dashboard too: it is not a Bearer token, so the cookie decides."""
+    app, _, _ = world
+    basic = {"authorization": "Basic b3BlcmF0b3I6aHVudGVyMg=="}
+    assert client(app).get("/", headers=basic).status_code == 200
+    assert client(app, logged_in=False).get("/", headers=basic).status_code == 401
+
+
 def test_a_token_the_dashboard_made_is_redacted_like_any_secret(settings, tmp_path):
     made = auth.new_token()
     store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
@@ -244,6 +254,12 @@ def test_a_token_the_dashboard_made_is_redacted_like_any_secret(settings, tmp_pa
 
 
 # --- the command -------------------------------------------------------------------------------
+
+def test_the_help_says_every_request_needs_the_token():
+    out = " ".join(run_cli("dashboard", "--help").stdout.split())
+    assert "Every request needs the dashboard token, on loopback too" in out
+    assert auth.TOKEN_ENV in out and "?token=" in out and "Authorization: Bearer TOKEN" in out
+
 
 @pytest.mark.slow
 def test_the_command_makes_a_token_and_prints_it_once_in_the_address(tmp_path):

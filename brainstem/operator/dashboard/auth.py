@@ -7,9 +7,9 @@
 * The token comes as ``Authorization: Bearer TOKEN`` (scripts), or as ``?token=TOKEN`` on a GET of any
   page (the link printed at start), which sets a cookie for the rest of the visit and redirects to the
   same address without it, so the token leaves the address bar and the history. The cookie holds a value
-  derived from the token (:meth:`Gate.cookie_value`), not the token: a browser sends cookies to every port
-  of a host, and what it sends elsewhere is not the token a script would use. When an ``Authorization``
-  header is present, it is what is judged (a wrong one is 401 whatever the cookie).
+  derived from the token (:attr:`Gate.cookie_value`), not the token: a browser sends cookies to every port
+  of a host, and what it sends elsewhere is not the token a script would use. When a Bearer
+  ``Authorization`` header is present, it is what is judged (a wrong one is 401 whatever the cookie).
 * Every action is a POST. One authenticated by the cookie also carries the CSRF token of its page: a
   token this server signed (HMAC-SHA256 over a random browser identifier and an expiry,
   :class:`CsrfSigner`), sent both as a cookie and as a form field; missing, expired, not the cookie's, or
@@ -125,10 +125,10 @@ class Gate:
 
     def admits(self, method: str, headers, query, cookies) -> str | None:
         """``BEARER``, ``QUERY`` or ``COOKIE``: how the request carries the token; None when it does not."""
-        given = headers.get("authorization")
-        if given is not None:  # present, it is what is judged: a wrong header is not rescued by a cookie
-            scheme, _, value = given.strip().partition(" ")
-            return BEARER if scheme.lower() == "bearer" and same(value.strip(), self.token) else None
+        scheme, _, value = (headers.get("authorization") or "").strip().partition(" ")
+        if scheme.lower() == "bearer":  # present, it is what is judged: a wrong one is not rescued by a cookie
+            return BEARER if same(value.strip(), self.token) else None
+        # Another scheme is not ours (a reverse proxy's Basic login passes through): the cookie decides.
         if method in ("GET", "HEAD") and TOKEN_QUERY in query:
             values = query.getlist(TOKEN_QUERY)
             return QUERY if len(values) == 1 and same(values[0], self.token) else None
