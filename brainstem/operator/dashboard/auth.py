@@ -3,7 +3,9 @@
 * Every request needs the dashboard token (``BRAINSTEM_DASHBOARD_TOKEN``, or one ``brainstem dashboard``
   makes at start and prints once, in the URL to open). Being on this machine is not enough: a tool the
   agent wrote can reach loopback too. A request without the token is 401 with a short page saying how to
-  get in, before any route runs: no page, script, stylesheet or 404 of this app answers it.
+  get in, before any route runs: no page, script, stylesheet or 404 of this app answers it. A token made
+  at start lives in the dashboard's process only (which redacts it from its pages like any secret it
+  knows): the runtime that runs the agent's code never holds it, so its scrubber has nothing to look for.
 * The token comes as ``Authorization: Bearer TOKEN`` (scripts), or as ``?token=TOKEN`` on a GET of any
   page (the link printed at start), which sets a cookie for the rest of the visit and redirects to the
   same address without it, so the token leaves the address bar and the history. The cookie holds a value
