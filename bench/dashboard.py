@@ -8,7 +8,7 @@ An SQLite store in a temp dir is seeded, then given a ``session_history`` of
 10,000 entries spread over 60 days (appended to the log as the runtime writes
 it, but never trimmed: the runtime's own appends keep the last 1,000 to 1,100)
 and one session with a 200-entry karma. The app is
-``make_app`` as ``brainstem dashboard`` builds it (loopback, no token), with an
+``make_app`` as ``brainstem dashboard`` builds it (loopback, a token made at start), with an
 LLM key and a stored secret known, so every page passes a real redactor. Each
 request goes through Starlette's in-process ``TestClient``; server time is the
 time the app takes from receiving the request to sending the last byte of the
@@ -16,7 +16,8 @@ response (the guard middleware, the handler, the store reads, the template and
 the redaction), measured around the app itself. The figures are the median and
 p95 of ``--requests`` requests per URL after ``--warmup`` unmeasured ones, the
 URLs taken in turn so that machine load drifts over all of them alike. The
-floor is ``/login``, a page that reads nothing from the store.
+floor is ``/static/app.css``, which reads nothing from the store (every request carries the token as
+``Authorization: Bearer``, as a script sends it).
 
     python bench/dashboard.py
     python bench/dashboard.py --sessions 20000 --requests 50
@@ -40,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 TARGET_MS = 200.0
 OUTCOMES = [("clean", 85), ("budget_exhausted", 5), ("error", 3), ("no_plan", 3), ("stopped", 2), ("crashed", 1),
             ("llm_unavailable", 1)]
+FLOOR = "/static/app.css"
 TARGETED = ["/sessions", "/sessions?page=100", "/sessions?outcome=clean&page=3"]
 
 
@@ -127,6 +129,7 @@ def main() -> int:
     from brainstem.core import keys
     from brainstem.core.settings import load_settings
     from brainstem.operator.dashboard.app import make_app
+    from brainstem.operator.dashboard.auth import new_token
     from brainstem.state.seed import seed
     from brainstem.store import open_store
 
@@ -151,9 +154,10 @@ def main() -> int:
               f"({size / 1e6:.1f} MB of JSON), a {args.karma}-entry karma; filled in "
               f"{time.perf_counter() - t0:.1f} s")
 
-        timed = Timed(make_app(load_settings(), {"": store}, token=None, loopback_only=True))
-        client = TestClient(timed, base_url="http://127.0.0.1:8765")
-        urls = ["/login", *TARGETED, "/", f"/sessions/{sid}"]
+        token = new_token()
+        timed = Timed(make_app(load_settings(), {"": store}, token=token, loopback_only=True))
+        client = TestClient(timed, base_url="http://127.0.0.1:8765", headers={"Authorization": f"Bearer {token}"})
+        urls = [FLOOR, *TARGETED, "/", f"/sessions/{sid}"]
         server: dict[str, list[float]] = {u: [] for u in urls}
         wall: dict[str, list[float]] = {u: [] for u in urls}
         sizes: dict[str, int] = {}
@@ -171,7 +175,7 @@ def main() -> int:
         if f"{args.sessions} session(s)" not in client.get("/sessions").text:
             sys.exit("the sessions page does not show the whole history's count")
 
-        floor = statistics.median(server["/login"])
+        floor = statistics.median(server[FLOOR])
         print(f"server time per request, {args.requests} requests each after {args.warmup} warm-up "
               f"(in-process TestClient; round trip in brackets)")
         print(f"{'GET':<38}{'median':>9}{'p95':>9}{'x floor':>9}{'round trip':>12}{'page':>10}")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 
 import pytest
 
@@ -106,15 +105,10 @@ def test_a_fire_that_only_sleeps_does_not_clear_the_failure(daemon, llm, caplog)
 
 
 def test_the_dashboard_overview_shows_the_failure(daemon):
-    from brainstem.operator.dashboard.app import make_app
-
-    with warnings.catch_warnings():  # Starlette's notice that its TestClient moves to httpx2
-        warnings.simplefilter("ignore")
-        from starlette.testclient import TestClient
+    from .dashboard_client import app_for, client
 
     runner, agent, store, _ = daemon
     runner.fire(agent)
     rec = daemon_health.read(store)
-    app = make_app(runner.settings, {"": store}, token=None, loopback_only=True)
-    page = TestClient(app, base_url="http://127.0.0.1").get("/").text
+    page = client(app_for(runner.settings, store)).get("/").text
     assert f"failing since {rec['since']}: OPENROUTER_API_KEY is not set" in page

@@ -4,13 +4,15 @@ Each test builds the Starlette app over a real SQLite store (seeded, with
 versions of ``prompt:orient``, a review item, a session's karma and history)
 and drives it with Starlette's ``TestClient``:
 
-* no token: loopback only, and only through a ``Host`` naming loopback (DNS
-  rebinding); the one real ``brainstem dashboard`` start here is the refusal
-  of a non-loopback bind;
-* a wrong token is 401; the right one (Bearer, or the cookie ``/login`` sets)
-  lets a rollback and a review verdict through;
-* an action without its page's CSRF token is 403, and writes nothing;
-* reading needs no token, and no page a GET reaches changes the store;
+* on a loopback bind, only through a ``Host`` naming loopback (DNS rebinding);
+  the one real ``brainstem dashboard`` start here is the refusal of a token
+  too short to be one;
+* a wrong token is 401; the right one (Bearer, or the cookie the ``?token=``
+  link sets) lets a rollback and a review verdict through;
+* an action the cookie authenticates without its page's CSRF token is 403, and
+  writes nothing; one a Bearer header authenticates needs none;
+* no page a GET reaches changes the store (that every route needs the token is
+  ``tests/test_dashboard_token.py``);
 * ``secret:*`` values are never sent, and a known secret copied anywhere else
   is shown redacted;
 * security headers on every page; an unknown agent is a one-line 404.
@@ -23,7 +25,6 @@ import json
 import re
 import secrets
 import socket
-import warnings
 from urllib.parse import unquote, urlsplit
 
 import pytest
@@ -32,25 +33,18 @@ from brainstem.core import keys
 from brainstem.core.errors import ConfigError, NotText
 from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth
-from brainstem.operator.dashboard.app import make_app
 from brainstem.state import history as session_history
 from brainstem.state import review, versions
 from brainstem.store import karma
 
 from .conftest import run_cli
+from .dashboard_client import BEARER, TOKEN, TestClient, app_for, client
 from .wake_helpers import seeded
 
-with warnings.catch_warnings():
-    # Starlette 1.x warns that its TestClient will move from httpx to httpx2; the project pins httpx.
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
-
-TOKEN = "dash-token-7f3a9c1e5b2d4f6a8c0e"
 LLM_KEY = "sk-or-v1-llmkey-0123456789abcdef"
 TOOL_SECRET = 'wx&"<key>-9f8e7d6c5b4a'  # characters HTML and JSON escape: caught before and after escaping
 STORED_SECRET = "vault-value-31415926535"
 SID = "7-abcdef"
-LOOPBACK = "http://127.0.0.1:8765"
 ALL_SECRETS = {"OPENROUTER_API_KEY": LLM_KEY, "WEATHER_KEY": TOOL_SECRET, "secret:vault": STORED_SECRET}
 
 
@@ -97,24 +91,16 @@ def st(tmp_path):
     store.close()
 
 
-def app_for(settings, store, *, token=None, loopback_only=True):
-    return make_app(settings, {"": store}, token=token, loopback_only=loopback_only)
-
-
-def client(app, base_url: str = LOOPBACK) -> TestClient:
-    return TestClient(app, base_url=base_url, follow_redirects=False)
-
-
 @pytest.fixture
-def open_app(settings, st):
-    """Loopback, no token: anyone on this machine may act (with the page's CSRF token)."""
+def loopback_app(settings, st):
+    """Bound to loopback: a loopback Host only, and the token for everything."""
     return app_for(settings, st)
 
 
 @pytest.fixture
-def token_app(settings, st):
-    """Bound beyond loopback with a token: reading is open, acting needs the token."""
-    return app_for(settings, st, token=TOKEN, loopback_only=False)
+def remote_app(settings, st):
+    """Bound beyond loopback: any Host, and the token for everything."""
+    return app_for(settings, st, loopback_only=False)
 
 
 def csrf_of(c: TestClient, page: str = "/changes/prompt:orient") -> str:
@@ -164,46 +150,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# --- no token: loopback only ------------------------------------------------------------------
+# --- the bind ---------------------------------------------------------------------------------
 
-def test_a_non_loopback_bind_without_a_token_is_refused_before_listening(tmp_path):
+def test_a_token_too_short_to_be_one_is_refused_before_listening(tmp_path):
     port = free_port()
-    r = run_cli("dashboard", "--host", "0.0.0.0", "--port", str(port),
-                env={"BRAINSTEM_KV": f"sqlite:///{tmp_path / 'store.db'}"}, timeout=30)
+    r = run_cli("dashboard", "--port", str(port), env={"BRAINSTEM_KV": f"sqlite:///{tmp_path / 'store.db'}",
+                                                       "BRAINSTEM_DASHBOARD_TOKEN": "short"}, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert one_line(r.stderr), r.stderr
-    assert auth.TOKEN_ENV in r.stderr and "0.0.0.0" in r.stderr
+    assert auth.TOKEN_ENV in r.stderr and "http://" not in r.stderr and "short" not in r.stderr
     assert r.stdout == ""
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "[::1]", "localhost", "127.0.0.2"])
-def test_a_loopback_bind_needs_no_token(host):
-    auth.check_bind(host, None)
-    assert auth.is_loopback(host)
-
-
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "10.0.0.1", "dash.example.com"])
-def test_any_other_bind_needs_the_token(host):
+@pytest.mark.parametrize("token", [None, "", "short", "x" * 15, "sixteen chars ok", "tab\tin-the-middle-x",
+                                   "ünïcødé-token-long", "a-long-enough-token\n"])
+def test_a_token_is_sixteen_printable_ascii_characters_at_least(token):
     with pytest.raises(ConfigError) as err:
-        auth.check_bind(host, None)
+        auth.check_token(token)
     assert auth.TOKEN_ENV in str(err.value)
-    with pytest.raises(ConfigError):
-        auth.check_bind(host, "")
-    auth.check_bind(host, TOKEN)  # with it, the bind is allowed
+
+
+def test_a_made_token_is_one():
+    made = {auth.new_token() for _ in range(20)}
+    assert len(made) == 20 and all(auth.check_token(t) == t and len(t) >= 40 for t in made)
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:8765", "127.0.0.1", "localhost", "localhost:8765", "[::1]:8765",
                                   "[::1]"])
-def test_a_loopback_app_answers_a_loopback_host(open_app, host):
-    r = client(open_app).get("/", headers={"host": host})
+def test_a_loopback_app_answers_a_loopback_host(loopback_app, host):
+    r = client(loopback_app).get("/", headers={"host": host})
     assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("host", ["evil.example", "evil.example:8765", "127.0.0.1.evil.example",
                                   "localhost.evil.example:8765", "192.168.1.20:8765", "", "[::1].evil.example",
                                   "[::1]:80.evil", "127.0.0.1:x"])
-def test_a_loopback_app_refuses_any_other_host_dns_rebinding(open_app, st, host):
-    c = client(open_app)
+def test_a_loopback_app_refuses_any_other_host_dns_rebinding(loopback_app, st, host):
+    c = client(loopback_app)
     csrf = csrf_of(c)
     before = snapshot(st)
     for path in ("/", "/store?key=notes", "/api/karma"):
@@ -216,15 +199,15 @@ def test_a_loopback_app_refuses_any_other_host_dns_rebinding(open_app, st, host)
     assert snapshot(st) == before
 
 
-def test_an_app_bound_beyond_loopback_answers_any_host(token_app):
-    r = client(token_app, "http://dash.example.com").get("/")
+def test_an_app_bound_beyond_loopback_answers_any_host(remote_app):
+    r = client(remote_app, "http://dash.example.com").get("/")
     assert r.status_code == 200
 
 
-def test_on_loopback_without_a_token_the_csrf_pair_is_enough_to_act(open_app, st):
-    c = client(open_app)
+def test_on_loopback_the_cookie_and_the_csrf_pair_act(loopback_app, st):
+    c = client(loopback_app)
     r = c.get("/changes/prompt:orient")
-    assert "read-only" not in r.text and "disabled" not in r.text.split("<main>", 1)[1].split("roll back")[0]
+    assert "disabled" not in r.text.split("<main>", 1)[1].split("roll back")[0]
     first = orient_versions(st)[0]
     r = c.post("/rollback", data=rollback_form(csrf_of(c), st))
     assert r.status_code == 303, r.text
@@ -233,10 +216,12 @@ def test_on_loopback_without_a_token_the_csrf_pair_is_enough_to_act(open_app, st
 
 # --- the token --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("how", ["bearer", "cookie", "none", "bearer-empty", "cookie-and-wrong-bearer"])
-def test_a_wrong_or_missing_token_is_401_and_writes_nothing(token_app, st, how):
-    c = client(token_app)
+@pytest.mark.parametrize("how", ["bearer", "cookie", "none", "bearer-empty", "cookie-and-wrong-bearer",
+                                 "the-token-as-cookie", "query-on-a-post"])
+def test_a_wrong_or_missing_token_is_401_and_writes_nothing(remote_app, st, how):
+    c = client(remote_app)
     csrf = csrf_of(c)
+    c.cookies.delete(auth.TOKEN_COOKIE)
     headers = {}
     if how == "bearer":
         headers["authorization"] = "Bearer not-the-token"
@@ -245,11 +230,14 @@ def test_a_wrong_or_missing_token_is_401_and_writes_nothing(token_app, st, how):
     elif how == "cookie":
         c.cookies.set(auth.TOKEN_COOKIE, "not-the-token")
     elif how == "cookie-and-wrong-bearer":  # the header, when present, is the token presented
-        c.cookies.set(auth.TOKEN_COOKIE, TOKEN)
+        c.cookies.set(auth.TOKEN_COOKIE, remote_app.state.dashboard.gate.cookie_value)
         headers["authorization"] = "Bearer " + TOKEN[:-1]
+    elif how == "the-token-as-cookie":  # the cookie holds a value derived from the token, never the token
+        c.cookies.set(auth.TOKEN_COOKIE, TOKEN)
     before = snapshot(st)
-    r = c.post("/rollback", data=rollback_form(csrf, st), headers=headers)
-    assert r.status_code == 401 and auth.TOKEN_ENV in r.text and one_line(r.text), r.text
+    query = f"?{auth.TOKEN_QUERY}={TOKEN}" if how == "query-on-a-post" else ""  # a link's token opens pages only
+    r = c.post("/rollback" + query, data=rollback_form(csrf, st), headers=headers)
+    assert r.status_code == 401 and auth.TOKEN_ENV in r.text, r.text
     r = c.post(f"/review/{review.items(st)[0]['id']}", data={auth.CSRF_FIELD: csrf, "verdict": "confirm"},
                headers=headers)
     assert r.status_code == 401
@@ -259,25 +247,20 @@ def test_a_wrong_or_missing_token_is_401_and_writes_nothing(token_app, st, how):
 
 
 @pytest.mark.parametrize("wrong", ["not-the-token", "", TOKEN[:-1], TOKEN + "x", TOKEN.upper()])
-def test_logging_in_with_a_wrong_token_is_401_and_sets_no_cookie(token_app, wrong):
-    c = client(token_app)
-    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": wrong})
-    assert r.status_code == 401 and one_line(r.text)
-    assert auth.TOKEN_COOKIE not in r.headers.get("set-cookie", "")
+def test_a_link_with_a_wrong_token_is_401_and_sets_no_cookie(remote_app, wrong):
+    c = client(remote_app, logged_in=False)
+    r = c.get(f"/?{auth.TOKEN_QUERY}={wrong}")
+    assert r.status_code == 401 and "set-cookie" not in r.headers
     assert c.cookies.get(auth.TOKEN_COOKIE) is None
 
 
-def test_logging_in_on_an_app_without_a_token_is_refused(open_app):
-    c = client(open_app)
-    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": "anything"})
-    assert r.status_code == 401 and c.cookies.get(auth.TOKEN_COOKIE) is None
-
-
-def test_the_bearer_token_lets_a_rollback_through(token_app, st):
-    c = client(token_app)
+def test_the_bearer_token_lets_a_rollback_through_without_a_csrf_token(remote_app, st):
+    """A script's POST: a browser never adds an Authorization header by itself, and another site can make
+    it send one only through a CORS preflight this server never answers, so the header is the sender's."""
+    c = client(remote_app, logged_in=False)
     first = orient_versions(st)[0]
     count = len(orient_versions(st))
-    r = c.post("/rollback", data=rollback_form(csrf_of(c), st), headers={"authorization": f"Bearer {TOKEN}"})
+    r = c.post("/rollback", data=rollback_form(None, st), headers=BEARER)
     assert r.status_code == 303, r.text
     assert urlsplit(r.headers["location"]).path == "/changes/prompt:orient"
     assert f"restored version {first['version']}" in unquote(r.headers["location"]).replace("+", " ")
@@ -286,17 +269,16 @@ def test_the_bearer_token_lets_a_rollback_through(token_app, st):
     assert len(vs) == count + 1 and vs[-1]["source"] == "operator:dashboard"
 
 
-def test_the_login_cookie_lets_a_rollback_and_a_verdict_through(token_app, st):
-    c = client(token_app)
-    r = c.get("/changes/prompt:orient")
-    assert "read-only" in r.text and "disabled" in r.text
-    r = c.post("/login", data={auth.CSRF_FIELD: csrf_of(c, "/login"), "token": TOKEN})
-    assert r.status_code == 303 and r.headers["location"] == "/"
+def test_the_links_cookie_lets_a_rollback_and_a_verdict_through(remote_app, st):
+    c = client(remote_app, logged_in=False)
+    assert c.get("/changes/prompt:orient").status_code == 401
+    r = c.get(f"/changes/prompt:orient?{auth.TOKEN_QUERY}={TOKEN}")
+    assert r.status_code == 303 and r.headers["location"] == "/changes/prompt:orient"
     cookie = [v for k, v in r.headers.multi_items() if k == "set-cookie" and auth.TOKEN_COOKIE in v]
     assert cookie and "httponly" in cookie[0].lower() and "samesite=strict" in cookie[0].lower()
-    assert c.cookies.get(auth.TOKEN_COOKIE) == TOKEN
+    assert TOKEN not in cookie[0]
     r = c.get("/changes/prompt:orient")
-    assert "logged in" in r.text and "read-only" not in r.text
+    assert r.status_code == 200 and "disabled" not in r.text
     first = orient_versions(st)[0]
     r = c.post("/rollback", data=rollback_form(csrf_of(c), st))
     assert r.status_code == 303, r.text
@@ -309,41 +291,36 @@ def test_the_login_cookie_lets_a_rollback_and_a_verdict_through(token_app, st):
 
 # --- CSRF ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["open", "token"])
-@pytest.mark.parametrize("action", ["rollback", "review", "login", "tell"])
+@pytest.mark.parametrize("kind", ["loopback", "beyond"])
+@pytest.mark.parametrize("action", ["rollback", "review", "tell"])
 @pytest.mark.parametrize("case", ["no field", "field without cookie", "mismatched", "empty pair"])
 def test_an_action_without_its_csrf_token_is_403_and_writes_nothing(settings, st, kind, action, case):
-    app = app_for(settings, st, token=TOKEN if kind == "token" else None, loopback_only=kind == "open")
-    c = client(app)
-    page_csrf = csrf_of(c)  # the browser holds a valid cookie...
+    c = client(app_for(settings, st, loopback_only=kind == "loopback"))  # the right token, in the cookie
+    page_csrf = csrf_of(c)  # the browser holds a valid CSRF cookie...
     field = {"no field": None, "field without cookie": page_csrf, "mismatched": secrets.token_urlsafe(24),
              "empty pair": ""}[case]
     if case in ("field without cookie", "empty pair"):
-        c.cookies.clear()
+        c.cookies.delete(auth.CSRF_COOKIE)
     if case == "empty pair":
         c.cookies.set(auth.CSRF_COOKIE, "")
-    headers = {"authorization": f"Bearer {TOKEN}"}  # the right token: only the CSRF token is missing
     item_id = review.items(st)[0]["id"]
     if action == "rollback":
         path, form = "/rollback", rollback_form(None, st)
     elif action == "review":
         path, form = f"/review/{item_id}", {"verdict": "confirm"}
-    elif action == "tell":
-        path, form = "/tell", {"text": "a message for the agent", "urgent": "1"}
     else:
-        path, form = "/login", {"token": TOKEN}
+        path, form = "/tell", {"text": "a message for the agent", "urgent": "1"}
     if field is not None:
         form[auth.CSRF_FIELD] = field
     before = snapshot(st)
-    r = c.post(path, data=form, headers=headers)
+    r = c.post(path, data=form)
     assert r.status_code == 403 and "CSRF" in r.text and one_line(r.text), (r.status_code, r.text)
-    assert auth.TOKEN_COOKIE not in r.headers.get("set-cookie", "")
     assert snapshot(st) == before
     assert review.get(st, item_id)["status"] == review.PENDING
 
 
-def test_actions_are_posts_only(open_app, st):
-    c = client(open_app)
+def test_actions_are_posts_only(loopback_app, st):
+    c = client(loopback_app)
     csrf = csrf_of(c)
     before = snapshot(st)
     item_id = review.items(st)[0]["id"]
@@ -354,25 +331,6 @@ def test_actions_are_posts_only(open_app, st):
 
 
 # --- reading ------------------------------------------------------------------------------------
-
-PAGES = ["/", "/sessions", "/sessions?outcome=clean", f"/sessions/{SID}", "/live", "/changes",
-         "/changes/prompt:orient", "/store", "/store?key=notes", "/review", "/inbox", "/login"]
-
-
-def test_reading_needs_no_token_and_says_read_only(token_app):
-    c = client(token_app, "http://dash.example.com")
-    for path in PAGES:
-        r = c.get(path)
-        assert r.status_code == 200, (path, r.status_code)
-        assert "read-only" in r.text and 'href="/login"' in r.text, path
-    r = c.get("/api/karma")
-    assert r.status_code == 200 and r.json()["session"] == SID
-    # The action buttons are there but disabled until logged in.
-    for path in ("/changes/prompt:orient", "/review", "/inbox"):
-        forms = re.findall(r'<form[^>]*method="post".*?</form>', c.get(path).text, re.S)
-        buttons = [b for f in forms for b in re.findall(r"<button[^>]*>", f)]
-        assert buttons and all("disabled" in b for b in buttons), (path, buttons)
-
 
 def crawl(c: TestClient, extra: list[str]) -> dict[str, object]:
     """Every page reachable from ``/`` by a link (plus ``extra``): path -> response."""
@@ -393,14 +351,14 @@ def crawl(c: TestClient, extra: list[str]) -> dict[str, object]:
     return seen
 
 
-def test_no_get_changes_the_store(open_app, st):
-    """On the app where anyone may act, GETs of every page (and of the action URLs) write nothing."""
-    c = client(open_app)
+def test_no_get_changes_the_store(loopback_app, st):
+    """With the token, GETs of every page (and of the action URLs) write nothing."""
+    c = client(loopback_app)
     item_id = review.items(st)[0]["id"]
     before = snapshot(st)
     extra = ["/sessions?page=2", "/sessions?outcome=nonesuch", "/sessions/0-nonesuch", "/api/karma",
              f"/api/karma?session={SID}&after=1", "/changes/prompt:orient?a=1&b=2", "/store?prefix=prompt:",
-             "/store?key=secret:vault", "/store?key=absent", f"/store?key={keys.karma(SID)}", "/login",
+             "/store?key=secret:vault", "/store?key=absent", f"/store?key={keys.karma(SID)}",
              f"/review/{item_id}", f"/rollback?key={keys.PROMPT_ORIENT}&version=1"]
     seen = crawl(c, extra)
     assert f"/store?key={keys.PROMPT_ORIENT}" in seen and f"/sessions/{SID}" in seen  # the crawl went deep
@@ -422,8 +380,8 @@ def leaked(text: str, where: str) -> None:
             assert form not in text, f"{name} sent in {where}"
 
 
-def test_a_secret_key_is_listed_but_its_value_never_read_for_display(open_app):
-    c = client(open_app)
+def test_a_secret_key_is_listed_but_its_value_never_read_for_display(loopback_app):
+    c = client(loopback_app)
     r = c.get("/store?key=secret:vault")
     assert r.status_code == 200
     body = r.text.split("<main>", 1)[1]
@@ -435,14 +393,14 @@ def test_a_secret_key_is_listed_but_its_value_never_read_for_display(open_app):
     assert "secret:vault" in r.text and "value never shown" in r.text and "REDACTED" not in r.text
 
 
-def test_a_short_secret_is_not_shown_either(open_app, st):
+def test_a_short_secret_is_not_shown_either(loopback_app, st):
     st.put(keys.secret("pin"), "42")  # too short to redact anywhere: it must simply never be read
-    r = client(open_app).get("/store?key=secret:pin")
+    r = client(loopback_app).get("/store?key=secret:pin")
     assert r.status_code == 200 and ">42<" not in r.text and "<pre>" not in r.text
 
 
-def test_known_secrets_planted_in_ordinary_values_and_karma_are_redacted(open_app):
-    c = client(open_app)
+def test_known_secrets_planted_in_ordinary_values_and_karma_are_redacted(loopback_app):
+    c = client(loopback_app)
     pages = {"/store?key=notes": 3, f"/sessions/{SID}": 6, "/sessions": 3, f"/store?key={keys.karma(SID)}": 6}
     for path, at_least in pages.items():
         r = c.get(path)
@@ -460,13 +418,13 @@ def test_known_secrets_planted_in_ordinary_values_and_karma_are_redacted(open_ap
         assert data["entries"] and all(f"[REDACTED:{name}]" in lines for name in ALL_SECRETS), lines
 
 
-def test_encoded_forms_of_a_secret_are_redacted_too(open_app, st):
+def test_encoded_forms_of_a_secret_are_redacted_too(loopback_app, st):
     import base64
     from urllib.parse import quote
 
     st.put("encoded", {"b64": base64.b64encode(LLM_KEY.encode()).decode(), "url": quote(TOOL_SECRET, safe=""),
                        "hex": STORED_SECRET.encode().hex()})
-    r = client(open_app).get("/store?key=encoded")
+    r = client(loopback_app).get("/store?key=encoded")
     assert r.status_code == 200
     assert base64.b64encode(LLM_KEY.encode()).decode() not in r.text
     assert quote(TOOL_SECRET, safe="") not in r.text and STORED_SECRET.encode().hex() not in r.text
@@ -475,10 +433,12 @@ def test_encoded_forms_of_a_secret_are_redacted_too(open_app, st):
 
 # --- headers and errors -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/store?key=notes", "/api/karma", "/login",
+@pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/store?key=notes", "/api/karma", "/inbox",
                                   "/sessions/0-nonesuch"])
-def test_every_response_carries_the_security_headers(token_app, path):
-    r = client(token_app).get(path)
+@pytest.mark.parametrize("logged_in", [True, False])
+def test_every_response_carries_the_security_headers(remote_app, path, logged_in):
+    r = client(remote_app, logged_in=logged_in).get(path)
+    assert r.status_code != 401 if logged_in else r.status_code == 401
     csp = r.headers.get("content-security-policy", "")
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp, csp
     assert r.headers.get("x-frame-options") == "DENY"
@@ -486,30 +446,30 @@ def test_every_response_carries_the_security_headers(token_app, path):
     assert r.headers.get("referrer-policy") == "no-referrer"
 
 
-def test_a_refused_action_carries_them_too(token_app, st):
-    r = client(token_app).post("/rollback", data=rollback_form(None, st))
+def test_a_refused_action_carries_them_too(remote_app, st):
+    r = client(remote_app).post("/rollback", data=rollback_form(None, st))
     assert r.status_code == 403
     assert r.headers.get("x-frame-options") == "DENY" and r.headers.get("x-content-type-options") == "nosniff"
 
 
 @pytest.mark.parametrize("path", ["/?agent=nobody", "/sessions?agent=nobody", f"/sessions/{SID}?agent=nobody",
                                   "/api/karma?agent=nobody", "/store?agent=nobody&key=notes", "/review?agent=nobody"])
-def test_an_unknown_agent_is_a_one_line_404(open_app, path):
-    r = client(open_app).get(path)
+def test_an_unknown_agent_is_a_one_line_404(loopback_app, path):
+    r = client(loopback_app).get(path)
     assert r.status_code == 404, (r.status_code, r.text[:200])
     assert one_line(r.text) and "nobody" in r.text and "(default)" in r.text, r.text
     leaked(r.text, path)
 
 
-def test_an_action_for_an_unknown_agent_writes_nothing(open_app, st):
-    c = client(open_app)
+def test_an_action_for_an_unknown_agent_writes_nothing(loopback_app, st):
+    c = client(loopback_app)
     before = snapshot(st)
     r = c.post("/rollback", data={**rollback_form(csrf_of(c), st), "agent": "nobody"})
     assert r.status_code == 400 and one_line(r.text)
     assert snapshot(st) == before
 
 
-def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
+def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(loopback_app, st):
     """Values are cut for display (a history summary, a karma line, a long value): the redaction comes
     first, so the cut never leaves the first characters of a secret behind."""
     history = session_history.read(st)
@@ -519,7 +479,7 @@ def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
         session_history.append(st, h)
     karma.Karma(st, SID).record("note", text="k" * 70 + LLM_KEY)
     st.put("long", "v" * (20_000 - 8) + LLM_KEY)
-    c = client(open_app)
+    c = client(loopback_app)
     for path in ("/sessions", f"/api/karma?session={SID}", "/store?key=long", f"/sessions/{SID}"):
         r = c.get(path)
         assert r.status_code == 200, path
@@ -528,7 +488,7 @@ def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(open_app, st):
         assert not shown, (path, shown[-1])
 
 
-def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(open_app, st):
+def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(loopback_app, st):
     """A hostile tool's output: a key name and values built to break out of the HTML, a karma summary too.
     Written through the real sandbox, as an agent-written tool would."""
     from brainstem.core.settings import load_settings
@@ -546,7 +506,7 @@ def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(open_app, 
                    policy=ToolPolicy.from_settings(load_settings()))
     assert out.ok, out.error
     key = next(k.name for k in st.list_all("tooldata:evil:"))
-    c = client(open_app)
+    c = client(loopback_app)
     for url in ["/store", "/store?prefix=tooldata:", f"/store?key={key}"]:
         body = c.get(url).text
         assert "<script>alert(1)" not in body and "<img src=x" not in body, url

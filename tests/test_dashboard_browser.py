@@ -6,6 +6,7 @@ SQLite store filled by real ``brainstem wake`` sessions against the LLM double
 step, a session that could not plan, a reflection that rewrites
 ``prompt:orient``) and by the operator (``brainstem kv put``). The browser then:
 
+* opens the address the command printed (its ``?token=``), and is 401 without it;
 * crawls every page reachable from ``/`` (each answers 200 with its heading, no
   script or CSP error, no traceback in the server's log);
 * opens a session from ``/sessions`` and expands a timeline entry;
@@ -48,6 +49,7 @@ from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
 
 from .conftest import REPO, run_cli
+from .dashboard_client import printed_address, printed_token
 from .doubles import LLMDouble
 from .wake_helpers import (
     action,
@@ -104,7 +106,8 @@ def browser():
 
 @dataclass
 class Tab:
-    """A page in a fresh browser context, with every script error and failed console line it saw."""
+    """A page in a fresh browser context (no cookie yet), with every script error and failed console line it
+    saw."""
 
     page: object
     errors: list[str] = field(default_factory=list)
@@ -142,7 +145,8 @@ def _free_port() -> int:
 
 
 class Server:
-    """``brainstem dashboard`` as a subprocess on a free loopback port, its output in ``log``."""
+    """``brainstem dashboard`` as a subprocess on a free loopback port, its output in ``log``; ``address`` is
+    the one it printed, with the token it made."""
 
     def __init__(self, url: str, log: Path, *args: str, env: dict[str, str] | None = None):
         self.log = log
@@ -165,14 +169,26 @@ class Server:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            try:
-                with urllib.request.urlopen(self.base + "/", timeout=2) as r:
-                    if r.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError):
-                pass
+            self.address = printed_address(self.output())
+            if self.address:
+                try:
+                    urllib.request.urlopen(self.base + "/", timeout=2)
+                except urllib.error.HTTPError as refused:  # listening: and without the token, 401
+                    assert refused.code == 401, refused.code
+                    return True
+                except (urllib.error.URLError, OSError):
+                    pass
             time.sleep(0.1)
         return False
+
+    def login(self, tab: Tab) -> None:
+        """Open the printed address, as the operator does: the cookie is set, the token leaves the address."""
+        tab.page.goto(self.address)
+        assert tab.page.url == self.base + "/", tab.page.url
+        assert tab.page.locator("h1").inner_text() == "Overview"
+
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {printed_token(self.address)}"}
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -332,6 +348,7 @@ def crawled(browser, world):
     t = Tab(context.new_page())
     watch(t)
     try:
+        world.server.login(t)
         c = crawl(t, world.server.base)
         # And what a crawler is never shown a link to: a secret's key page, the live API, each session's karma.
         for path in (f"/store?key={quote(keys.secret('api_token'))}", "/api/karma",
@@ -407,10 +424,34 @@ def test_no_secret_reaches_the_browser(world, crawled):
     assert (world.store.get(keys.secret("api_token"))) == STORE_SECRET  # it was there to leak
 
 
+# --- the token ------------------------------------------------------------------------------------
+
+def test_without_the_token_the_browser_sees_only_how_to_get_in(world, tab):
+    page = tab.page
+    response = page.goto(world.server.base + "/review")
+    assert response.status == 401
+    text = page.inner_text("body")
+    assert "needs its token" in text and "?token=" in text
+    assert "kv_write" not in text and world.work not in text and "Review" not in text  # nothing from the store
+    # Its form takes the token (as the operator would paste it) and opens the page asked for.
+    page.locator("input[name=token]").fill(printed_token(world.server.address))
+    page.get_by_role("button", name="Open").click()
+    page.wait_for_url(world.server.base + "/review")
+    assert page.locator("h1").inner_text() == "Review and reflexes"
+    assert "token" not in page.url
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    session = cookies["brainstem_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict" and session["path"] == "/"
+    assert session["value"] != printed_token(world.server.address)
+    assert "brainstem_session" not in page.evaluate("document.cookie")  # no script on the page can read it
+    assert [e for e in tab.errors if "status of 401" not in e] == [] and len(tab.errors) == 1, tab.errors
+
+
 # --- a session's timeline -------------------------------------------------------------------------
 
 def test_a_session_opens_from_the_list_and_its_entries_expand(world, tab):
     page = tab.page
+    world.server.login(tab)
     page.goto(world.server.base + "/sessions")
     page.get_by_role("link", name=world.work, exact=True).click()
     page.wait_for_url(f"**/sessions/{world.work}")
@@ -443,6 +484,7 @@ def test_a_session_opens_from_the_list_and_its_entries_expand(world, tab):
 
 def test_rolling_a_key_back_through_the_page_restores_the_older_version(world, tab):
     page = tab.page
+    world.server.login(tab)
     page.goto(f"{world.server.base}/changes/{keys.PROMPT_ORIENT}")
     assert page.locator("pre.diff").inner_text().count("Operator note") == 1  # version 2 against current
     rows = page.locator("table tr").filter(has=page.locator("td"))
@@ -466,6 +508,7 @@ def test_rolling_a_key_back_through_the_page_restores_the_older_version(world, t
 
 def test_settling_review_items_through_the_page(world, tab):
     page = tab.page
+    world.server.login(tab)
     first, second = world.review_ids
     page.goto(world.server.base + "/review")
     page.locator(f"form[action='/review/{first}']").get_by_role("button", name="confirm").click()
@@ -494,6 +537,7 @@ def test_settling_review_items_through_the_page(world, tab):
 
 def test_leaving_the_agent_a_message_through_the_page(world, tab):
     page = tab.page
+    world.server.login(tab)
     text = "Check the wallet <b>today</b> & report back"
     page.goto(world.server.base + "/inbox")
     form = page.locator("form.tell")
@@ -523,6 +567,7 @@ def test_leaving_the_agent_a_message_through_the_page(world, tab):
 
 def test_the_live_page_shows_a_session_while_it_runs(world, tab):
     page = tab.page
+    world.server.login(tab)
     page.goto(world.server.base + "/live")
     before = karma.latest_session_id(world.store)
     assert page.locator("#sid").inner_text() == before
@@ -567,12 +612,16 @@ def test_screenshots(world, tab):
     base = world.server.base
     shots = {}
 
-    def shot(name: str, path: str, full_page: bool = False) -> None:
+    def shot(name: str, path: str, full_page: bool = False, status: int = 200) -> None:
         response = page.goto(base + path)
-        assert response.status == 200, path
+        assert response.status == status, path
         shots[name] = ARTIFACTS / f"dashboard-{name}.png"
         page.screenshot(path=str(shots[name]), full_page=full_page)
 
+    shot("401", "/", status=401)  # before the printed address was opened
+    assert len(tab.errors) == 1 and "status of 401" in tab.errors[0], tab.errors
+    tab.errors.clear()
+    world.server.login(tab)
     shot("overview", "/")
     # Red is for what is wrong: here, only a protection that is really off (not one that is "not needed").
     assert {el.inner_text() for el in page.locator("main .bad").all()} <= {"off"}
@@ -586,7 +635,8 @@ def test_screenshots(world, tab):
     shot("changes", f"/changes/{keys.PROMPT_ORIENT}?a=1&b=3", full_page=True)
     shot("review", "/review", full_page=True)
     for name, path in shots.items():
-        assert path.stat().st_size > 10_000, (name, path.stat().st_size)  # a rendered page, not a blank one
+        if name != "401":  # a few lines of text
+            assert path.stat().st_size > 10_000, (name, path.stat().st_size)  # a rendered page, not a blank one
     if os.environ.get("BRAINSTEM_UPDATE_SCREENSHOTS") == "1":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         for name, filename in README_SHOTS.items():
@@ -609,6 +659,7 @@ def test_two_agents_each_with_their_own_sessions(browser, tab, tmp_path):
             store.close()
     page = tab.page
     with serving(url, tmp_path / "dashboard.log", "--agent", "a", "--agent", "b") as server:
+        server.login(tab)
         page.goto(server.base + "/")
         assert page.locator("header > a.here").inner_text() == "a"  # the first agent is shown first
         for name, mine, theirs in (("b", "BRAVO-SESSION", "ALPHA-SESSION"), ("a", "ALPHA-SESSION", "BRAVO-SESSION")):
@@ -625,7 +676,8 @@ def test_two_agents_each_with_their_own_sessions(browser, tab, tmp_path):
             assert page.locator("table.timeline tr[id^='e']").count() > 5
         # An agent the dashboard does not show is a 404, not another agent's data.
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(server.base + "/sessions?agent=c", timeout=5)
+            urllib.request.urlopen(urllib.request.Request(server.base + "/sessions?agent=c", headers=server.bearer()),
+                                   timeout=5)
         assert refused.value.code == 404
         server.assert_no_errors()
     tab.assert_clean()

@@ -7,9 +7,10 @@ that look like redaction labels, unicode), and every page reachable from ``/`` i
 no element, attribute, inline script or style and no unsafe URL may come from the store.
 
 Then the headers (a CSP without inline script), and CSRF: a token is one this server
-signed, so a cookie and field a client picked itself are refused on every POST, while the
-token a page carries works. Last, the same hostile store in a real browser (Chromium):
-nothing runs, and the CSP refuses nothing the pages need.
+signed, so a cookie and field a client picked itself are refused on every POST the
+dashboard's cookie authenticates, while the token a page carries works. Last, the same
+hostile store in a real browser (Chromium): nothing runs, and the CSP refuses nothing
+the pages need.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import secrets
 import tempfile
 import threading
 import time
-import warnings
 from datetime import datetime, timezone
 from html.parser import HTMLParser
 from pathlib import Path
@@ -37,21 +37,15 @@ from brainstem.core import keys
 from brainstem.core.errors import BrainstemError
 from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth, charts
-from brainstem.operator.dashboard.app import make_app
 from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma
 from brainstem.store.sqlite_store import SQLiteStore
 
-with warnings.catch_warnings():
-    # Starlette 1.x warns that its TestClient will move from httpx to httpx2; the project pins httpx.
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
+from .dashboard_client import TOKEN, TestClient, app_for, client
 
-TOKEN = "dash-token-hostile-0a1b2c3d4e5f6a7b"
 LLM_KEY = "sk-or-v1-hostile-0123456789abcdef"
 SID = "7-abcdef"
-LOOPBACK = "http://127.0.0.1:8765"
 MARK = "1337"  # every fixed payload's script says alert(1337)
 
 FIXED = [
@@ -167,10 +161,6 @@ def plant(store, payloads: list[str], names: list[str], secret_name: str, secret
         except inbox.InboxError:
             pass  # only whitespace: no message
     return {"note": note}
-
-
-def client(app, base_url: str = LOOPBACK) -> TestClient:
-    return TestClient(app, base_url=base_url, follow_redirects=False)
 
 
 TAGS = {"html", "head", "meta", "link", "title", "script", "body", "header", "b", "nav", "a", "span", "main", "h1",
@@ -313,12 +303,12 @@ def test_no_page_lets_the_stores_text_become_markup(bs_settings, payloads, names
         store = SQLiteStore(Path(tmp) / "store.db")
         try:
             planted = plant(store, payloads, names, secret_name, secret_value)
-            app = make_app(bs_settings, {"": store}, token=None, loopback_only=True)
+            app = app_for(bs_settings, store)
             c = client(app)
             first, last = quote(payloads[0], safe=""), quote(payloads[-1], safe="")
             reflected = [f"/review?done={first}", f"/store?prefix={last}", f"/sessions?outcome={first}",
                          f"/changes/{quote('prompt:' + names[0], safe='')}?done={last}",
-                         "/store?key=" + quote(keys.secret(secret_name), safe=""), "/login", "/sessions?page=2",
+                         "/store?key=" + quote(keys.secret(secret_name), safe=""), "/sessions?page=2",
                          f"/inbox?done={last}"]
             # (The pages the checks below read are named: a secret matching a path redacts its links.)
             seen = crawl(c, ["/api/karma", f"/api/karma?session={SID}", "/store?key=notes", f"/sessions/{SID}",
@@ -362,7 +352,7 @@ def test_a_secrets_name_is_a_label_shown_as_text(bs_settings, tmp_path):
         item = review.add(store, tool="kv_write", session_id=SID, step_id="s1", input={}, ok=True, result="ok",
                           error=None)
         review.settle(store, item["id"], correction=f"not {value}")  # printed through a join filter
-        c = client(make_app(bs_settings, {"": store}, token=None, loopback_only=True))
+        c = client(app_for(bs_settings, store))
         for path in ("/", "/review", "/store?key=notes", "/store", "/changes", f"/sessions/{SID}",
                      "/store?key=prompt:orient", "/sessions"):
             r = c.get(path)
@@ -402,12 +392,12 @@ def _directives(csp: str) -> dict[str, list[str]]:
     return out
 
 
-@pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/live", "/store", "/review", "/login",
+@pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/live", "/store", "/review", "/inbox",
                                   "/static/app.js", "/api/karma", "/nonesuch"])
 def test_the_csp_allows_no_inline_script_or_style(bs_settings, tmp_path, path):
     store = SQLiteStore(tmp_path / "store.db")
     try:
-        r = client(make_app(bs_settings, {"": store}, token=None, loopback_only=True)).get(path)
+        r = client(app_for(bs_settings, store)).get(path)
         d = _directives(r.headers["content-security-policy"])
         assert d["script-src"] == ["'self'"], d
         assert d["style-src"] == ["'self'"], d
@@ -422,7 +412,7 @@ def test_the_csp_allows_no_inline_script_or_style(bs_settings, tmp_path, path):
 def test_the_script_and_stylesheet_are_served_and_nothing_else_is(bs_settings, tmp_path):
     store = SQLiteStore(tmp_path / "store.db")
     try:
-        c = client(make_app(bs_settings, {"": store}, token=None, loopback_only=True))
+        c = client(app_for(bs_settings, store))
         r = c.get("/static/app.js")
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/javascript")
         assert "innerHTML" not in r.text and "eval(" not in r.text  # text goes in as text
@@ -438,16 +428,15 @@ def test_the_script_and_stylesheet_are_served_and_nothing_else_is(bs_settings, t
 
 @pytest.fixture
 def acting(bs_settings, tmp_path):
-    """A store with two versions of a prompt and two pending review items; an app on loopback without
-    a token and one beyond loopback with it."""
+    """A store with two versions of a prompt and two pending review items; an app on loopback and one
+    bound beyond it."""
     store = SQLiteStore(tmp_path / "store.db")
     for old, new in ((None, "first"), ("first", "second")):
         versions.record_write(store, "prompt:orient", old, new, source="reflect", session_id=SID)
         store.put("prompt:orient", new)
     ids = [review.add(store, tool="kv_write", session_id=SID, step_id=f"s{i}", input={}, ok=True, result="ok",
                       error=None)["id"] for i in (1, 2)]
-    apps = {"open": make_app(bs_settings, {"": store}, token=None, loopback_only=True),
-            "token": make_app(bs_settings, {"": store}, token=TOKEN, loopback_only=False)}
+    apps = {"loopback": app_for(bs_settings, store), "beyond": app_for(bs_settings, store, loopback_only=False)}
     yield store, ids, apps
     store.close()
 
@@ -456,7 +445,6 @@ def _actions(ids) -> dict[str, tuple[str, dict]]:
     return {"rollback": ("/rollback", {"key": "prompt:orient", "version": "1"}),
             "confirm": (f"/review/{ids[0]}", {"verdict": "confirm"}),
             "correct": (f"/review/{ids[1]}", {"verdict": "correct", "correction": "do better"}),
-            "login": ("/login", {"token": TOKEN}),
             "tell": ("/tell", {"text": "hello from the operator", "urgent": "1"})}
 
 
@@ -476,7 +464,7 @@ def _page_token(c: TestClient, path: str = "/review") -> str:
 def _forgeries() -> dict[str, tuple[str | None, str | None]]:
     """(cookie, field) pairs a client can make without the server's key."""
     mine = secrets.token_urlsafe(24)
-    other = auth.CsrfSigner(auth.signing_key(None)).issue()  # well-formed, signed, but not by this server
+    other = auth.CsrfSigner(auth.signing_key(auth.new_token())).issue()  # well-formed, signed, not by this server
     other_token = auth.CsrfSigner(auth.signing_key("another-dashboard-token")).issue()
     shaped = f"{secrets.token_urlsafe(24)}.{int(time.time()) + 3600}.{'A' * 43}"
     return {"equal random pair": (mine, mine), "equal empty pair": ("", ""), "equal well-formed pair": (shaped, shaped),
@@ -484,57 +472,51 @@ def _forgeries() -> dict[str, tuple[str | None, str | None]]:
             "field without cookie": (None, mine), "cookie without field": (mine, None)}
 
 
-@pytest.mark.parametrize("kind", ["open", "token"])
-@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "login", "tell"])
+@pytest.mark.parametrize("kind", ["loopback", "beyond"])
+@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "tell"])
 def test_a_csrf_pair_the_client_made_up_is_403_on_every_post(acting, kind, action):
     store, ids, apps = acting
     path, form = _actions(ids)[action]
-    headers = {"authorization": f"Bearer {TOKEN}"}  # the right token: only the CSRF token is the client's
     for case, (cookie, field) in _forgeries().items():
-        c = client(apps[kind])
+        c = client(apps[kind])  # the dashboard's cookie: only the CSRF token is the client's
         if cookie is not None:
             c.cookies.set(auth.CSRF_COOKIE, cookie)
         data = dict(form)
         if field is not None:
             data[auth.CSRF_FIELD] = field
         before = _state(store)
-        r = c.post(path, data=data, headers=headers)
+        r = c.post(path, data=data)
         assert r.status_code == 403 and "CSRF" in r.text, (case, r.status_code, r.text)
-        assert auth.TOKEN_COOKIE not in r.headers.get("set-cookie", ""), case
         assert _state(store) == before, case
 
 
 def test_every_post_route_checks_the_csrf_token(acting):
     """No POST route is left out of the test above."""
     store, ids, apps = acting
-    posts = {route.path for route in apps["open"].routes if "POST" in (getattr(route, "methods", None) or ())}
-    assert posts == {"/rollback", "/review/{item}", "/login", "/tell"}, posts
+    posts = {route.path for route in apps["loopback"].routes if "POST" in (getattr(route, "methods", None) or ())}
+    assert posts == {"/rollback", "/review/{item}", "/tell"}, posts
 
 
-@pytest.mark.parametrize("kind", ["open", "token"])
+@pytest.mark.parametrize("kind", ["loopback", "beyond"])
 def test_the_token_a_page_carries_works_for_each_action(acting, kind):
     store, ids, apps = acting
     c = client(apps[kind])
-    headers = {"authorization": f"Bearer {TOKEN}"} if kind == "token" else {}
     token = _page_token(c)
     assert c.cookies.get(auth.CSRF_COOKIE) == token
     assert apps[kind].state.dashboard.csrf.remaining(token) > 0
     for action in ("rollback", "confirm", "correct", "tell"):
         path, form = _actions(ids)[action]
-        r = c.post(path, data={**form, auth.CSRF_FIELD: token}, headers=headers)
+        r = c.post(path, data={**form, auth.CSRF_FIELD: token})
         assert r.status_code == 303, (action, r.status_code, r.text)
     assert store.get("prompt:orient") == "first"
     assert [(m["text"], m["urgent"], m["via"]) for m in inbox.messages(store)] == [
         ("hello from the operator", True, "dashboard")]
     assert [it["status"] for it in review.items(store, include_settled=True)] == [review.CONFIRMED, review.CORRECTED]
-    path, form = _actions(ids)["login"]
-    r = c.post(path, data={**form, auth.CSRF_FIELD: _page_token(c, "/login")})
-    assert r.status_code == (303 if kind == "token" else 401), r.text  # past CSRF: the token decides
 
 
 def test_a_token_is_refused_once_expired_or_altered(acting):
     store, ids, apps = acting
-    signer = apps["open"].state.dashboard.csrf
+    signer = apps["loopback"].state.dashboard.csrf
     now = time.time()
     token = signer.issue(now)
     assert signer.check(token, token, now)
@@ -547,7 +529,7 @@ def test_a_token_is_refused_once_expired_or_altered(acting):
         assert not signer.check(altered, altered, now), altered
     assert not signer.check(token, signer.issue(now), now)  # another browser's token
     # Through the app: a signed token whose cookie holds another signed token is 403 too.
-    c = client(apps["open"])
+    c = client(apps["loopback"])
     c.cookies.set(auth.CSRF_COOKIE, signer.issue())
     path, form = _actions(ids)["rollback"]
     before = _state(store)
@@ -555,15 +537,15 @@ def test_a_token_is_refused_once_expired_or_altered(acting):
     assert _state(store) == before
 
 
-def test_with_a_dashboard_token_the_key_survives_a_restart_and_without_one_it_does_not(bs_settings, tmp_path):
+def test_with_the_same_token_the_key_survives_a_restart_and_with_another_it_does_not(bs_settings, tmp_path):
     store = SQLiteStore(tmp_path / "store.db")
     try:
-        a = make_app(bs_settings, {"": store}, token=TOKEN, loopback_only=False).state.dashboard.csrf
-        b = make_app(bs_settings, {"": store}, token=TOKEN, loopback_only=False).state.dashboard.csrf
+        a = app_for(bs_settings, store).state.dashboard.csrf
+        b = app_for(bs_settings, store, loopback_only=False).state.dashboard.csrf
         t = a.issue()
         assert b.check(t, t)
-        x = make_app(bs_settings, {"": store}, token=None, loopback_only=True).state.dashboard.csrf
-        y = make_app(bs_settings, {"": store}, token=None, loopback_only=True).state.dashboard.csrf
+        x = app_for(bs_settings, store, token=auth.new_token()).state.dashboard.csrf  # a token made at start
+        y = app_for(bs_settings, store, token=auth.new_token()).state.dashboard.csrf
         t = x.issue()
         assert x.check(t, t) and not y.check(t, t)
     finally:
@@ -572,16 +554,16 @@ def test_with_a_dashboard_token_the_key_survives_a_restart_and_without_one_it_do
 
 def test_a_page_reuses_a_good_token_and_replaces_a_forged_one(acting):
     store, ids, apps = acting
-    c = client(apps["open"])
+    c = client(apps["loopback"])
     r = c.get("/review")
     assert "set-cookie" in r.headers
     token = c.cookies.get(auth.CSRF_COOKIE)
     r = c.get("/changes/prompt:orient")
     assert "set-cookie" not in r.headers and f'value="{token}"' in r.text
-    c.cookies.clear()
+    c.cookies.delete(auth.CSRF_COOKIE)
     c.cookies.set(auth.CSRF_COOKIE, "made-up-by-the-client")
     fresh = _page_token(c)
-    assert fresh != "made-up-by-the-client" and apps["open"].state.dashboard.csrf.remaining(fresh) > 0
+    assert fresh != "made-up-by-the-client" and apps["loopback"].state.dashboard.csrf.remaining(fresh) > 0
 
 
 # --- in a real browser ----------------------------------------------------------------------------
@@ -600,7 +582,7 @@ def served(bs_settings, tmp_path):
     plant(store, [p for p in FIXED if MARK in p], ["<script>alert(1337)</script>", 'k"><img src=x onerror=alert(1337)>',
                                                    "javascript:alert(1337)"],
           "x<svg/onload=alert(1337)>", "brainstem")  # a word on every page: its label must stay text
-    app = make_app(bs_settings, {"": store}, token=None, loopback_only=True)
+    app = app_for(bs_settings, store)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -630,6 +612,7 @@ def test_in_a_browser_nothing_from_the_store_runs(served):
         try:
             page = browser.new_context().new_page()
             page.set_default_timeout(15_000)
+            page.goto(f"{served}/?{auth.TOKEN_QUERY}={TOKEN}")  # the link the dashboard prints: the cookie
             ran, errors = [], []
             page.on("dialog", lambda d: (ran.append(d.message), d.dismiss()))
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -673,7 +656,7 @@ def test_the_overview_shows_secret_stops_the_hold_and_damaged_history(bs_setting
         session_history.append(store, {"id": "1-aaaaaa", "number": 1, "outcome": "clean"})
         store.append(keys.SESSION_HISTORY, '{"id": "2-bbbbbb", "num')
         refusals.note(store, "guess<b>er")
-        c = client(make_app(bs_settings, {"": store}, token=None, loopback_only=True))
+        c = client(app_for(bs_settings, store))
         page = c.get("/").text
         check("/", page)
         assert "secret refused" in page and "HELD" in page and "guess&lt;b&gt;er" in page

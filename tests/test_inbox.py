@@ -13,7 +13,6 @@ import json
 import os
 import re
 import time
-import warnings
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -22,12 +21,12 @@ from brainstem.core import keys
 from brainstem.core.errors import KVWriteRefused
 from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth
-from brainstem.operator.dashboard.app import make_app
 from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
 
 from .conftest import clean_env, run_cli, run_cli_process, wait_for
+from .dashboard_client import BEARER, TestClient, app_for, client
 from .wake_helpers import (
     events_of,
     finished,
@@ -44,10 +43,6 @@ from .wake_helpers import (
     user_text,
     wake_env,
 )
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # Starlette's TestClient warns about its httpx dependency
-    from starlette.testclient import TestClient
 
 
 def one_line(stderr: str) -> str:
@@ -474,7 +469,6 @@ def execute(args, ctx):
 
 # --- the dashboard -------------------------------------------------------------------------------
 
-TOKEN = "inbox-dashboard-token-5f1e2d3c4b"
 HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 
 
@@ -483,10 +477,6 @@ def dash_settings(monkeypatch):
     for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
         monkeypatch.delenv(name, raising=False)
     return load_settings()
-
-
-def dash(app) -> TestClient:
-    return TestClient(app, base_url="http://127.0.0.1:8765", follow_redirects=False)
 
 
 def page_csrf(c: TestClient) -> str:
@@ -502,7 +492,7 @@ def test_the_dashboard_shows_the_messages_escaped(agent, dash_settings):
     inbox.post(agent, "read already", urgent=True)
     inbox.mark_read(agent, 2)
     inbox.post(agent, "second & <i>unread</i>", extra={"via": "tell"})
-    c = dash(make_app(dash_settings, {"": agent}, token=None, loopback_only=True))
+    c = client(app_for(dash_settings, agent))
     body = c.get("/inbox").text
     assert "<script>alert(1)" not in body and "<img src=x" not in body and "<i>unread" not in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in body
@@ -517,21 +507,20 @@ def test_the_dashboard_shows_the_messages_escaped(agent, dash_settings):
 
 
 def test_the_dashboard_form_leaves_a_message_with_csrf_and_the_token(agent, dash_settings):
-    app = make_app(dash_settings, {"": agent}, token=TOKEN, loopback_only=False)
-    c = dash(app)
+    app = app_for(dash_settings, agent, loopback_only=False)
+    c = client(app)  # the dashboard's cookie
     csrf = page_csrf(c)
     form = {"text": HOSTILE, "urgent": "1"}
-    assert c.post("/tell", data=form).status_code == 403  # no CSRF token
-    assert c.post("/tell", data={**form, auth.CSRF_FIELD: csrf}).status_code == 401  # no dashboard token
+    assert c.post("/tell", data=form).status_code == 403  # the cookie without the page's CSRF token
     assert c.post("/tell", data={**form, auth.CSRF_FIELD: csrf},
                   headers={"authorization": "Bearer wrong"}).status_code == 401
+    assert client(app, logged_in=False).post("/tell", data={**form, auth.CSRF_FIELD: csrf}).status_code == 401
     assert inbox.messages(agent) == []
-    bearer = {"authorization": f"Bearer {TOKEN}"}
-    r = c.post("/tell", data={"text": "   ", auth.CSRF_FIELD: csrf}, headers=bearer)
+    r = c.post("/tell", data={"text": "   ", auth.CSRF_FIELD: csrf})
     assert r.status_code == 400 and "empty" in r.text and inbox.messages(agent) == []
-    r = c.post("/tell", data={**form, auth.CSRF_FIELD: csrf}, headers=bearer)
+    r = c.post("/tell", data={**form, auth.CSRF_FIELD: csrf})
     assert r.status_code == 303 and r.headers["location"].startswith("/inbox?done=message+1+left")
-    r = c.post("/tell", data={"text": "not urgent", auth.CSRF_FIELD: csrf}, headers=bearer)
+    r = client(app, logged_in=False).post("/tell", data={"text": "not urgent"}, headers=BEARER)  # a script
     assert r.status_code == 303
     (first, second) = inbox.messages(agent)
     assert (first["text"], first["from"], first["via"], first["urgent"]) == (HOSTILE, "operator", "dashboard", True)
@@ -539,7 +528,10 @@ def test_the_dashboard_form_leaves_a_message_with_csrf_and_the_token(agent, dash
     assert "message 1 left" in c.get("/inbox?done=message+1+left").text
 
 
-def test_the_dashboard_form_is_disabled_until_logged_in(agent, dash_settings):
-    c = dash(make_app(dash_settings, {"": agent}, token=TOKEN, loopback_only=False))
-    form = re.search(r'<form class="tell".*?</form>', c.get("/inbox").text, re.S).group(0)
-    assert 'action="/tell"' in form and "disabled" in form and 'name="urgent"' in form
+def test_the_dashboard_inbox_needs_the_token(agent, dash_settings):
+    inbox.post(agent, "only for the operator's eyes", sender="telegram")
+    app = app_for(dash_settings, agent)
+    r = client(app, logged_in=False).get("/inbox")
+    assert r.status_code == 401 and "only for the operator" not in r.text
+    form = re.search(r'<form class="tell".*?</form>', client(app).get("/inbox").text, re.S).group(0)
+    assert 'action="/tell"' in form and "disabled" not in form and 'name="urgent"' in form

@@ -8,24 +8,19 @@ as an operator runs it, ``brainstem run`` as a process; no API key anywhere unle
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 
 from brainstem.core import keys
 from brainstem.core.settings import load_settings
-from brainstem.operator.dashboard.app import make_app
 from brainstem.operator.demo import CASSETTE
 from brainstem.state import history as session_history
 from brainstem.state.budget import today
 from brainstem.store import karma, open_store
 
 from .conftest import clean_env, run_cli, wait_for
+from .dashboard_client import app_for, client
 from .wake_helpers import answers, plan, reflection, run_wake, seeded, think, wake_env
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # Starlette's TestClient warns about its future httpx
-    from starlette.testclient import TestClient
 
 
 @pytest.fixture
@@ -192,8 +187,7 @@ def test_real_calls_still_count_beside_simulated_ones(real_store_url, llm):
 def test_dashboard_overview_shows_simulated_spend_apart(url, store):
     ok(cli(url, "wake", "--force", "--quiet", "--llm-cassette", str(CASSETTE)))
     cost = last_session(store)["cost"]
-    app = make_app(load_settings(kv=url, openrouter_api_key=None), {"": store}, token=None, loopback_only=True)
-    page = TestClient(app, base_url="http://127.0.0.1:8765").get("/").text
+    page = client(app_for(load_settings(kv=url, openrouter_api_key=None), store)).get("/").text
     assert "$0.0000 of $5.00 daily ceiling" in page, page
     assert f"(+${cost:.4f} simulated, from cassettes)" in page, page
 

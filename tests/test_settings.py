@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -28,7 +25,7 @@ from brainstem.store import open_store
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
 
-from .redis_server import free_port
+from .dashboard_client import printed_token, serving
 
 PACKAGE = Path(__file__).resolve().parent.parent / "brainstem"
 READERS = {"core/environment.py", "core/settings.py"}
@@ -108,27 +105,16 @@ def test_dashboard_shows_the_agent_the_store_url_names(tmp_path):
         alice.put("notes:marker", "alice-was-here")
     with open_store(f"sqlite:///{db}", prefix="") as default:
         default.put("notes:marker", "the-default-agent")
-    port = free_port()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BRAINSTEM_KV": f"sqlite:///{db}?prefix=alice"}
     # The dashboard serves until stopped: a process (with only this environment).
-    proc = subprocess.Popen([sys.executable, "-m", "brainstem", "dashboard", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline, page = time.monotonic() + 30, None
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                page = httpx.get(f"http://127.0.0.1:{port}/store?prefix=notes", timeout=2)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        assert page is not None and page.status_code == 200, proc.stderr.read() if proc.poll() is not None else ""
+    with serving(env, tmp_path / "dashboard.log") as (_, address):
+        base, bearer = address.split("?")[0], {"authorization": f"Bearer {printed_token(address)}"}
+        page = httpx.get(f"{base}store?prefix=notes", headers=bearer, timeout=5)
+        assert page.status_code == 200
         assert "alice-was-here" in page.text or "notes:marker" in page.text
-        detail = httpx.get(f"http://127.0.0.1:{port}/changes/notes:marker", timeout=5)
+        detail = httpx.get(f"{base}changes/notes:marker", headers=bearer, timeout=5)
         assert "alice-was-here" in detail.text and "the-default-agent" not in detail.text
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=15)
-    assert "(agent: alice)" in err
+    assert "(agent: alice)" in (tmp_path / "dashboard.log").read_text()
 
 
 # --- a secret in the env file is granted as one in the environment is --------------------

@@ -100,8 +100,9 @@ class Settings(BaseSettings):
         return v
 
     dashboard_token: SecretStr | None = Field(None, validation_alias="BRAINSTEM_DASHBOARD_TOKEN",
-                                              description="Token for the dashboard's actions; required to bind "
-                                                          "it to anything but loopback")
+                                              description="Token every dashboard request needs, loopback "
+                                                          "included (16+ characters); unset, the dashboard makes "
+                                                          "one and prints it once in the address to open")
     tool_write_quota: int = Field(10 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_TOOL_WRITE_QUOTA",
                                   description="Bytes one tool call may write to the store")
     session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 import click
 
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. Anything but loopback needs BRAINSTEM_DASHBOARD_TOKEN.")
+              help="Address to listen on. Loopback or not, every request needs the dashboard token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="Port to listen on (0: any free one). A port already in use is exit 2, before anything is served.")
 @click.option("--agent", "agents", multiple=True,
@@ -17,25 +19,32 @@ import click
 def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     """Serve the dashboard: status, sessions, timelines, live karma, self-modification, the store, review.
 
-    Read-only views for anyone who can reach it; actions (rollback, review
-    verdicts, a message to the agent) are CSRF-checked POSTs, and need the
-    token when one is set. On loopback (the default) no token is needed; any
-    other --host refuses to start without BRAINSTEM_DASHBOARD_TOKEN. Secret
-    values never reach the browser. Nothing is loaded from the internet.
-    A --port that another process holds is one line and exit 2 (pick
-    another port); the address is printed only once it is listening.
+    Every request needs the dashboard token, on loopback too (anything on
+    this machine can reach loopback, the agent's tools included): without it
+    the answer is 401 and nothing from the store. The token is
+    BRAINSTEM_DASHBOARD_TOKEN (at least 16 characters) when set; else one is
+    made at start and printed once, in the address to open
+    (http://127.0.0.1:8765/?token=...). Opening that address sets a cookie
+    for the rest of the visit and drops the token from the address bar.
+    Scripts send "Authorization: Bearer TOKEN". Actions (rollback, review
+    verdicts, a message to the agent) are POSTs; from the browser they also
+    carry the page's CSRF token. Secret values never reach the browser.
+    Nothing is loaded from the internet. A --port that another process holds
+    is one line and exit 2 (pick another port); the address is printed only
+    once it is listening.
 
     \b
     Examples:
-      brainstem dashboard                                  # http://127.0.0.1:8765
+      brainstem dashboard                                  # prints http://127.0.0.1:8765/?token=...
       brainstem dashboard --agent alice --agent bob
       BRAINSTEM_DASHBOARD_TOKEN=$(openssl rand -hex 24) brainstem dashboard --host 0.0.0.0
+      curl -H "Authorization: Bearer $BRAINSTEM_DASHBOARD_TOKEN" http://127.0.0.1:8765/api/karma
     """
     from brainstem.operator.dashboard import auth
     from brainstem.store import open_store
 
-    token = c.settings.dashboard_token.get_secret_value() if c.settings.dashboard_token else None
-    auth.check_bind(host, token)
+    given = c.settings.dashboard_token.get_secret_value() if c.settings.dashboard_token else None
+    token = auth.check_token(given) if given is not None else auth.new_token()
     names = list(dict.fromkeys(agents)) or [c.settings.agent.rstrip(":")]
     stores = {name: open_store(c.settings.kv, prefix=name or "", register=False) for name in names}
     import uvicorn
@@ -45,11 +54,16 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     app = make_app(c.settings, stores, token=token, loopback_only=auth.is_loopback(host))
     sock = _listen(host, port)
     port = sock.getsockname()[1]  # the real one when --port 0
-    click.echo(f"brainstem dashboard on http://{'[' + host + ']' if ':' in host else host}:{port} "
-               f"(agent: {', '.join(n or 'default' for n in names)}); Ctrl-C stops it", err=True)
+    base = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+    # A token made here is printed once, in the address to open (there is no other way to learn it); the
+    # operator's own is not, so that it never lands in a log that did not have it.
+    where = (f"{base}?{urlencode({auth.TOKEN_QUERY: token})}" if given is None
+             else f"{base} (open it with ?{auth.TOKEN_QUERY}=${auth.TOKEN_ENV})")
+    click.echo(f"brainstem dashboard on {where} (agent: {', '.join(n or 'default' for n in names)}); "
+               f"Ctrl-C stops it", err=True)
     from brainstem.sandbox import own_ports
 
-    own_ports.register(port)  # tools in this host's runtime never fetch it
+    own_ports.register(port)  # defence in depth: the token is what holds (this registry is per HOME)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", proxy_headers=True)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -1,8 +1,9 @@
 """The dashboard: a small Starlette app over the store, its pages rendered on the server.
 
-Every page reads the store through :mod:`.views`; the only writes are the
-operator's actions (a rollback, a review verdict, a message to the agent), each a POST carrying a CSRF
-token this server signed, and needing the token when one is set (:mod:`.auth`).
+Every request needs the dashboard token, loopback included; without it the answer is 401 and a
+short page that holds nothing from the store (:mod:`.auth`). Every page reads the store through
+:mod:`.views`; the only writes are the operator's actions (a rollback, a review verdict, a message to the
+agent), each a POST, carrying a CSRF token this server signed unless it came with a Bearer header.
 
 Everything in the store is the agent's to write (key names, values, karma, tool
 names, review items, even the names of ``secret:*`` keys), so every string a
@@ -39,6 +40,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
 STATIC_TYPES = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 REDACTOR_TTL = 30.0
+AUTH_SCOPE = "brainstem.auth"  # how the request carried the token (auth.BEARER, auth.COOKIE), for _action
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -46,10 +48,10 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 class Dashboard:
     """The app's state: the agents' stores (by name, "" for the default agent), settings, the token."""
 
-    def __init__(self, settings, stores: dict[str, Any], token: str | None, loopback_only: bool):
+    def __init__(self, settings, stores: dict[str, Any], token: str, loopback_only: bool):
         self.settings = settings
         self.stores = stores
-        self.token = token
+        self.gate = auth.Gate(token)
         self.loopback_only = loopback_only
         self.csrf = auth.CsrfSigner(auth.signing_key(token))
         self.static = {name: (STATIC / name).read_bytes() for name in STATIC_TYPES}
@@ -62,12 +64,13 @@ class Dashboard:
 
     @property
     def redact(self) -> Redactor:
-        """The secrets this process knows (settings) and the ``secret:*`` values of the agents shown: a value
-        copied out of a secret into an ordinary key (or karma) is still never shown. Re-read every 30 s."""
+        """The secrets this process knows (settings, and this dashboard's token even when it made it at
+        start) and the ``secret:*`` values of the agents shown: a value copied out of a secret into an
+        ordinary key (or karma) is still never shown. Re-read every 30 s."""
         import time
 
         if self._redactor is None or time.monotonic() - self._redactor_at > REDACTOR_TTL:
-            r = Redactor(self.settings.known_secrets())
+            r = Redactor({**self.settings.known_secrets(), auth.TOKEN_ENV: self.gate.token})
             for store in self.stores.values():
                 try:
                     for info in store.list_all(keys.SECRET_PREFIX):
@@ -98,12 +101,9 @@ class Dashboard:
                             f"{', '.join(n or '(default)' for n in self.stores)})")
         return name, self.stores[name]
 
-    def can_act(self, request: Request) -> bool:
-        return self.token is None or auth.same(auth.presented_token(request.headers, request.cookies), self.token)
-
     def page(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         name = request.query_params.get("agent", next(iter(self.stores)))
-        # The browser's token while it has more than half its life left; else a fresh one (and cookie).
+        # The browser's CSRF token while it has more than half its life left; else a fresh one (and cookie).
         csrf = request.cookies.get(auth.CSRF_COOKIE)
         if self.csrf.remaining(csrf) <= self.csrf.ttl / 2:
             csrf = self.csrf.issue()
@@ -116,7 +116,7 @@ class Dashboard:
 
         html = self.env.get_template(template).render(
             request=request, url=url, path=local_path, agent=name, agents=list(self.stores), csrf=csrf,
-            csrf_field=auth.CSRF_FIELD, can_act=self.can_act(request), token_set=self.token is not None, **context)
+            csrf_field=auth.CSRF_FIELD, **context)
         # Not redacted again as a whole: every value was redacted as text before it was escaped, and a
         # label put into finished HTML would land unescaped (or cut through the page's own markup).
         response = HTMLResponse(html, status_code=status)
@@ -171,15 +171,14 @@ def _csrf_ok(request: Request, form) -> bool:
 
 
 async def _action(request: Request, act) -> Response:
-    """One operator action: refused without the page's CSRF token (403), without the token when one is set
-    (401), or for an agent this dashboard does not show (400); then ``act(store, form)`` -> (page to go back
-    to, what was done). A :class:`BrainstemError` from it is a 400 naming why; nothing was written."""
+    """One operator action (the token was checked before any route ran): refused without the page's CSRF
+    token when the token came in the cookie (403; a Bearer header is never sent cross-site, see
+    :mod:`.auth`), or for an agent this dashboard does not show (400); then ``act(store, form)`` -> (page to
+    go back to, what was done). A :class:`BrainstemError` from it is a 400 naming why; nothing was written."""
     d: Dashboard = request.app.state.dashboard
     form = await request.form()
-    if not _csrf_ok(request, form):
+    if request.scope.get(AUTH_SCOPE) != auth.BEARER and not _csrf_ok(request, form):
         return _plain(403, "this form's CSRF token is missing or stale; reload the page and try again")
-    if not d.can_act(request):
-        return _plain(401, f"actions need {auth.TOKEN_ENV} (log in at /login)")
     name = str(form.get("agent") or next(iter(d.stores)))
     store = d.stores.get(name)
     if store is None:
@@ -338,21 +337,6 @@ async def tell(request: Request) -> Response:
     return await _action(request, act)
 
 
-async def login(request: Request) -> Response:
-    d: Dashboard = request.app.state.dashboard
-    if request.method == "GET":
-        return d.page(request, "login.html", title="Log in")
-    form = await request.form()
-    if not _csrf_ok(request, form):
-        return _plain(403, "CSRF token missing or stale; reload the page")
-    if d.token is None or not auth.same(str(form.get("token") or ""), d.token):
-        return _plain(401, "wrong token")
-    response = RedirectResponse("/", status_code=303)
-    response.set_cookie(auth.TOKEN_COOKIE, d.token, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
-    return response
-
-
 async def static(request: Request) -> Response:
     """The dashboard's one script and one stylesheet (the CSP allows no inline ones)."""
     d: Dashboard = request.app.state.dashboard
@@ -371,7 +355,24 @@ def _int(value: Any, default: Any) -> Any:
 
 # --- the app ---
 
-def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_only: bool) -> Starlette:
+def _admit(request: Request, gate: auth.Gate) -> Response | None:
+    """The answer to a request that does not carry the token (401), or to a ``?token=`` link (the cookie,
+    and the same address without the token); None for a request that goes on to its route."""
+    how = gate.admits(request.method, request.headers, request.query_params, request.cookies)
+    if how is None:
+        return HTMLResponse(auth.UNAUTHORIZED_PAGE, status_code=401, headers={
+            "WWW-Authenticate": 'Bearer realm="brainstem dashboard"', "Cache-Control": "no-store"})
+    if how == auth.QUERY:
+        response = RedirectResponse(auth.without_token(request.scope.get("raw_path") or b"/", request.query_params),
+                                    status_code=303)
+        response.set_cookie(auth.TOKEN_COOKIE, gate.cookie_value, path="/", httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https")
+        return response
+    request.scope[AUTH_SCOPE] = how
+    return None
+
+
+def make_app(settings, stores: dict[str, Any], *, token: str, loopback_only: bool) -> Starlette:
     d = Dashboard(settings, stores, token, loopback_only)
     routes = [
         Route("/", overview), Route("/sessions", sessions), Route("/sessions/{sid}", session),
@@ -379,14 +380,13 @@ def make_app(settings, stores: dict[str, Any], *, token: str | None, loopback_on
         Route("/changes/{key:path}", key_history), Route("/rollback", rollback, methods=["POST"]),
         Route("/store", store_keys), Route("/review", review_page),
         Route("/review/{item}", review_act, methods=["POST"]), Route("/inbox", inbox_page),
-        Route("/tell", tell, methods=["POST"]), Route("/login", login, methods=["GET", "POST"]),
-        Route("/static/{name}", static),
+        Route("/tell", tell, methods=["POST"]), Route("/static/{name}", static),
     ]
     async def guard(request: Request, call_next):
         if not auth.host_allowed(request.headers.get("host"), loopback_only):
             return _plain(403, "this dashboard answers only to a loopback Host")
         try:
-            response = await call_next(request)
+            response = _admit(request, d.gate) or await call_next(request)
         except _NotFound as exc:
             return _plain(404, str(exc))
         response.headers.setdefault("X-Content-Type-Options", "nosniff")

@@ -1,18 +1,26 @@
-"""Who may see the dashboard and who may act through it.
+"""Who may use the dashboard: only the holder of its token, from anywhere, loopback included.
 
-* Bound to loopback with no ``BRAINSTEM_DASHBOARD_TOKEN``, anyone on this machine may read and act
-  (the operator's own machine), but only through a ``Host`` that names loopback: a web page elsewhere
-  cannot reach it by pointing a DNS name at 127.0.0.1.
-* Bound to anything else, the token is required to start at all. Reading needs nothing more (put
-  the dashboard behind your reverse proxy's own login if the network is not yours); every action
-  needs the token, as ``Authorization: Bearer TOKEN`` or the cookie ``/login`` sets. A wrong token is
-  401.
-* Every action is a POST that carries the CSRF token of its page: a token this server signed
-  (HMAC-SHA256 over a random browser identifier and an expiry, :class:`CsrfSigner`), sent both as a
-  cookie and as a form field. A POST whose token is missing, expired, not the cookie's, or not signed
-  by this server is 403: no other site can act through an operator's browser, and a client that
-  makes up its own equal cookie and field gets nowhere. The signing key is derived from the token
-  when one is set (pages stay valid across restarts), else random for each process.
+* Every request needs the dashboard token (``BRAINSTEM_DASHBOARD_TOKEN``, or one ``brainstem dashboard``
+  makes at start and prints once, in the URL to open). Being on this machine is not enough: a tool the
+  agent wrote can reach loopback too. A request without the token is 401 with a short page saying how to
+  get in, before any route runs: no page, script, stylesheet or 404 of this app answers it. A token made
+  at start lives in the dashboard's process only (which redacts it from its pages like any secret it
+  knows): the runtime that runs the agent's code never holds it, so its scrubber has nothing to look for.
+* The token comes as ``Authorization: Bearer TOKEN`` (scripts), or as ``?token=TOKEN`` on a GET of any
+  page (the link printed at start), which sets a cookie for the rest of the visit and redirects to the
+  same address without it, so the token leaves the address bar and the history. The cookie holds a value
+  derived from the token (:attr:`Gate.cookie_value`), not the token: a browser sends cookies to every port
+  of a host, and what it sends elsewhere is not the token a script would use. When a Bearer
+  ``Authorization`` header is present, it is what is judged (a wrong one is 401 whatever the cookie).
+* Every action is a POST. One authenticated by the cookie also carries the CSRF token of its page: a
+  token this server signed (HMAC-SHA256 over a random browser identifier and an expiry,
+  :class:`CsrfSigner`), sent both as a cookie and as a form field; missing, expired, not the cookie's, or
+  not signed by this server is 403. A browser attaches the cookie to a request another site makes it
+  send, so the cookie alone cannot tell the operator's own form from another site's. A Bearer header is
+  different: a browser never adds one by itself, and another site's script can set it only through a
+  CORS preflight this server never answers, so a request that carries the right one was written by
+  someone holding the token. Bearer POSTs need no CSRF token.
+* On a loopback bind, the request's ``Host`` must name loopback as well (DNS rebinding): defence in depth.
 """
 
 from __future__ import annotations
@@ -24,16 +32,48 @@ import ipaddress
 import re
 import secrets
 import time
+from urllib.parse import urlencode
 
 from brainstem.core.errors import ConfigError
 
 TOKEN_ENV = "BRAINSTEM_DASHBOARD_TOKEN"
-TOKEN_COOKIE = "brainstem_token"
+TOKEN_QUERY = "token"
+TOKEN_COOKIE = "brainstem_session"
 CSRF_COOKIE = "brainstem_csrf"
 CSRF_FIELD = "csrf"
+MIN_TOKEN_LEN = 16
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 CSRF_TTL = 12 * 3600  # seconds a page's CSRF token is good for
 _CSRF_SHAPE = re.compile(r"([A-Za-z0-9_-]{16,64})\.([0-9]{1,12})\.([A-Za-z0-9_-]{43})")
+_TOKEN_SHAPE = re.compile(r"[\x21-\x7e]+")  # what a header, a URL and a terminal all carry as it is
+BEARER = "bearer"
+QUERY = "query"
+COOKIE = "cookie"
+
+# The whole answer to a request without the token: nothing from the store, nothing that varies.
+UNAUTHORIZED_PAGE = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>brainstem dashboard: token needed</title></head>
+<body><h1>This dashboard needs its token</h1>
+<p>Open the address <code>brainstem dashboard</code> printed when it started (it ends in
+<code>?{TOKEN_QUERY}=</code>), or enter the token (<code>{TOKEN_ENV}</code> when it is set) here.
+Scripts send <code>Authorization: Bearer TOKEN</code>.</p>
+<form method="get"><input type="password" name="{TOKEN_QUERY}" placeholder="token" autocomplete="off">
+<button type="submit">Open</button></form>
+</body></html>
+"""
+
+
+def new_token() -> str:
+    """A token for a dashboard started without ``BRAINSTEM_DASHBOARD_TOKEN``."""
+    return secrets.token_urlsafe(32)
+
+
+def check_token(token: object) -> str:
+    """The token, if it is one a browser and a script can both carry and nobody guesses; else a ConfigError."""
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LEN or not _TOKEN_SHAPE.fullmatch(token):
+        raise ConfigError(f"{TOKEN_ENV} must be at least {MIN_TOKEN_LEN} printable ASCII characters without "
+                          f"spaces (a long random string: openssl rand -hex 24); unset, the dashboard makes one")
+    return token
 
 
 def is_loopback(host: str) -> bool:
@@ -43,13 +83,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    """A non-loopback bind without a token is refused before anything listens."""
-    if not is_loopback(host) and not token:
-        raise ConfigError(f"binding the dashboard to {host} needs {TOKEN_ENV} set (a long random string; actions "
-                          f"need it, and the bind would otherwise be open to the network); loopback needs none")
 
 
 def host_allowed(host_header: str | None, loopback_only: bool) -> bool:
@@ -76,18 +109,40 @@ def same(a: object, b: object) -> bool:
         and hmac.compare_digest(a.encode(), b.encode())
 
 
-def presented_token(headers, cookies) -> str | None:
-    auth = headers.get("authorization") or ""
-    if auth.lower().startswith("bearer "):
-        return auth[7:].strip()
-    return cookies.get(TOKEN_COOKIE)
+def _derived(token: str, purpose: bytes) -> bytes:
+    return hmac.new(token.encode(), b"brainstem dashboard " + purpose, hashlib.sha256).digest()
 
 
-def signing_key(token: str | None) -> bytes:
-    """The CSRF signing key: derived from the dashboard token when one is set, else random (this process)."""
-    if token:
-        return hmac.new(token.encode(), b"brainstem dashboard csrf v1", hashlib.sha256).digest()
-    return secrets.token_bytes(32)
+def signing_key(token: str) -> bytes:
+    """The CSRF signing key, derived from the token: pages stay valid across a restart with the same token."""
+    return _derived(check_token(token), b"csrf v1")
+
+
+class Gate:
+    """The dashboard's token, and whether (and how) a request shows it holds it."""
+
+    def __init__(self, token: str):
+        self.token = check_token(token)
+        self.cookie_value = base64.urlsafe_b64encode(_derived(token, b"cookie v1")).rstrip(b"=").decode()
+
+    def admits(self, method: str, headers, query, cookies) -> str | None:
+        """``BEARER``, ``QUERY`` or ``COOKIE``: how the request carries the token; None when it does not."""
+        scheme, _, value = (headers.get("authorization") or "").strip().partition(" ")
+        if scheme.lower() == "bearer":  # present, it is what is judged: a wrong one is not rescued by a cookie
+            return BEARER if same(value.strip(), self.token) else None
+        # Another scheme is not ours (a reverse proxy's Basic login passes through): the cookie decides.
+        if method in ("GET", "HEAD") and TOKEN_QUERY in query:
+            values = query.getlist(TOKEN_QUERY)
+            return QUERY if len(values) == 1 and same(values[0], self.token) else None
+        return COOKIE if same(cookies.get(TOKEN_COOKIE), self.cookie_value) else None
+
+
+def without_token(raw_path: bytes, query) -> str:
+    """Where a ``?token=`` link goes next: the same path and query, less the token. Always a path on this
+    server (``//host`` would name another one)."""
+    path = "/" + raw_path.decode("latin-1").lstrip("/")
+    rest = [(k, v) for k, v in query.multi_items() if k != TOKEN_QUERY]
+    return path + ("?" + urlencode(rest) if rest else "")
 
 
 class CsrfSigner:
