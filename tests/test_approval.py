@@ -327,15 +327,10 @@ def test_bad_names_are_one_line_and_exit_2(st, env, args, says):
 # --- the dashboard -----------------------------------------------------------------------------------
 
 def test_the_review_page_shows_pending_code_and_its_diff_redacted_and_escaped(tmp_path, monkeypatch):
-    import warnings
-
     from brainstem.core.settings import load_settings
-    from brainstem.operator.dashboard.app import make_app
     from brainstem.state.seed import seed
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Starlette's TestClient warns of its move to httpx2
-        from starlette.testclient import TestClient
+    from .dashboard_client import app_for, client
 
     key = "sk-or-v1-approval-0a1b2c3d4e5f6a7b"
     for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
@@ -346,8 +341,7 @@ def test_the_review_page_shows_pending_code_and_its_diff_redacted_and_escaped(tm
         seed(store)
         shipped = store.get(keys.tool_code("kv_write"))
         AgentKV(store).put(keys.tool_code("kv_write"), shipped + f"# <script>alert(1)</script> {key}\n")
-        app = make_app(load_settings(), {"": store}, token=None, loopback_only=True)
-        body = TestClient(app, base_url="http://127.0.0.1:8765").get("/review").text
+        body = client(app_for(load_settings(), store)).get("/review").text
     finally:
         store.close()
     assert "<td>kv_write</td>" in body and approval.digest(shipped)[:12] in body  # the approved side of the diff

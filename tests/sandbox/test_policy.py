@@ -162,7 +162,7 @@ def test_nothing_reachable_leads_to_modules_or_the_channel():
 def test_ctx_has_methods_only():
     ctx = worker.build_ctx(lambda op, payload: None, True, {"K": "v"})
     public = {n for n in dir(ctx) if not n.startswith("_")}
-    assert public == {"fetch", "log", "kv", "secrets"}
+    assert public == {"fetch", "log", "kv", "secrets", "send_telegram"}
     assert type(ctx).__slots__ == () and type(ctx.kv).__slots__ == ()
     assert {n for n in dir(ctx.kv) if not n.startswith("_")} == {"get", "put", "list", "delete"}
     assert isinstance(ctx.secrets, types.MappingProxyType)

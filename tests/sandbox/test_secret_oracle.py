@@ -9,7 +9,6 @@ is the attacker.
 
 from __future__ import annotations
 
-import html
 import json
 import urllib.parse
 

@@ -170,7 +170,7 @@ def test_a_mode_that_forbids_effects_sends_nothing(tg, store, env, how):
              mode="manual" if how == "manual meta" else "automated")
     kwargs = {"dry_run": True} if how == "dry run" else {"enforce_mode": True}
     if how == "operator floor":
-        kwargs["mode_floor"] = "manual"
+        kwargs["floors"] = {"say": "manual"}
     out, entries = run(store, s, "say", **kwargs)
     assert out.not_run in ("dry_run", "manual")
     assert tg.requests == [] and of(entries, ev.TELEGRAM_SENT) == []
