@@ -6,7 +6,7 @@ this meter sees it before it is sent and after it is answered:
 
 * only ``POST …/chat/completions`` with a JSON body may reach the LLM host,
   besides the free reads named in :data:`FREE_READS` (``GET`` of the key's
-  balance, with no body and no query); any other method or path, a body on a
+  balance or the model list, with no body and no query); any other method or path, a body on a
   read, a query string, streaming, ``n`` > 1, server-side model lists and
   answers billed apart from tokens (audio, images, web search) are refused
   before they leave, since they could not be priced;
@@ -57,9 +57,10 @@ REFUSED_FIELDS = {"stream": "streamed answers cannot be metered", "models": "a s
                   "best_of": "best_of multiplies the cost", "plugins": "plugins are billed outside the token price",
                   "audio": "an audio answer is billed apart from tokens",
                   "web_search_options": "a web search is billed apart from tokens"}
-# What sandboxed code may ask the LLM host besides chat completions: reads of the key's balance, known to be
-# free, with no body and no query (paths under the base URL's). Anything else is refused before it leaves.
-FREE_READS = frozenset({("GET", "/key"), ("GET", "/credits")})
+# What sandboxed code may ask the LLM host besides chat completions: reads known to be free (the key's
+# balance, the model list), with no body and no query (paths under the base URL's). Anything else is refused
+# before it leaves.
+FREE_READS = frozenset({("GET", "/key"), ("GET", "/credits"), ("GET", "/models")})
 MAX_TOKENS_EVER = 10_000_000  # no model answers more; keeps the price arithmetic within floats
 
 
