@@ -73,6 +73,8 @@ def test_a_reported_cost_beyond_the_worst_case_is_charged_and_flagged(real_store
     assert a["reported"] == 180.0 and a["worst_case"] < 0.01 and a["model"] == "anthropic/claude-haiku-4.5"
     (t,) = llm_calls(entries, "think")
     assert t["cost"] == 180.0  # never less than the host billed
+    (o,) = events_of(entries, "spend_overrun")  # a bill above its reservation, by any host
+    assert o["cost"] == 180.0 and o["worst_case"] == a["worst_case"] and o["purpose"] == "think"
     assert daily_spent(st) >= 180.0
     r = run_cli("status", env=env)
     assert r.returncode == 0, r.stderr

@@ -104,6 +104,37 @@ def test_an_expired_lease_fences_too(st):
     assert st.get(keys.WAKE_CONFIG, "json") == {"n": 1}
 
 
+def test_a_call_answered_after_the_lease_is_lost_is_booked_and_recorded_as_spend_settled(st, llm):
+    """Another wake takes the agent over while a call is on the wire. What it cost goes into today's spend
+    (it was billed) and, its llm_call refused with the lease, into a spend_settled entry of the session's
+    own karma: no money spent without an entry that says so."""
+    from brainstem.llm.chokepoint import LLM
+    from brainstem.llm.providers import OpenRouterProvider
+    from brainstem.state.budget import Budget, DailyLedger, daily_spent
+    from brainstem.state.config import shipped_models
+
+    st.lease = (keys.WAKE_LOCK, OWNER)
+    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 30_000)
+
+    def taken_over(req):
+        assert st.release_lock(keys.WAKE_LOCK, OWNER) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+        return {"content": "done", "cost": 0.0021}
+
+    llm.responder = taken_over
+    recorder = karma.Karma(st, "1-a")
+    budget = Budget(max_cost=1.0, max_steps=5, max_duration=60, daily=DailyLedger(st, 5.0))
+    chokepoint = LLM(models=shipped_models(), budget=budget, record=recorder.record, soul="soul",
+                     providers=[OpenRouterProvider(llm.base_url, "sk-test", max_attempts=1)])
+    with pytest.raises(LeaseLost):
+        chokepoint.call(purpose="think", model="haiku", prompt="hello", max_tokens=100)
+    (settled,) = karma.read(st, "1-a")
+    assert settled["event"] == events.SPEND_SETTLED and "lease was lost" in settled["reason"]
+    assert settled["cost"] == 0.0021 and settled["model"] == "anthropic/claude-haiku-4.5"
+    assert settled["purpose"] == "think" and settled["tier"] == "hardcoded"
+    assert daily_spent(st) == pytest.approx(0.0021) and st.daily_spend(time.strftime("%Y-%m-%d", time.gmtime()))[1] == 0
+    assert budget.spent == pytest.approx(0.0021)
+
+
 # --- the heartbeat -------------------------------------------------------------------
 
 @pytest.mark.slow
@@ -457,15 +488,19 @@ def test_a_session_frozen_past_its_lease_writes_nothing_and_spends_nothing_when_
             proc.send_signal(signal.SIGCONT)
             proc.kill()
     assert proc.returncode == 75, (proc.returncode, out, err)
-    # Host A wrote one lease_lost entry and nothing else, anywhere.
+    # Host A wrote the spend of the call it had in flight and its lease_lost, and nothing else, anywhere.
     after = karma.read(st, sid_a)
     closing = after[len(before_stop):]
-    # (host B closed A's session in A's karma: its session_end says host_lost; then A's own lease_lost)
-    assert [e["event"] for e in closing] == [events.SESSION_END, events.LEASE_LOST], closing
+    # (host B closed A's session in A's karma: its session_end says host_lost; then A's own entries)
+    assert [e["event"] for e in closing] == [events.SESSION_END, events.SPEND_SETTLED, events.LEASE_LOST], closing
     assert closing[0]["outcome"] == outcomes.HOST_LOST
     assert {k: st.get(k) for k in state_b} == state_b
     assert session_history.read(st) == history_b and karma.read(st, sid_b) == karma_b
     assert len(llm.requests) == requests_b  # no LLM call after it resumed
-    # The call it had made before it froze was paid for: its cost is booked, and nothing more.
+    # The call it had made before it froze was paid for: its cost is booked, in today's spend and in A's
+    # karma (spend_settled: its llm_call was refused with the lease), and nothing more.
     spent_after = st.daily_spend(time.strftime("%Y-%m-%d", time.gmtime()))[0]
+    settled = closing[1]
+    assert settled["purpose"] == "think" and settled["model"] == "anthropic/claude-haiku-4.5"
+    assert 0 < settled["cost"] == pytest.approx(spent_after - spent_b, abs=1e-9)
     assert spent_after - spent_b <= 0.01

@@ -154,7 +154,8 @@ def tool_env(tmp_path, llm):
 
 
 def ask(env, llm, max_tokens: int = 1000) -> None:
-    body = {"model": "haiku", "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens}
+    # Long enough that the 1,000 prompt tokens the double reports are within the request's worst case.
+    body = {"model": "haiku", "messages": [{"role": "user", "content": "hello " * 500}], "max_tokens": max_tokens}
     r = run_cli("tool", "run", "ask", "--input", json.dumps({"url": llm.base_url + "/chat/completions",
                                                              "body": body}), env=env)
     assert r.returncode == 0, r.stderr

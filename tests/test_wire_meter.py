@@ -118,9 +118,8 @@ def test_an_adapter_cannot_switch_to_another_model(real_store_url, st, llm):
 
 ASK = '''
 def execute(args, ctx):
-    body = dict(args["body"])
     try:
-        r = ctx.fetch(args["url"], method=args.get("method", "POST"), json=body,
+        r = ctx.fetch(args["url"], method=args.get("method", "POST"), json=args.get("body"),
                       headers={"Authorization": "Bearer " + ctx.secrets["OPENROUTER_API_KEY"]})
     except Exception as e:
         return {"error": str(e)}
@@ -185,3 +184,125 @@ def test_a_tool_cannot_spend_past_the_session_ceiling(tool_env, llm):
     assert "could cost" in out["error"] and "left" in out["error"]
     assert llm.requests == []
     assert "budget_exceeded" in log
+
+
+# --- what the host bills apart from tokens, what it cannot price, and a bill above its reservation --------
+
+IMAGE_PRICE = 0.024  # what the double bills for each image: 150 of them are $3.60
+
+
+def images(n: int) -> dict:
+    """A request of ``n`` image parts and one line of text: a few thousand characters, billed ~$0.024 an image."""
+    parts = [{"type": "image_url", "image_url": {"url": f"https://img.example/{i}.png"}} for i in range(n)]
+    return {"model": "haiku", "max_tokens": 100,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Describe these."}, *parts]}]}
+
+
+def operator_prices_parts(env, store, price: float) -> None:
+    models = json.loads(store.get(keys.CONFIG_MODELS))
+    for m in models["models"]:
+        if m["alias"] == "haiku":
+            m["input_cost_per_part"] = price
+    r = run_cli("kv", "put", keys.CONFIG_MODELS, json.dumps(models), env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_images_with_no_part_price_never_reach_the_llm_host(tool_env, llm):
+    """150 images in a $0.50 session: priced by their characters they looked like $0.002; the host bills
+    $3.60. With no input_cost_per_part for the model they are refused before they leave, and recorded."""
+    store, env = tool_env
+    llm.part_cost = IMAGE_PRICE
+    llm.responder = lambda req: "a cat"
+    env = {**env, "BRAINSTEM_MAX_SESSION_COST": "0.50"}
+    out, log = ask(env, llm, images(150))
+    assert "150 image_url" in out["error"] and "input_cost_per_part" in out["error"], out
+    assert llm.requests == []
+    assert any(" fetch " in ln and "refused" in ln and "150 image_url" in ln for ln in log.splitlines()), log
+    # Hidden in a tool's answer (any role, any type that is not text) is no different.
+    body = images(0)
+    body["messages"].append({"role": "tool", "tool_call_id": "c1",
+                             "content": [{"type": "input_audio", "input_audio": {"data": "UklGR", "format": "wav"}}]})
+    out, _ = ask(env, llm, body)
+    assert "1 input_audio" in out["error"] and llm.requests == []
+
+
+def test_images_with_a_part_price_are_reserved_at_it_and_never_pass_the_ceiling(tool_env, llm):
+    store, env = tool_env
+    operator_prices_parts(env, store, IMAGE_PRICE)
+    llm.part_cost, llm.default_cost = IMAGE_PRICE, 0.0005  # each image, and the text's tokens
+    llm.responder = lambda req: "a cat"
+    env = {**env, "BRAINSTEM_MAX_SESSION_COST": "0.50"}
+    out, log = ask(env, llm, images(150))
+    assert "could cost $3.6" in out["error"] and "$0.5000 left" in out["error"], out
+    assert llm.requests == [] and "budget_exceeded" in log
+    out, log = ask(env, llm, images(10))  # $0.24 of images: it fits, and is booked at what the host billed
+    assert out == {"status": 200, "content": "a cat"}, out
+    (sent,) = llm.requests
+    assert len(sent["messages"][0]["content"]) == 11
+    from brainstem.state.budget import daily_spent
+
+    assert daily_spent(store) == pytest.approx(10 * IMAGE_PRICE + 0.0005) and daily_spent(store) <= 0.50
+    assert "spend_overrun" not in log
+
+
+@pytest.mark.parametrize("method, path, with_body", [
+    ("GET", "/key", True), ("GET", "/chat/completions", True), ("GET", "/generation", False),
+    ("DELETE", "/key", False), ("GET", "/key?q=x", False),
+])
+def test_a_request_the_meter_cannot_price_is_refused_before_it_leaves(tool_env, llm, method, path, with_body):
+    """A GET carrying a chat body went out unmetered; now anything but a chat completion, or a free read of
+    the key's balance with no body and no query, is refused, and the host never sees it."""
+    _, env = tool_env
+    llm.responder = lambda req: "hi"
+    body = {"model": "haiku", "messages": [{"role": "user", "content": "write an essay"}]} if with_body else None
+    out, _ = ask(env, llm, body, path, method)
+    assert "cannot be metered" in out["error"] or "query string" in out["error"], out
+    assert llm.requests == [] and llm.get_requests == []
+
+
+READ = '''
+def execute(args, ctx):
+    r = ctx.fetch(args["url"], headers={"Authorization": "Bearer " + ctx.secrets["OPENROUTER_API_KEY"]})
+    return {"status": r["status"], "remaining": r["json"]["data"]["limit_remaining"]}
+'''
+
+
+def test_the_free_balance_read_still_passes(tool_env, llm):
+    store, env = tool_env
+    store.put(keys.tool_code("read"), READ)
+    store.put(keys.tool_meta("read"), json.dumps({"secrets": ["OPENROUTER_API_KEY"]}))
+    r = run_cli("tool", "run", "read", "--input", json.dumps({"url": llm.base_url + "/key"}), env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"status": 200, "remaining": llm.credit}
+    assert [p for p, _ in llm.get_requests] == ["/api/v1/key"]
+
+
+AGAIN = '''
+def execute(args, ctx):
+    sent = 0
+    for i in range(5):
+        try:
+            ctx.fetch(args["url"], method="POST", json=args["body"],
+                      headers={"Authorization": "Bearer " + ctx.secrets["OPENROUTER_API_KEY"]})
+        except Exception as e:
+            pass
+        sent += 1
+    return {"sent": sent}
+'''
+
+
+def test_a_bill_above_its_reservation_is_booked_recorded_and_ends_the_code(tool_env, llm):
+    store, env = tool_env
+    store.put(keys.tool_code("again"), AGAIN)
+    store.put(keys.tool_meta("again"), json.dumps({"secrets": ["OPENROUTER_API_KEY"]}))
+    llm.responder = lambda req: {"content": "hi", "cost": 0.75}  # far above what "hi" with 50 tokens can cost
+    body = {"model": "haiku", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}
+    r = run_cli("tool", "run", "again", "-v", "--input", json.dumps({"url": llm.base_url + "/chat/completions",
+                                                                      "body": body}), env=env)
+    assert r.returncode != 0 and "stopped: spend_overrun" in r.stderr, (r.stdout, r.stderr)
+    assert len(llm.requests) == 1  # the code ended at its first overrun: it sent nothing more
+    from brainstem.state.budget import daily_spent
+
+    assert daily_spent(store) == pytest.approx(0.75)  # booked as billed, never less
+    (line,) = [ln for ln in r.stderr.splitlines() if "spend_overrun" in ln and "cost=" in ln]
+    assert "cost=0.75" in line and "worst_case=" in line

@@ -29,6 +29,8 @@ _SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     events.SECRET_REFUSED: ("tool", "secrets", "host", "port", "path"),
     events.SECRET_NOT_GRANTED: ("tool", "secret_name", "reason"),
     events.COST_ANOMALY: ("model", "reported", "worst_case"),
+    events.SPEND_OVERRUN: ("purpose", "model", "cost", "worst_case"),
+    events.SPEND_SETTLED: ("purpose", "model", "cost", "reason"),
     events.QUOTA_EXCEEDED: ("tool", "key", "bytes", "quota"),
     events.TELEGRAM_SENT: ("tool", "chat_id", "message_id", "chars", "error"),
 }

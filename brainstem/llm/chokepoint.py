@@ -8,7 +8,8 @@ cost or time budget or today's ceiling; then hold that worst case against the
 session and against today's spend in the store, so concurrent spenders cannot
 book past the ceiling together. After it: settle the hold at the cost (the
 provider's ``usage.cost`` when it reports one, else the price list) and record
-an ``llm_call`` karma entry.
+an ``llm_call`` karma entry; a cost above the worst case held is charged as
+billed, never less, and recorded ``spend_overrun`` (see :mod:`.overrun`).
 
 A provider whose ``simulated`` attribute is true (a cassette) moves no money: its
 calls are priced, held and charged against the session's budget exactly as real
@@ -31,13 +32,8 @@ from dataclasses import dataclass, field
 from brainstem.core import events
 from brainstem.llm.messages import request_chars
 from brainstem.llm.openrouter import LLMResponse, ProviderError
-from brainstem.llm.pricing import (
-    ANOMALY_FACTOR,
-    CHARS_PER_TOKEN_WORST,
-    MIN_USEFUL_TOKENS,
-    listed_cost,
-    worst_case_cost,
-)
+from brainstem.llm.overrun import flag_overrun
+from brainstem.llm.pricing import CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 from brainstem.llm.providers import Provider
 from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from brainstem.state.config import Models
@@ -311,15 +307,6 @@ class LLM:
         else:
             cost, cost_source = self.actual_cost(model_id, resp, tier, request)
             cost, charge = round(cost, 10), True
-            worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
-            if cost_source == "provider" and cost > worst * ANOMALY_FACTOR + 1e-9:
-                # Charged as reported (that is what was billed), and flagged for the operator.
-                anomaly = {"model": model_id, "tier": tier, "reported": cost, "worst_case": round(worst, 10),
-                           "purpose": purpose}
-                self.record(events.COST_ANOMALY, **anomaly,
-                            note="the provider reported more than this call could cost; charged as reported")
-                if self.on_anomaly is not None:
-                    self.on_anomaly(anomaly)
         if charge:
             self.budget.settle(hold, cost)  # the session's spend and today's, in place of the worst case held
         recorded_request = dict(request)
@@ -337,8 +324,13 @@ class LLM:
                     finish_reason=resp.finish_reason, max_tokens_reduced_to_fit_budget=reduced or None,
                     simulated=True if hold is not None and hold.simulated else None,
                     request=recorded_request, response=resp.content, tool_calls=resp.tool_calls or None)
-        if charge and self.on_cost is not None:
-            self.on_cost(cost)
+        if charge:
+            # Charged as billed, never less; above what was reserved, it is flagged for the operator.
+            worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
+            flag_overrun(self.record, self.on_anomaly, cost=cost, worst=worst, source=cost_source, model=model_id,
+                         tier=tier, purpose=purpose)
+            if self.on_cost is not None:
+                self.on_cost(cost)
         return LLMResult(content=resp.content, model=model_id, tier=tier, cost=cost, truncated=resp.truncated,
                          input_tokens=resp.usage.get("prompt_tokens", 0),
                          output_tokens=resp.usage.get("completion_tokens", 0), finish_reason=resp.finish_reason,

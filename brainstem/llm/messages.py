@@ -16,6 +16,7 @@ one measure of a request's size.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 MAX_TOOL_CALLS = 16  # per answer; more is a runaway model, and the rest are dropped (and said so)
@@ -82,6 +83,40 @@ def request_chars(request: dict[str, Any]) -> int:
     if request.get("tools"):
         n += len(json.dumps(request["tools"]))
     return n
+
+
+# What a message may hold besides its content, all of it text the host reads as prompt. A key outside this
+# list may be a way to send what a host bills apart from tokens (Ollama's "images", an "audio" turn).
+MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal",
+                          "reasoning", "reasoning_details", "prefix"})
+
+
+def non_text_parts(request: Any) -> Counter[str]:
+    """The content parts of a request's messages that are not text, by type: what a host bills apart from
+    tokens (images, audio, files). A part is text only when it is an object whose ``type`` is ``"text"``;
+    anything else in a message's content (another type, no type, not an object) counts, whatever the role."""
+    found: Counter[str] = Counter()
+    messages = request.get("messages") if isinstance(request, dict) else None
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else [content] if isinstance(content, dict) else []
+        for part in parts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                found[kind if isinstance(kind, str) else "untyped"] += 1
+    return found
+
+
+def unknown_message_keys(request: Any) -> list[str]:
+    """Keys of a request's messages outside :data:`MESSAGE_KEYS` (a message that is not an object: ``"?"``)."""
+    messages = request.get("messages") if isinstance(request, dict) else None
+    found: set[str] = set()
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict):
+            found.update(str(k) for k in message if k not in MESSAGE_KEYS)
+        else:
+            found.add("?")
+    return sorted(found)
 
 
 def last_text(request: dict[str, Any]) -> str:

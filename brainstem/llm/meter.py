@@ -4,24 +4,33 @@ An agent-written adapter or tool holds only a placeholder for the LLM key, so
 every request it can make that costs money goes through ``ctx.fetch``, where
 this meter sees it before it is sent and after it is answered:
 
-* only ``POST …/chat/completions`` with a JSON body may reach the LLM host
-  (GETs such as ``/key`` are free and pass); streaming, ``n`` > 1 and
-  server-side model lists are refused, since they could not be priced;
+* only ``POST …/chat/completions`` with a JSON body may reach the LLM host,
+  besides the free reads named in :data:`FREE_READS` (``GET`` of the key's
+  balance or the model list, with no body and no query); any other method or path, a body on a
+  read, a query string, streaming, ``n`` > 1, server-side model lists and
+  answers billed apart from tokens (audio, images, web search) are refused
+  before they leave, since they could not be priced;
 * the model must be the one the chokepoint asked for (or its fallback) during
   an adapter call, and a model in ``config:models`` for any other code;
+* content parts that are not text (images, audio, files, in any message) cost
+  the model's ``input_cost_per_part`` each; a request holding one for a model
+  with no such price is refused;
 * ``max_tokens`` is set, and clamped to the model's limit, to the adapter
   call's own ``max_tokens``, and to what the session's budget and today's
   ceiling still afford at the worst-case price; a request they cannot afford
   is refused;
-* that worst case is held against the session and today's spend in the store
-  before the request goes, so concurrent processes of one agent cannot book
-  past the daily ceiling together;
+* that worst case (every byte sent priced as prompt, every part at its price,
+  every allowed output token spent) is held against the session and today's
+  spend in the store before the request goes, so concurrent processes of one
+  agent cannot book past the daily ceiling together;
 * after the answer, the hold is settled at what the host reports
   (``usage.cost``), else the price list's cost of the reported tokens, else the
   worst case (also when the exchange failed after the request was sent).
 
-So the host never bills more than the ceilings, save a cost it reports above
-the request's worst case (an anomaly, charged as reported and shown to the operator).
+So the host never bills more than the ceilings, save a bill above the
+request's worst case: booked as billed, recorded ``spend_overrun`` (and a
+reported one, ``cost_anomaly``, shown to the operator), and the code that sent
+it is ended (:class:`SpendOverrun`): one request past the reservation, never two.
 """
 
 from __future__ import annotations
@@ -35,7 +44,9 @@ from typing import Any, NoReturn
 
 from brainstem.core import events
 from brainstem.core.json_numbers import count, finite
-from brainstem.llm.pricing import ANOMALY_FACTOR, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
+from brainstem.llm.messages import MESSAGE_KEYS, non_text_parts, unknown_message_keys
+from brainstem.llm.overrun import flag_overrun
+from brainstem.llm.pricing import MIN_USEFUL_TOKENS, listed_cost, parts_cost, worst_case_cost
 from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from brainstem.state.config import Models
 
@@ -43,11 +54,22 @@ DEFAULT_MAX_TOKENS = 4096
 # No request sandboxed code sends outlives the code, whose timeout is at most 300 s (tools.MAX_TIMEOUT_MS).
 WIRE_HOLD_S = 300.0 + HOLD_MARGIN_S
 REFUSED_FIELDS = {"stream": "streamed answers cannot be metered", "models": "a server-side model list cannot be priced",
-                  "best_of": "best_of multiplies the cost", "plugins": "plugins are billed outside the token price"}
+                  "best_of": "best_of multiplies the cost", "plugins": "plugins are billed outside the token price",
+                  "audio": "an audio answer is billed apart from tokens",
+                  "web_search_options": "a web search is billed apart from tokens"}
+# What sandboxed code may ask the LLM host besides chat completions: reads known to be free (the key's
+# balance, the model list), with no body and no query (paths under the base URL's). Anything else is refused
+# before it leaves.
+FREE_READS = frozenset({("GET", "/key"), ("GET", "/credits"), ("GET", "/models")})
+MAX_TOKENS_EVER = 10_000_000  # no model answers more; keeps the price arithmetic within floats
 
 
 class MeterRefused(Exception):
     """The request may not be sent (message for the tool)."""
+
+
+class SpendOverrun(Exception):
+    """A request was billed above its reservation: booked and recorded; the code that sent it must end."""
 
 
 class WireMeter:
@@ -60,6 +82,7 @@ class WireMeter:
         url = httpx.URL(llm_base_url)
         self.host = normalise_host(url.host or "")
         self.port = url.port or (443 if url.scheme == "https" else 80)
+        self.base_path = url.path.rstrip("/")
         self.models = models
         self.budget = budget
         self.record = record
@@ -87,13 +110,63 @@ class WireMeter:
 
         return (host == self.host and port == self.port) or LLM_KEY in injected
 
-    def before(self, method: str, path: str, body: bytes | None, note: dict) -> bytes | None:
+    def before(self, method: str, path: str, body: bytes | None, note: dict, query: str = "") -> bytes | None:
         """The body to send (``max_tokens`` set and clamped); :class:`MeterRefused` when it may not go."""
-        if method in ("GET", "HEAD", "OPTIONS"):
-            return body
+        req = self._chat_request(method, path, body, query)
+        if req is None:
+            return body  # a free read
+        model_id, limit, use_reserve = self._terms(req)
+        if self.budget.time_left(use_reserve) <= 0:
+            raise MeterRefused("refused: the session has no time left for another LLM request")
+        parts = non_text_parts(req)
+        parts_usd = parts_cost(self.models, model_id, sum(parts.values()))
+        if parts_usd is None:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(parts.items()))
+            raise MeterRefused(f"refused: the request holds content parts that are not text ({kinds}), which the "
+                               f"host bills apart from tokens; config:models gives {model_id} no "
+                               f"input_cost_per_part, so they cannot be priced")
+        req.pop("max_completion_tokens", None)
+        req["model"], req["max_tokens"] = model_id, limit
+        # Everything the host reads is priced as prompt (tools, response_format, a raw prompt...): the body
+        # as it is sent, measured with ``limit`` before any clamping (clamping only shortens it).
+        chars = len(_encode(req))
+        left, binding = self.budget.headroom(use_reserve)
+        worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd)
+        if worst > left or left <= 0:
+            p_in, p_out = self.models.prices(model_id)
+            input_cost = worst_case_cost(self.models, model_id, chars, 0, parts_usd)
+            affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
+            # Nothing left is a stop even for a model priced at zero.
+            if left <= 0 or affordable < min(MIN_USEFUL_TOKENS, limit):
+                self._refuse(binding, model_id, worst, use_reserve, left)
+            limit = affordable
+            worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd)
+        try:
+            hold = self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=WIRE_HOLD_S)
+        except BudgetExceeded as exc:  # another process of the agent spent the rest of today's meantime
+            self._refuse("daily" if exc.limit == "daily" else "cost", model_id, worst, use_reserve, None)
+        req["max_tokens"] = limit
+        note.update(model=model_id, max_tokens=limit, worst_case=round(worst, 10), t0=time.monotonic(),
+                    request=req, hold=hold)
+        if parts:
+            note["parts"] = sum(parts.values())
+        return _encode(req)
+
+    def _chat_request(self, method: str, path: str, body: bytes | None, query: str) -> dict | None:
+        """The chat request a request to the LLM host is, None for a free read; :class:`MeterRefused` for
+        anything else: what the meter cannot price never leaves."""
+        sub = path.rstrip("/")
+        sub = sub[len(self.base_path):] if sub.startswith(self.base_path) else None
+        if (method, sub) in FREE_READS and not body and not query:
+            return None
+        if query:
+            raise MeterRefused("refused: a request to the LLM host may not carry a query string (the meter "
+                               "cannot price what it says)")
         if method != "POST" or not path.rstrip("/").endswith("/chat/completions"):
-            raise MeterRefused(f"refused: {method} {path} on the LLM host cannot be metered; "
-                               f"only POST …/chat/completions may be sent from the sandbox")
+            free = " and ".join(f"{m} {self.base_path}{p}" for m, p in sorted(FREE_READS))
+            raise MeterRefused(f"refused: {method} {path}{' with a body' if body else ''} on the LLM host cannot be "
+                               f"metered; only POST …/chat/completions (and {free}, with no body) may be sent "
+                               f"from the sandbox")
         try:
             req = json.loads(body or b"")
         except ValueError:
@@ -105,6 +178,17 @@ class WireMeter:
                 raise MeterRefused(f"refused: {name!r} in a request to the LLM host ({why})")
         if req.get("n") not in (None, 1):
             raise MeterRefused("refused: n must be 1 in a request to the LLM host (each answer is billed)")
+        if req.get("modalities") not in (None, ["text"]):
+            raise MeterRefused("refused: 'modalities' other than text in a request to the LLM host (an image or "
+                               "audio answer is billed apart from tokens)")
+        unknown = unknown_message_keys(req)
+        if unknown:
+            raise MeterRefused(f"refused: messages to the LLM host with {', '.join(unknown[:5])!r} (a message may "
+                               f"hold only {', '.join(sorted(MESSAGE_KEYS))}): the meter cannot price it")
+        return req
+
+    def _terms(self, req: dict) -> tuple[str, int, bool]:
+        """(the model id, the ``max_tokens`` it may ask for, whether the reflection reserve is usable)."""
         name = req.get("model")
         model_id = self.models.resolve(name) if isinstance(name, str) else None
         call = self._call
@@ -123,32 +207,7 @@ class WireMeter:
             limit = min(limit, info.max_output_tokens)
         if call is not None:
             limit = min(limit, call["max_tokens"])
-        use_reserve = bool(call and call["use_reserve"])
-        if self.budget.time_left(use_reserve) <= 0:
-            raise MeterRefused("refused: the session has no time left for another LLM request")
-        # Everything the host reads is priced as prompt (tools, response_format, a raw prompt...).
-        chars = len(body or b"")
-        left, binding = self.budget.headroom(use_reserve)
-        worst = worst_case_cost(self.models, model_id, chars, limit)
-        if worst > left or left <= 0:
-            p_in, p_out = self.models.prices(model_id)
-            input_cost = worst_case_cost(self.models, model_id, chars, 0)
-            affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
-            # Nothing left is a stop even for a model priced at zero.
-            if left <= 0 or affordable < min(MIN_USEFUL_TOKENS, limit):
-                self._refuse(binding, model_id, worst, use_reserve, left)
-            limit = affordable
-            worst = worst_case_cost(self.models, model_id, chars, limit)
-        try:
-            hold = self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=WIRE_HOLD_S)
-        except BudgetExceeded as exc:  # another process of the agent spent the rest of today's meantime
-            self._refuse("daily" if exc.limit == "daily" else "cost", model_id, worst, use_reserve, None)
-        req.pop("max_completion_tokens", None)
-        req["max_tokens"] = limit
-        req["model"] = model_id
-        note.update(model=model_id, max_tokens=limit, worst_case=round(worst, 10), t0=time.monotonic(),
-                    request=req, hold=hold)
-        return json.dumps(req, ensure_ascii=False).encode("utf-8")
+        return model_id, min(limit, MAX_TOKENS_EVER), bool(call and call["use_reserve"])
 
     def _refuse(self, limit: str, model_id: str, worst: float, use_reserve: bool,
                 left: float | None) -> NoReturn:
@@ -196,13 +255,6 @@ class WireMeter:
         else:
             cost = worst  # sent, and nothing says what it cost: assume the worst
         cost = round(cost, 10)
-        if source == "provider" and cost > worst * ANOMALY_FACTOR + 1e-9:
-            anomaly = {"model": note["model"], "tier": "wire", "reported": cost, "worst_case": worst,
-                       "purpose": f"tool:{tool}"}
-            self.record(events.COST_ANOMALY, **anomaly,
-                        note="the host reported more than this request could cost; charged as reported")
-            if self.on_anomaly is not None:
-                self.on_anomaly(anomaly)
         self.budget.settle(note.pop("hold", None), cost)  # in place of the worst case held before it went
         if self.on_cost is not None:
             self.on_cost(cost)
@@ -218,7 +270,15 @@ class WireMeter:
                         input_tokens=tokens_in or 0, output_tokens=tokens_out or 0, cost=cost,
                         cost_source=source, duration_ms=int((time.monotonic() - note["t0"]) * 1000),
                         status=status, error=error, request=note.get("request"), response=content)
+        if flag_overrun(self.record, self.on_anomaly, cost=cost, worst=worst, source=source, model=note["model"],
+                        tier="wire", purpose=f"tool:{tool}"):
+            raise SpendOverrun(f"stopped: spend_overrun: the LLM host billed ${cost:.6f} for a request whose worst "
+                               f"case was ${worst:.6f}; booked as billed, and the code that sent it ended")
         return cost
+
+
+def _encode(req: dict) -> bytes:
+    return json.dumps(req, ensure_ascii=False).encode("utf-8")
 
 
 def _count(usage: dict | None, name: str) -> int | None:

@@ -106,6 +106,8 @@ class ModelInfo(_Loose):
     alias: str | None = None
     input_cost_per_mtok: float | None = Field(None, ge=0)
     output_cost_per_mtok: float | None = Field(None, ge=0)
+    # USD per content part that is not text (an image, audio, a file); None: such parts are refused.
+    input_cost_per_part: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, ge=1)
     supports_reasoning: bool = False
 
@@ -152,6 +154,11 @@ class Models(_Loose):
             return hi_in, hi_out
         return (m.input_cost_per_mtok if m.input_cost_per_mtok is not None else hi_in,
                 m.output_cost_per_mtok if m.output_cost_per_mtok is not None else hi_out)
+
+    def part_price(self, model_id: str) -> float | None:
+        """USD per content part that is not text; None when the list gives none (such parts are refused)."""
+        m = self.info(model_id)
+        return None if m is None else m.input_cost_per_part
 
 
 def _problem(exc: Exception) -> str:
@@ -220,9 +227,11 @@ def effective_models(store: Store, problems: list[str]) -> Models:
     no less than the operator's list prices it, and capped at no more output tokens than it allows.
 
     The agent may raise a price, never lower one: a model the operator's list does not know costs at
-    least that list's dearest price, as an unknown model does. The operator's list is the
-    ``config:models`` the operator last wrote (``kv put``, ``rollback``, ``seed``; or the value it had
-    before anything was recorded), else the shipped ``prompts_seed/config/models.json``."""
+    least that list's dearest price, as an unknown model does; content parts that are not text
+    (``input_cost_per_part``) are priced only for a model the operator's list gives a part price.
+    The operator's list is the ``config:models`` the operator last wrote (``kv put``, ``rollback``,
+    ``seed``; or the value it had before anything was recorded), else the shipped
+    ``prompts_seed/config/models.json``."""
     return floor_models(load_models(store, problems), operator_models(store), problems)
 
 
@@ -235,16 +244,21 @@ def floor_models(agent: Models, floor: Models, problems: list[str] | None = None
         known = floor.info(m.id)
         cap = known.max_output_tokens if known is not None else None
         limit = m.max_output_tokens if cap is None else min(m.max_output_tokens or cap, cap)
-        if a_in < f_in or a_out < f_out or limit != m.max_output_tokens:
+        # Parts are priced only where the operator's list prices them: a price the agent gives alone
+        # would lower "refused" to whatever it wrote.
+        f_part = floor.part_price(m.id)
+        part = None if f_part is None else max(m.input_cost_per_part or 0.0, f_part)
+        unpriced = m.input_cost_per_part is not None and part != m.input_cost_per_part
+        if a_in < f_in or a_out < f_out or limit != m.max_output_tokens or unpriced:
             lowered.append(m.id)
-        priced.append(m.model_copy(update={"input_cost_per_mtok": max(a_in, f_in),
-                                           "output_cost_per_mtok": max(a_out, f_out), "max_output_tokens": limit}))
+        priced.append(m.model_copy(update={"input_cost_per_mtok": max(a_in, f_in), "output_cost_per_mtok":
+                                           max(a_out, f_out), "max_output_tokens": limit, "input_cost_per_part": part}))
     out = agent.model_copy(update={"models": priced})
     out._floor = floor.highest_prices()
     if lowered and problems is not None:
         problems.append(f"{keys.CONFIG_MODELS} prices {', '.join(lowered[:5])}{' ...' if len(lowered) > 5 else ''} "
-                        f"below the operator's list (or lets more output tokens); the operator's prices and "
-                        f"limits are used")
+                        f"below the operator's list (or lets more output tokens, or prices parts it does not); "
+                        f"the operator's prices and limits are used")
     return out
 
 

@@ -298,7 +298,7 @@ def close_dead_session(store: Store, crumb: dict, outcome: str,
     an entry in the history and a ``session_end`` in its own karma. Idempotent: a session already
     in the history is left as it is (None is returned); one that recorded its own ``session_end``
     before dying is entered with the outcome it recorded. Its cost is the sum of its ``llm_call``
-    entries."""
+    entries (and ``spend_settled``: calls answered after it lost its lease)."""
     from brainstem.store import karma as karma_mod
 
     sid = crumb.get("id")
@@ -313,7 +313,7 @@ def close_dead_session(store: Store, crumb: dict, outcome: str,
                                           "operator_action") if k in end})
         entry["ended_at"] = end.get("t")
     else:
-        calls = [e for e in entries if e.get("event") == events.LLM_CALL]
+        calls = [e for e in entries if e.get("event") in (events.LLM_CALL, events.SPEND_SETTLED)]
         if calls:
             entry["cost"] = round(sum(c["cost"] for c in calls if isinstance(c.get("cost"), (int, float))
                                       and not isinstance(c.get("cost"), bool)), 10)

@@ -20,6 +20,7 @@ from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.clock import now_iso
+from brainstem.core.errors import LeaseLost
 from brainstem.core.secrets import replacer, secret_forms
 from brainstem.store.base import Store
 from brainstem.store.lease import host_name, process_identity
@@ -117,13 +118,31 @@ class Karma:
         entry = {"t": now_iso(ms=True), "elapsed_ms": self.elapsed_ms, "event": event}
         entry.update(fields)
         entry = self.redact(_cap(entry))
-        self.store.append(self.key, encode_entry(entry))
+        try:
+            self.store.append(self.key, encode_entry(entry))
+        except LeaseLost:
+            if event == events.LLM_CALL and entry.get("cost"):
+                self._settled_without_lease(entry)
+            raise
         for listener in self.listeners:
             try:
                 listener(entry)
             except Exception:  # a broken progress display must never stop the recorder
                 pass
         return entry
+
+    def _settled_without_lease(self, call: dict) -> None:
+        """A call answered after the session lost its lease: its cost is in today's spend already (money
+        spent is settled unfenced), so it is recorded too, unfenced, as ``spend_settled``: the one entry
+        besides ``lease_lost`` a session without its lease still writes."""
+        with self.store.unfenced():
+            self.record(events.SPEND_SETTLED, **{k: call[k] for k in SETTLED_FIELDS if call.get(k) is not None},
+                        reason="answered after this session's wake lease was lost")
+
+
+# What a spend_settled entry keeps of the llm_call it stands for.
+SETTLED_FIELDS = ("purpose", "step_id", "model", "tier", "input_tokens", "output_tokens", "cost", "cost_source",
+                  "simulated", "wire_requests", "duration_ms")
 
 
 def parse_entry(raw: str) -> dict:

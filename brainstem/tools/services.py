@@ -336,7 +336,7 @@ class _FetchGuard:
             from brainstem.llm.meter import MeterRefused
 
             try:
-                body = self.meter.before(hop.method, hop.path, body, hop.note)
+                body = self.meter.before(hop.method, hop.path, body, hop.note, query=hop.url.partition("?")[2])
             except MeterRefused as exc:
                 raise EgressDenied(str(exc)) from None
         if not found:
@@ -376,7 +376,13 @@ class _FetchGuard:
         if error is not None:
             hop.note["error"] = error
         if "worst_case" in hop.note and self.meter is not None:
-            self.meter.after(hop.note, status, text, error, self.s.name)
+            from brainstem.llm.meter import SpendOverrun
+            from brainstem.sandbox import StopExecution
+
+            try:
+                self.meter.after(hop.note, status, text, error, self.s.name)
+            except SpendOverrun as exc:  # booked and recorded: the code that sent it ends, with no answer
+                raise StopExecution(str(exc)) from None
         cleaned = self.s.scrub({"headers": headers, "text": text}, self._sent.get(id(hop)))
         return cleaned["headers"], cleaned["text"]
 

@@ -22,7 +22,9 @@ dict with any of:
 ``delay``          seconds to sleep before answering (interrupted by ``stop()``)
 ``finish_reason``  default "stop"
 ``usage``          replaces the computed usage object entirely
-``cost``           put in ``usage.cost`` (omitted by default, or ``.default_cost``)
+``cost``           put in ``usage.cost`` (omitted by default, or ``.default_cost``); with
+                   ``.part_cost`` set, every content part that is not text (:func:`billed_parts`)
+                   adds that much to it, as a host billing images, audio and files apart does
 ``reasoning_tokens`` put in ``usage.completion_tokens_details.reasoning_tokens``
 ``reasoning``      put in ``message.reasoning``
 ``model``          the model the answer claims (default: the requested one)
@@ -67,6 +69,21 @@ def _messages_text(request: Any) -> str:
                 elif isinstance(p, str):
                     out.append(p)
     return "\n".join(out)
+
+
+def billed_parts(request: Any) -> int:
+    """The content parts a host bills apart from tokens: everything in a message's content (any role) that
+    is not an object of type "text", and anything in a message's ``images`` (Ollama's way of sending them)."""
+    n = 0
+    msgs = request.get("messages") if isinstance(request, dict) else None
+    for m in msgs if isinstance(msgs, list) else []:
+        if not isinstance(m, dict):
+            continue
+        c = m.get("content")
+        parts = c if isinstance(c, list) else [c] if isinstance(c, dict) else []
+        n += sum(1 for p in parts if not (isinstance(p, dict) and p.get("type") == "text"))
+        n += len(m["images"]) if isinstance(m.get("images"), list) else 0
+    return n
 
 
 def _content_len(content: Any) -> int:
@@ -188,6 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
             if "reasoning_tokens" in reply:
                 usage["completion_tokens_details"] = {"reasoning_tokens": reply["reasoning_tokens"]}
             cost = reply.get("cost", d.default_cost)
+            if d.part_cost is not None:
+                cost = (cost or 0.0) + billed_parts(req) * d.part_cost
             if cost is not None:
                 usage["cost"] = cost
         message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -234,6 +253,7 @@ class LLMDouble(LoopbackDouble):
         self.total_usage: float = 5.0
         self.credits_status: int = 200
         self.default_cost: float | None = None
+        self.part_cost: float | None = None  # USD billed for each content part that is not text
 
     @property
     def base_url(self) -> str:
