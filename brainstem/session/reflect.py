@@ -344,7 +344,7 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
         return None
     for key, text in staged.items():
         try:
-            check_value(session.store, key, text, agent=True)  # the gate itself may not be lowered
+            check_value(session.store, key, text)  # the gate itself may not be lowered
         except KVWriteRefused as exc:
             session.record(events.CONFIG_REJECTED, key=key, source="reflection", reason=str(exc))
             return str(exc)
