@@ -41,6 +41,8 @@ NOT_RUN = {
     "dry_run": ("This is a dry run: the tool was not run and nothing reached the world. Treat this as a "
                 "stand-in result; anything you conclude from it is hypothetical."),
     "manual": "The tool was not run: it is in manual mode, so only the operator may run it.",
+    "review_dropped": ("The tool was not run: it is supervised, and this session has queued as many runs "
+                       "for the operator's review as it may."),
 }
 
 
