@@ -2,6 +2,7 @@
 
 A bad value is exit 2 with one line naming the key and the field, and the stored value is what it was;
 ``--force`` stores it anyway and says so; good values (the shipped ones among them) still go in.
+The agent's writes (plans, reflections, tools, through the guarded view) pass the same check.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st_
 
 from brainstem.state.checks import check_value
 
@@ -138,3 +141,75 @@ def _file(tmp_path: Path, text: str) -> str:
     path = tmp_path / "value.txt"
     path.write_text(text)
     return str(path)
+
+
+# --- the agent's writes pass the same check ------------------------------------------------------
+
+CHECKED_KEYS = ["config:defaults", "config:models", "config:resources", "config:tool_registry", "config:reflexes",
+                "config:mine", "prompt:orient", "prompt:reflect", "prompt:deep", "prompt:mine"]
+PIECES = ["", " ", "\n", "Plan now.", "{{context.now}}", "{{soul}}", "{{ soul.name }}", "{{x | upper}}", "{{open",
+          "}}", "{{", "{{}}", "{{a.b.0}}", '{"a": {"b": 1}}', "{bad", "[]", "[1, 2]", '"any"', "null",
+          '{"orient": {"max_output_tokens": 16}}', '{"orient": {"max_output_tokens": 1}}',
+          '{"wake": {"default_effort": "huge"}}', '{"models": [{"id": "a"}]}', '{"models": "x"}',
+          '{"resources": {}}', '{"resources": {"r": 1}}', '{"tools": {"t": {"description": 3}}}',
+          '{"tools": {"t": {"description": "d", "input": {}}}}', '[{"name": "x"}]', "\u200b", "<|im_start|>"]
+generated_value = st_.one_of(st_.lists(st_.sampled_from(PIECES), max_size=4).map("".join),
+                             st_.text(max_size=40), st_.sampled_from(BAD).map(lambda bad: bad[1]))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(key=st_.sampled_from(CHECKED_KEYS), value=generated_value)
+def test_the_agent_may_write_exactly_what_kv_put_accepts(env, key, value):
+    """Plans, reflections and tools write through the guarded view; it accepts a config:* or prompt:*
+    value exactly when the operator's kv put (without --force) does. The one rule that is the agent's
+    alone (it may not lower its replay gate) cannot bind here: the stored gate is 0."""
+    from brainstem.core.errors import KVWriteRefused
+    from brainstem.state.guarded import AgentKV
+    from brainstem.store import open_store
+
+    store = open_store(env["BRAINSTEM_KV"])
+    try:
+        store.put("config:defaults", json.dumps({"deep_reflect": {"replay_gate_sessions": 0}}))
+        before = store.get(key)
+        try:
+            AgentKV(store).put(key, value)
+            agent_took = True
+        except KVWriteRefused as exc:
+            agent_took = False
+            assert str(exc).startswith(key), exc  # it names the key (and the field), as kv put does
+        assert (store.get(key) == value) if agent_took else (store.get(key) == before)
+        _restore(store, key, before)
+        r = run_cli("kv", "put", key, "--", value, env=env)
+        assert r.returncode in (0, 2), r.stderr
+        assert agent_took == (r.returncode == 0), (key, value, r.stderr)
+        _restore(store, key, before)
+    finally:
+        store.close()
+
+
+def _restore(store, key: str, value: str | None) -> None:
+    if value is None:
+        store.delete(key)
+    else:
+        store.put(key, value)
+
+
+@pytest.mark.parametrize("key,value,said", [
+    ("prompt:reflect", "{{soul}}", "prompt:reflect: line 1: '{{soul}}' templates the soul"),
+    ("prompt:deep", "", "prompt:deep: empty"),
+    ("config:tool_registry", '{"tools": []}', "config:tool_registry: tools: should be an object"),
+])
+def test_a_reflection_cannot_write_what_kv_put_refuses(real_store_url, llm, key, value, said):
+    from .wake_helpers import answers, events_of, finished, plan, reflection, run_wake, seeded, think, wake_env
+
+    store = seeded(real_store_url)
+    before = store.get(key)
+    llm.queue(plan(think("hi")))
+    llm.responder = answers("ok", reflect=reflection("rewrite my prompts", kv_operations=[
+        {"op": "put", "key": "notes:x", "value": "y"}, {"op": "put", "key": key, "value": value}]))
+    _, entries = finished(run_wake(wake_env(real_store_url, llm), "--force"), store)
+    (rejected,) = events_of(entries, "kv_operations_rejected")
+    assert rejected["reason"].startswith(said), rejected
+    assert store.get(key) == before and store.get("notes:x") is None  # the batch, whole
+    store.close()

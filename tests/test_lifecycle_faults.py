@@ -465,6 +465,52 @@ def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(own_re
     store.close()
 
 
+def test_a_note_about_a_session_another_host_closed_is_swept_by_the_next_wake_here(st, real_store_url, llm,
+                                                                                    tmp_path, monkeypatch):
+    """Host A lost the store mid-session and left a note; host B, which cannot see it, closed the session
+    (host_lost). The note can never be used now: A's next wake deletes it, and only this store's."""
+    from brainstem.store import unrecorded
+
+    here, there = tmp_path / "state-a", tmp_path / "state-b"
+    dead = "7-a0a0a0"
+    st.put(keys.SESSION_CURRENT, {"id": dead, "host": "host-a", "pid": _dead_pid(),
+                                  "started_at": "2026-05-01T10:00:00Z"})
+    st.append(keys.karma(dead), json.dumps({"event": "session_start", "session_id": dead}))
+    monkeypatch.setenv("XDG_STATE_HOME", str(here))
+    assert unrecorded.remember(st.display_url, dead, "store_unavailable", "the store went away")
+    assert unrecorded.remember("sqlite:///another/agent.db", "3-other", "store_unavailable", "elsewhere")
+    notes = here / "brainstem" / "unrecorded"
+    assert len(list(notes.iterdir())) == 2
+
+    llm.queue(plan(think("hi")), "ok", reflection())
+    finished(run_wake(wake_env(real_store_url, llm, XDG_STATE_HOME=str(there), BRAINSTEM_HOSTNAME="host-b"),
+                      "--force"), st)
+    (closed,) = [h for h in history(st) if h["id"] == dead]
+    assert closed["outcome"] == "host_lost"  # B could not know what A's note says
+    assert unrecorded.recall(st.display_url, dead) is not None  # still on A's disk
+
+    llm.queue(plan(think("hi")), "ok", reflection())
+    finished(run_wake(wake_env(real_store_url, llm, XDG_STATE_HOME=str(here), BRAINSTEM_HOSTNAME="host-a"),
+                      "--force"), st)
+    assert unrecorded.recall(st.display_url, dead) is None  # swept
+    assert unrecorded.recall("sqlite:///another/agent.db", "3-other") is not None  # another store's: kept
+    assert [h["outcome"] for h in history(st) if h["id"] == dead] == ["host_lost"]  # recorded once, as it was
+
+
+def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path, monkeypatch):
+    from brainstem.session.crash import sweep_notes
+    from brainstem.store import unrecorded
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    st.put(keys.SESSION_CURRENT, {"id": "8-b1b1b1", "host": "host-a", "pid": _dead_pid()})
+    for sid in ("8-b1b1b1", "6-c2c2c2"):
+        unrecorded.remember(st.display_url, sid, "store_unavailable", None)
+    assert sweep_notes(st) == ["6-c2c2c2"]
+    assert unrecorded.recall(st.display_url, "8-b1b1b1") is not None
+    st.delete(keys.SESSION_CURRENT)  # closed, here or on another host
+    assert sweep_notes(st) == ["8-b1b1b1"]
+
+
 # --- the daemon: one session per agent, and every tick in wake_log ----------------------------------------------
 
 @pytest.mark.slow

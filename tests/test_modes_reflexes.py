@@ -292,6 +292,21 @@ def test_a_supervised_tool_runs_and_each_run_waits_for_the_operators_verdict(st,
     assert settled[second]["status"] == "corrected" and settled[second]["correction"] == "write under notes: instead"
 
 
+def test_past_its_cap_a_session_runs_no_more_supervised_tools_and_drops_them_from_review(st, env, llm):
+    set_mode(st, "kv_write", "supervised")
+    llm.queue(plan(*(action("kv_write", {"key": f"k{i}", "value": str(i)}, id=f"w{i}",
+                            failure={"retries": 0}) for i in range(4))),
+              reflection())
+    sid, entries = finished(run_wake({**env, "BRAINSTEM_REVIEW_MAX_PER_SESSION": "2"}, "--force"), st)
+    assert [q["step_id"] for q in events_of(entries, "review_queued")] == ["w0", "w1"]
+    dropped = events_of(entries, "review_dropped")
+    assert [d["step_id"] for d in dropped] == ["w2", "w3"]
+    assert "BRAINSTEM_REVIEW_MAX_PER_SESSION" in dropped[0]["reason"]
+    assert [e["step_id"] for e in events_of(entries, "tool_start")] == ["w0", "w1"]  # the rest never ran
+    assert st.get("tooldata:kv_write:k2") is None and st.get("tooldata:kv_write:k3") is None
+    assert [(p["step_id"], p["session_id"]) for p in review_items(env, "--all")] == [("w0", sid), ("w1", sid)]
+
+
 def test_a_failed_run_of_a_supervised_tool_is_queued_with_its_error(st, env, llm):
     set_mode(st, "kv_write", "supervised")
     llm.queue(plan(action("kv_write", {"value": "no key"}, id="w", failure={"retries": 0})), reflection())

@@ -413,6 +413,25 @@ def test_wakes_reads_the_daemons_wake_log(st, env, llm):
     assert len(ok(run_cli("wakes", "-n", "2", env=env)).splitlines()) == 3
 
 
+def test_refusals_json_is_one_object_saying_whether_the_code_is_held(tmp_path):
+    from brainstem.state import refusals
+    from brainstem.store import open_store
+
+    env = {"BRAINSTEM_KV": sqlite_url(tmp_path / "r.db")}
+    assert ok(run_cli("seed", "--example-soul", env=env))
+
+    def shown() -> dict:
+        return json.loads(ok(run_cli("refusals", "--json", env=env)))
+
+    assert shown()["held"] is False
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        refusals.note(store, "guesser")
+    seen = shown()
+    assert seen["held"] is True and seen["total"] == 1 and seen["last_tool"] == "guesser"
+    ok(run_cli("refusals", "--clear", env=env))
+    assert shown()["held"] is False and shown()["total"] == 1
+
+
 # --- seed ----------------------------------------------------------------------------------------------
 
 @SQLITE_ONLY

@@ -222,6 +222,23 @@ def test_an_ordinary_reflection_cannot_slip_a_breaking_change_past_the_gate(st, 
     assert st.get_json(keys.CONFIG_DEFAULTS) == before and st.get("notes:x") is None  # the batch, whole
 
 
+def test_a_plan_that_leaves_the_gate_no_time_cannot_slip_a_change_past_it(st, llm, fenv):
+    """A plan asking for a 4.5 s session leaves its reflection less than the gate needs: the change is
+    refused, not applied unjudged, and the next session still plans."""
+    _session(st, llm, fenv)
+    before = st.get(keys.PROMPT_ORIENT)
+    llm.queue(plan(think("hi"), budget={"max_duration_seconds": 4.5}))
+    llm.responder = answers("ok", reflect=reflection(
+        "a shorter prompt", kv_operations=[{"op": "put", "key": keys.PROMPT_ORIENT, "value": "Answer in prose."}]))
+    _, entries = finished(run_wake(fenv, "--force"), st)
+    (rejected,) = [e for e in entries if e["event"] == "kv_operations_rejected"]
+    assert rejected["reason"].startswith("replay_gate: not enough time left to replay"), rejected
+    assert st.get(keys.PROMPT_ORIENT) == before
+    llm.queue(plan(think("again")))
+    _, entries = finished(run_wake(fenv, "--force"), st)
+    assert any(e["event"] == "plan" for e in entries)
+
+
 def test_the_agent_cannot_switch_its_own_gate_off(st, llm, fenv):
     _session(st, llm, fenv)
     _deep_due(st)

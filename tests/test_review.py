@@ -6,11 +6,15 @@ the operator reads and settles them through ``python -m brainstem review``, as f
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st_
 
 from brainstem.core import keys
 from brainstem.core.errors import BadArgument, KVWriteRefused, NotFound
@@ -195,27 +199,73 @@ def test_long_inputs_and_results_are_cut_with_a_note_of_what_is_missing(store):
     assert isinstance(odd["input"]["when"], str)
 
 
-def test_the_inbox_drops_the_oldest_settled_items_never_a_pending_one(monkeypatch, store):
-    monkeypatch.setattr(review, "MAX_ITEMS", 5)
-    for _ in range(5):
+def _ticking(monkeypatch) -> None:
+    """One settle a second, so which verdict was given longest ago is never a tie."""
+    start = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
+    ticks = itertools.count()
+    monkeypatch.setattr(review, "now_utc", lambda: start + timedelta(seconds=next(ticks)))
+
+
+def test_settled_items_are_trimmed_only_to_make_room_for_settled_ones(monkeypatch, store):
+    _ticking(monkeypatch)
+    monkeypatch.setattr(review, "MAX_SETTLED", 2)
+    for _ in range(4):
         add(store)
-    review.settle(store, "2", confirm=True)
-    review.settle(store, "3", correction="no")
-    review.settle(store, "5", confirm=True)
-    add(store)  # 6 items: the oldest settled one (2) goes
-    assert [i["id"] for i in review.items(store, include_settled=True)] == ["1", "3", "4", "5", "6"]
-    add(store)
-    add(store)  # 3 and then 5 go
-    assert [i["id"] for i in review.items(store, include_settled=True)] == ["1", "4", "6", "7", "8"]
-    add(store)  # nothing settled left: every pending item is kept, over the bound
-    assert [i["id"] for i in review.items(store)] == ["1", "4", "6", "7", "8", "9"]
-    assert store.get(keys.REVIEW_COUNTER) == "9"
+    review.settle(store, "3", confirm=True)
+    review.settle(store, "1", correction="no")
+    for _ in range(30):  # a flood of pending runs pushes out none of the verdicts
+        add(store, session_id="8-flood")
+    assert [i["id"] for i in review.items(store, include_settled=True)][:4] == ["1", "2", "3", "4"]
+    review.settle(store, "2", confirm=True)  # three settled: the one settled longest ago (3) goes
+    kept = {i["id"]: i["status"] for i in review.items(store, include_settled=True) if i["status"] != "pending"}
+    assert kept == {"1": "corrected", "2": "confirmed"}
+    assert len(review.items(store)) == 31  # a pending item is never dropped
+
+
+def test_a_session_queues_no_more_than_its_cap_of_pending_items(store):
+    first, second, third = [add(store, max_per_session=2, session_id="9-a") for _ in range(3)]
+    assert first and second and third is None  # nothing written for the third
+    assert review.pending_of(store, "9-a") == 2 and store.get(keys.REVIEW_COUNTER) == "2"
+    assert add(store, max_per_session=2, session_id="9-b") is not None  # another session has its own
+    review.settle(store, "1", confirm=True)
+    assert add(store, max_per_session=2, session_id="9-a") is not None  # one settled: room again
+
+
+QUEUE_OR_SETTLE = st_.lists(st_.one_of(st_.tuples(st_.just("queue"), st_.sampled_from(["1-a", "2-b", "3-c"])),
+                                       st_.tuples(st_.just("settle"), st_.integers(min_value=0, max_value=50))),
+                            max_size=60)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=QUEUE_OR_SETTLE, cap=st_.integers(min_value=0, max_value=4),
+       kept=st_.integers(min_value=1, max_value=5))
+def test_no_interleaving_of_queueing_and_settling_loses_a_verdict_or_passes_the_cap(tmp_path, monkeypatch,
+                                                                                   ops, cap, kept):
+    _ticking(monkeypatch)
+    monkeypatch.setattr(review, "MAX_SETTLED", kept)
+    with open_store(f"sqlite:///{tmp_path / f'{uuid.uuid4().hex}.db'}") as s:
+        verdicts: list[str] = []  # ids in the order they were settled
+        for op, arg in ops:
+            before = {i["id"]: i for i in review.items(s, include_settled=True) if i["status"] != "pending"}
+            if op == "queue":
+                add(s, session_id=arg, max_per_session=cap)
+                after = {i["id"]: i for i in review.items(s, include_settled=True) if i["status"] != "pending"}
+                assert after == before  # queueing never trims, nor touches, a verdict
+            else:
+                pending = review.items(s)
+                if not pending:
+                    continue
+                item = pending[arg % len(pending)]
+                review.settle(s, item["id"], confirm=arg % 2 == 0, correction=None if arg % 2 == 0 else "no")
+                verdicts.append(item["id"])
+            settled = {i["id"] for i in review.items(s, include_settled=True) if i["status"] != "pending"}
+            assert settled == set(verdicts[-kept:])  # the newest verdicts, and only past the bound does one go
+            for sid in ("1-a", "2-b", "3-c"):
+                assert review.pending_of(s, sid) <= cap
 
 
 def test_tool_records_count_each_verdict_and_keep_the_last_corrections(store, tmp_path, monkeypatch):
-    start = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
-    ticks = iter(range(1000))
-    monkeypatch.setattr(review, "now_utc", lambda: start + timedelta(seconds=next(ticks)))  # one settle a second
+    _ticking(monkeypatch)
     for n in range(5):
         add(store, tool="send_telegram", input={"n": n})
     add(store, tool="web_fetch")

@@ -61,6 +61,7 @@ FATAL_ERROR = "fatal_error"
 CONTEXT = "context"
 TOOL_WOULD_DO = "tool_would_do"  # a tool call not made (a dry run, or a tool in manual mode), with its input
 REVIEW_QUEUED = "review_queued"  # a supervised tool ran; its run waits in the review inbox
+REVIEW_DROPPED = "review_dropped"  # a supervised run not run: its session queued all the review it may
 REFLEX_FIRED = "reflex_fired"
 REFLEX_SUPPRESSED = "reflex_suppressed"  # a reflex whose condition held, held back by its cooldown
 REFLEX_FAILED = "reflex_failed"  # a reflex's tool is missing or failed: the wake goes on to orient

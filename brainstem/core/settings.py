@@ -107,6 +107,9 @@ class Settings(BaseSettings):
                                   description="Bytes one tool call may write to the store")
     session_write_quota: int = Field(50 * 1024 * 1024, ge=0, validation_alias="BRAINSTEM_SESSION_WRITE_QUOTA",
                                      description="Bytes all tool calls of one session may write to the store")
+    review_max_per_session: int = Field(20, ge=0, validation_alias="BRAINSTEM_REVIEW_MAX_PER_SESSION",
+                                        description="Runs of supervised tools one session may queue for review; "
+                                                    "past it a supervised run is not run (review_dropped)")
     sandbox_pool: int = Field(4, ge=0, le=64, validation_alias="BRAINSTEM_SANDBOX_POOL",
                               description="Sandbox workers kept forked and locked down, ready for a session's next "
                                           "tool call (each still runs one call only); 0 forks each when its call "

@@ -9,7 +9,8 @@ the step's result. Otherwise every call is checked (a tool that was not
 offered, arguments that are not JSON or do not fit the schema: the model is
 told, the tool does not run) and run in the sandbox under its mode and
 grants, several at once when the model asked for several; each result goes
-back as a ``tool`` message, wrapped as untrusted text. After ``max_turns``
+back as a ``tool`` message, wrapped as untrusted text, and so does an error
+that quotes the model's arguments (:func:`as_data`). After ``max_turns``
 tool rounds, or once the session is down to its last tenth of cost or time,
 one last call with ``tool_choice: "none"`` asks for the answer.
 
@@ -41,6 +42,8 @@ NOT_RUN = {
     "dry_run": ("This is a dry run: the tool was not run and nothing reached the world. Treat this as a "
                 "stand-in result; anything you conclude from it is hypothetical."),
     "manual": "The tool was not run: it is in manual mode, so only the operator may run it.",
+    "review_dropped": ("The tool was not run: it is supervised, and this session has queued as many runs "
+                       "for the operator's review as it may."),
 }
 
 
@@ -141,20 +144,27 @@ def _run_calls(session, tools: dict[str, Offered], calls: list[dict], sid: str) 
 def _run_call(session, tools: dict[str, Offered], call: dict, sid: str) -> tuple[str, Any]:
     name = call["name"]
     offered = tools.get(name)
+    cap = session.defaults.execution.max_result_chars
     if offered is None:
         error = f"tool {name!r} is not offered in this step (offered: {', '.join(tools)})"
         session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name[:200], call_id=call["id"], error=error)
-        return f"Error: {error}. Nothing was run.", None
+        return "Error: that call was not run. What was wrong:\n" + as_data(error, name, cap), None
     args, error = check_arguments(offered.schema, call["arguments"])
     if error is not None:
         session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name, call_id=call["id"], error=error,
                        arguments=call["arguments"][:500])
-        return f"Error: {error}. The tool was not run; call it again with corrected arguments.", None
+        return ("Error: the tool was not run; call it again with corrected arguments. What was wrong:\n"
+                + as_data(error, name, cap)), None
     outcome = session.run_tool(name, args, step_id=sid)
     if outcome.not_run is not None:
         return NOT_RUN.get(outcome.not_run, f"The tool was not run ({outcome.not_run})."), None
-    value = outcome.value
-    cap = session.defaults.execution.max_result_chars
     if not outcome.ok:
-        return "The tool failed. " + Untrusted(capped(outcome.error or "failed", cap), f"tool:{name}").text(), outcome
-    return Untrusted(capped(value, cap), f"tool:{name}").text(), outcome
+        return "The tool failed. " + as_data(outcome.error or "failed", name, cap), outcome
+    return as_data(outcome.value, name, cap), outcome
+
+
+def as_data(value: Any, tool: str, cap: int) -> str:
+    """What the model is shown of a call to ``tool`` that is not the runtime's own words: the tool's
+    result or error, and an error that quotes the model's own arguments back (a name, a value that did
+    not fit). Capped, sanitised and wrapped as untrusted text, all of it by this one function."""
+    return Untrusted(capped(value, cap), f"tool:{tool}").text()

@@ -56,6 +56,8 @@ class Session:
     # orient call that showed them: only then does the end of the session mark them read.
     inbox_ids: list[int] = field(default_factory=list)
     inbox_answered: bool = False
+    reviews_queued: int = 0  # runs of supervised tools this session has let through for review
+    _review_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.karma.record(event, **fields)
@@ -63,19 +65,36 @@ class Session:
     def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
         left_ms = int(self.budget.time_left() * 1000)
 
+        cap = self.settings.review_max_per_session
+
         def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
             from brainstem.core import events
             from brainstem.state import review
 
             item = review.add(self.store, tool=name, session_id=self.id, step_id=step_id,
-                              input=self.karma.redact(args), ok=outcome.ok,
-                              result=self.karma.redact(outcome.value), error=self.karma.redact(outcome.error))
-            self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
+                              input=self.karma.redact(args), ok=outcome.ok, result=self.karma.redact(outcome.value),
+                              error=self.karma.redact(outcome.error), max_per_session=cap)
+            if item is None:  # only this session queues its items: not reached while review_room() counts
+                self.record(events.REVIEW_DROPPED, tool=name, step_id=step_id, reason="the review inbox is full")
+            else:
+                self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
         return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
                         policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
                         on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
-                        on_supervised=supervised, floors=self.settings.mode_floors())
+                        on_supervised=supervised, review_room=self.review_room,
+                        floors=self.settings.mode_floors())
+
+    def review_room(self) -> str | None:
+        """Why another supervised run may not be queued for review (None: it may, and is counted now, so
+        runs side by side in an agent step cannot pass the cap together)."""
+        cap = self.settings.review_max_per_session
+        with self._review_lock:
+            if self.reviews_queued >= cap:
+                return (f"this session has queued {cap} runs for review, as many as "
+                        f"BRAINSTEM_REVIEW_MAX_PER_SESSION allows")
+            self.reviews_queued += 1
+        return None
 
     def policy(self) -> ToolPolicy:
         if self.tool_policy is None:

@@ -5,7 +5,8 @@ closing it does not record it twice) and shows orient what it was doing when it
 died: its breadcrumb and the capped tail of its karma, marked untrusted (it
 holds what tools returned). A session that lost its store and left a note on
 local disk (:mod:`brainstem.store.unrecorded`) is closed with the outcome the note
-names, not as a crash.
+names, not as a crash; a note about a session that a wake on another host closed
+first is swept by the next wake here (:func:`sweep_notes`).
 """
 
 from __future__ import annotations
@@ -88,3 +89,11 @@ def close_dead(store: Store, crumb: dict, detected_by: str,
             or (closed is None and crumb.get("id") is None)):
         return data
     return None
+
+
+def sweep_notes(store: Store) -> list[str]:
+    """Delete this host's notes about sessions of ``store`` that are closed. Every close, on any host,
+    clears or replaces the breadcrumb, so only the session the breadcrumb names can still use its note;
+    the others' notes would stay on disk for ever. Returns the sessions whose notes went."""
+    crumb = karma_mod.unfinished_session(store)
+    return unrecorded.sweep(store.display_url, keep=crumb.get("id") if crumb else None)

@@ -155,7 +155,7 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
                    load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
     # The agent's orient prompt and config change through the replay gate, from any reflection.
     if out.kv_operations and not (_touches(out.kv_operations, GATED_KEYS)
-                                  and replay_gate(session, out.kv_operations, None, None)):
+                                  and replay_gate(session, out.kv_operations, None, None, "reflect")):
         _apply_operations(session, out.kv_operations, "reflect")
     if out.model_details_updates:
         apply_model_details(session, out.model_details_updates, "reflect")
@@ -313,7 +313,8 @@ def _touches(ops: Any, names: tuple[str, ...]) -> bool:
                                          for op in ops)
 
 
-def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None) -> str | None:
+def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str | None,
+                source: str = "deep_reflect") -> str | None:
     """Replay recent clean sessions against the orient prompt and config a reflection proposes (its own
     fields, or ``kv_operations`` putting or renaming into those keys), before any of it applies. Returns
     why the change is refused, or None.
@@ -323,9 +324,11 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     under which a session that planned before no longer gets a usable plan (its orient model unknown,
     the plan cut off by a smaller ``max_output_tokens``, no money left to plan with), or that ends a
     session in error, is refused whole; so is a config that lowers ``replay_gate_sessions`` (the agent
-    may not switch its own check off; the operator may, with ``brainstem kv put``). Either way the
-    result is recorded (``replay_gate`` in karma and ``stats:replay_gate``), and the next deep reflection
-    is shown it."""
+    may not switch its own check off; the operator may, with ``brainstem kv put``). The gate fails
+    closed: a change it could not replay (less than ``GATE_MIN_SECONDS`` of the session left, an error)
+    is refused too. Either way the result is recorded (``replay_gate`` in karma and
+    ``stats:replay_gate``; a refusal as ``kv_operations_rejected``, its reason starting
+    ``replay_gate``), and the next deep reflection is shown it."""
     from brainstem.state.guarded import check_value
     from brainstem.store.base import encode
 
@@ -341,25 +344,38 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
         return None
     for key, text in staged.items():
         try:
-            check_value(session.store, key, text, agent=True)  # the gate itself may not be lowered
+            check_value(session.store, key, text)  # the gate itself may not be lowered
         except KVWriteRefused as exc:
             session.record(events.CONFIG_REJECTED, key=key, source="reflection", reason=str(exc))
             return str(exc)
     if n <= 0:
         return None
-    if session.check_change is None:  # fail closed: a session built without its gate applies no such change
-        return "no replay gate in this session"
-    # Within this session's own time (and its lock): never more than half of what is left.
-    report = session.check_change(session.settings, session.store, staged, n, exclude=session.id,
-                                 time_left=session.budget.time_left)
+    report = _replayed(session, staged, n)
     session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
                    refused=report["refused"])
     session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": now_iso(ms=True)})
     if report["refused"]:
+        session.record(events.KV_OPERATIONS_REJECTED, source=source, reason=f"replay_gate: {report['refused']}",
+                       keys=report["keys"], operations=kv_operations if _touches(kv_operations, GATED_KEYS) else None)
         for key in report["keys"]:
-            session.record(events.CONFIG_REJECTED, key=key, source="deep_reflect",
+            session.record(events.CONFIG_REJECTED, key=key, source=source,
                            reason=f"refused by the replay gate: {report['refused']}")
     return report["refused"]
+
+
+def _replayed(session, staged: dict[str, str], n: int) -> dict:
+    """The gate's report on ``staged``. A report it could not make (no gate in this session, an error
+    while replaying) refuses the change: what was not replayed is not applied."""
+    report: dict[str, Any] = {"keys": sorted(staged), "replayed": [], "skipped": 0, "refused": None}
+    if session.check_change is None:
+        return {**report, "refused": "no replay gate in this session"}
+    try:
+        # Within this session's own time (reflection's reserve included; its lock held): the gate never
+        # takes more than half of what is left for one replay, and refuses with too little left.
+        return session.check_change(session.settings, session.store, staged, n, exclude=session.id,
+                                    time_left=lambda: session.budget.time_left(use_reserve=True))
+    except Exception as exc:  # whatever broke, the change stays unjudged: refused, never applied
+        return {**report, "refused": f"the replay failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def apply_model_details(session, updates: dict, source: str) -> bool:

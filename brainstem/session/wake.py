@@ -38,7 +38,7 @@ from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
 from brainstem.sandbox import pool
 from brainstem.session.build import agent_view, build_session, check_ready, make_budget
-from brainstem.session.crash import close_dead
+from brainstem.session.crash import close_dead, sweep_notes
 from brainstem.session.cycle import Course, check_reflexes, max_effort, think
 from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, note_store_lost
 from brainstem.session.gate import check_change
@@ -184,6 +184,8 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     sid = sid or f"{number}-{uuid.uuid4().hex[:6]}"
     crash = None
     problems: list[str] = []  # recorded as config_rejected once the session's karma begins
+    if not dry:
+        sweep_notes(store)  # notes here about sessions a wake on another host closed
     if crumb is not None:
         crash = close_dead(store, crumb, detected_by=sid, on_reject=problems.append)
         if crash is None:

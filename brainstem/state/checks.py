@@ -1,4 +1,5 @@
-"""What an operator's write of a ``config:*`` or ``prompt:*`` key must be, checked before it is stored.
+"""What a write of a ``config:*`` or ``prompt:*`` key must be, checked before it is stored: the
+operator's (``brainstem kv put``) and the agent's (:mod:`brainstem.state.guarded`) call this one check.
 
 The runtime reads these keys on every wake. A broken one does not stop the agent (``config.py``
 falls back to the last valid version or the built-in defaults), but it silently changes what the

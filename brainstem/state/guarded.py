@@ -10,6 +10,8 @@ prompt and config updates) passes through :class:`AgentKV`:
 * a key with control characters, surrounding spaces or empty ``:`` segments is refused;
 * a key of another agent sharing the store is refused (the store view says
   whose it is, :meth:`Store.check_writable`), before anything is written;
+* a ``config:*`` or ``prompt:*`` value passes the check ``brainstem kv put`` makes
+  (:mod:`brainstem.state.checks`), without its ``--force``;
 * a ``kv_operations`` batch is validated whole before anything is written:
   one bad operation rejects the batch, and the reason is recorded;
 * a privileged write (``config:*``, ``prompt:*``, ``tool:*``, ``provider:*``,
@@ -69,44 +71,38 @@ def check_agent_writable(key: Any) -> str:
     return key
 
 
-def check_value(store: Store, key: str, text: str | None, *, agent: bool) -> None:
-    """What the runtime checks of a value whatever path writes it (put, rename, copy, a batch): a
-    config the runtime reads must be valid, and a limit that governs the agent may not be loosened.
+def check_value(store: Store, key: str, text: str | None) -> None:
+    """What the runtime checks of a value the agent writes, whatever path writes it (put, rename, copy,
+    a batch; a plan, a reflection, a tool): :class:`KVWriteRefused` naming the field, else None.
 
-    ``config:reflexes`` is rules or nothing. For the agent (``agent``), ``config:defaults`` and
-    ``config:models`` must validate, and ``config:defaults`` may not lower
-    ``deep_reflect.replay_gate_sessions`` below what is stored, by a put or by going away (``text``
-    None: its defaults apply then)."""
-    if text is None and (not agent or key != keys.CONFIG_DEFAULTS):
-        return
-    if key == keys.CONFIG_REFLEXES:
-        from brainstem.state.reflexes import ReflexError, parse_text
+    A ``config:*`` or ``prompt:*`` value must pass the very check ``brainstem kv put`` makes
+    (:func:`brainstem.state.checks.check_value`: one function for both writers). One rule is the
+    agent's alone: ``config:defaults`` may not lower ``deep_reflect.replay_gate_sessions`` below what
+    is stored, by a put or by going away (``text`` None: its defaults apply then)."""
+    from brainstem.state.checks import check_value as problem_with
 
-        try:
-            parse_text(text)
-        except ReflexError as exc:
-            raise KVWriteRefused(str(exc)) from None
-    elif agent and key in (keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS):
-        from pydantic import ValidationError
+    if text is not None:
+        problem = problem_with(key, text)
+        if problem is not None:
+            raise KVWriteRefused(problem)
+    if key == keys.CONFIG_DEFAULTS:
+        _gate_not_lowered(store, text)
 
-        from brainstem.state.config import Defaults, Models
 
-        model = Defaults if key == keys.CONFIG_DEFAULTS else Models
-        try:
-            new = model() if text is None else model.model_validate_json(text)
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(map(str, e["loc"])) or "the value"
-            raise KVWriteRefused(f"{key} is invalid: {where}: {e['msg']}") from None
-        if key == keys.CONFIG_DEFAULTS:
-            try:
-                current = Defaults.model_validate_json(store.get(key) or "{}")
-            except (ValidationError, ValueError):
-                current = Defaults()
-            gate, staged = current.deep_reflect.replay_gate_sessions, new.deep_reflect.replay_gate_sessions
-            if staged < gate:
-                raise KVWriteRefused(f"deep_reflect.replay_gate_sessions may not be lowered by the agent "
-                                     f"({gate} -> {staged}); the operator can: brainstem kv put config:defaults")
+def _gate_not_lowered(store: Store, text: str | None) -> None:
+    from pydantic import ValidationError
+
+    from brainstem.state.config import Defaults
+
+    try:
+        current = Defaults.model_validate_json(store.get(keys.CONFIG_DEFAULTS) or "{}")
+    except (ValidationError, ValueError):
+        current = Defaults()
+    new = Defaults() if text is None else Defaults.model_validate_json(text)  # checked above
+    gate, staged = current.deep_reflect.replay_gate_sessions, new.deep_reflect.replay_gate_sessions
+    if staged < gate:
+        raise KVWriteRefused(f"deep_reflect.replay_gate_sessions may not be lowered by the agent "
+                             f"({gate} -> {staged}); the operator can: brainstem kv put config:defaults")
 
 
 # --- kv_operations: the canonical batch format ---
@@ -192,7 +188,7 @@ class AgentKV:
         key = self._writable(key)
         if text is not None and len(text.encode()) > MAX_VALUE_BYTES:
             raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
-        check_value(self.store, key, text, agent=True)
+        check_value(self.store, key, text)
         return key
 
     def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None]]:

@@ -7,9 +7,13 @@ and deep reflection reads each tool's record (:func:`tool_records`), so the
 agent promotes or demotes a tool on evidence rather than on its own opinion.
 
 Items live at ``review:{id}``, runtime-owned: the agent's guarded view refuses
-writes there, so the agent can never settle its own runs. The inbox is bounded:
-past :data:`MAX_ITEMS`, the oldest settled items are dropped; a pending item is
-never dropped.
+writes there, so the agent can never settle its own runs. The inbox is bounded
+two ways, neither at the expense of the other: a session queues at most
+``BRAINSTEM_REVIEW_MAX_PER_SESSION`` pending items (past it the run is not
+run, see :mod:`brainstem.session.build`), and past :data:`MAX_SETTLED`
+settled items the ones settled longest ago are dropped. Queueing never drops a
+settled item: the operator's verdicts are not trimmed to make room for runs
+waiting for one, and a pending item is never dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import BadArgument, NotFound, one_line
 from brainstem.store.base import Store
 
-MAX_ITEMS = 1000  # items kept; past this, the oldest settled ones are dropped
+MAX_SETTLED = 1000  # settled items kept; past this, the ones settled longest ago are dropped
 MAX_FIELD_CHARS = 4000  # the JSON text of an item's input or result, and its error
 MAX_CORRECTION_CHARS = 4000
 
@@ -83,31 +87,35 @@ def _read(store: Store, key: str) -> dict | None:
 
 
 def add(store: Store, *, tool: str, session_id: str | None, step_id: str | None, input: Any, ok: bool,
-        result: Any, error: str | None) -> dict:
-    """Record one run of a supervised tool as a pending review item, and return the item.
+        result: Any, error: str | None, max_per_session: int | None = None) -> dict | None:
+    """Record one run of a supervised tool as a pending review item, and return the item; None (nothing
+    written) when ``session_id`` already has ``max_per_session`` items pending.
 
     ``input`` and ``result`` are kept as JSON, cut to :data:`MAX_FIELD_CHARS` characters of JSON text
-    when longer. Past :data:`MAX_ITEMS` items, the oldest settled ones are dropped.
+    when longer. Nothing is dropped to make room: the settled items stay as they are.
     """
+    if max_per_session is not None and pending_of(store, session_id) >= max_per_session:
+        return None
     item_id = str(store.incr(keys.REVIEW_COUNTER))
     item = {"id": item_id, "tool": tool, "session_id": session_id, "step_id": step_id, "input": _capped(input),
             "ok": bool(ok), "result": _capped(result), "error": _cap_text(error), "status": PENDING,
             "created_at": iso(now_utc(), ms=True)}
     store.put(keys.review_item(item_id), item)
-    _prune(store)
     return item
 
 
+def pending_of(store: Store, session_id: str | None) -> int:
+    """How many of ``session_id``'s items wait for a verdict."""
+    return sum(1 for item in items(store) if item.get("session_id") == session_id)
+
+
 def _prune(store: Store) -> None:
-    """Drop the oldest settled items while more than :data:`MAX_ITEMS` are kept; pending ones stay."""
-    count = len(_item_keys(store))
-    if count <= MAX_ITEMS:
-        return
-    for item in items(store, include_settled=True):
-        if count <= MAX_ITEMS:
-            break
-        if item.get("status") != PENDING and store.delete(keys.review_item(item["id"])):
-            count -= 1
+    """Drop the items settled longest ago while more than :data:`MAX_SETTLED` are kept (never the verdict
+    just given); pending ones stay, and do not count."""
+    settled = sorted((item for item in items(store, include_settled=True) if item.get("status") != PENDING),
+                     key=lambda item: (str(item.get("settled_at") or ""), int(item["id"])))
+    for item in settled[:max(0, len(settled) - MAX_SETTLED)]:
+        store.delete(keys.review_item(item["id"]))
 
 
 def items(store: Store, include_settled: bool = False) -> list[dict]:
@@ -162,6 +170,7 @@ def settle(store: Store, item_id: str, *, confirm: bool = False, correction: str
     item.update(status=CONFIRMED if confirm else CORRECTED, correction=None if confirm else correction.strip(),
                 settled_at=iso(now_utc(), ms=True))
     store.put(keys.review_item(item["id"]), item)
+    _prune(store)
     return item
 
 

@@ -11,7 +11,9 @@ records the end the note names. A wake on another host, which cannot see the
 note, still records ``crashed``.
 
 Notes are tiny, owner-only, keyed by the store and agent, and deleted once the
-end is recorded. A note that cannot be written is no worse than none.
+end is recorded: by the wake that records it, or, when a wake on another host
+closed the session first, by the next wake here (:func:`sweep`). A note that
+cannot be written is no worse than none.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ def _dir() -> Path:
     return environment.state_home() / "brainstem" / "unrecorded"
 
 
+def _agent(store_id: str) -> str:
+    return hashlib.sha256(store_id.encode("utf-8")).hexdigest()[:16]
+
+
 def _path(store_id: str, session_id: str) -> Path:
-    agent = hashlib.sha256(store_id.encode("utf-8")).hexdigest()[:16]
     safe = "".join(c for c in session_id if c.isalnum() or c == "-")[:64]
-    return _dir() / f"{agent}-{safe}.json"
+    return _dir() / f"{_agent(store_id)}-{safe}.json"
 
 
 def remember(store_id: str, session_id: str, outcome: str, reason: str | None) -> bool:
@@ -66,3 +71,23 @@ def forget(store_id: str, session_id: str) -> None:
         _path(store_id, session_id).unlink()
     except OSError:
         pass
+
+
+def sweep(store_id: str, keep: str | None) -> list[str]:
+    """Delete this store's notes but the one for session ``keep`` (the session the store still has to
+    close, if any); returns the sessions whose notes went. Every other session of the store is closed
+    already, by a wake on any host, so no wake will ever read its note."""
+    try:
+        paths = sorted(_dir().glob(f"{_agent(store_id)}-*.json"))
+    except OSError:
+        return []
+    swept = []
+    for p in paths:
+        if keep is not None and p == _path(store_id, keep):
+            continue
+        try:
+            p.unlink()
+        except OSError:
+            continue
+        swept.append(p.stem[len(_agent(store_id)) + 1:])
+    return swept

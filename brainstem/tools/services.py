@@ -401,11 +401,13 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
              policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
              on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
              on_supervised: Callable[[ToolOutcome], None] | None = None,
+             review_room: Callable[[], str | None] | None = None,
              floors: Mapping[str, str] | None = None) -> ToolOutcome:
     """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
 
     With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
-    ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run.
+    ``tool_would_do`` entry instead), ``supervised`` runs and ``on_supervised`` is told of the run,
+    unless ``review_room()`` says why there is no room to review it (then ``review_dropped``, not run).
     ``floors`` (the operator's ``BRAINSTEM_TOOL_MODES``) give the least supervision it gets, whatever its
     meta says, decided on the very bytes that run (see :mod:`brainstem.state.approval`). ``dry_run``
     runs nothing at all. An operator's own ``brainstem tool run`` runs whatever the mode.
@@ -430,6 +432,10 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
                mode_floor=mode_floor if floored and not_run == "manual" else None)
         return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False,
                            not_run=not_run)
+    why = review_room() if enforce_mode and mode == "supervised" and review_room is not None else None
+    if why is not None:
+        record(events.REVIEW_DROPPED, tool=name, step_id=step_id, attempt=attempt, input=args, reason=why)
+        return ToolOutcome(ok=False, error=f"not run: {why}", retryable=False, not_run="review_dropped")
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     try:
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)

@@ -8,7 +8,7 @@ import json
 import click
 
 from brainstem.core import keys
-from brainstem.core.errors import BadArgument, BrainstemError, KVWriteRefused, MalformedValue, NotFound, NotText
+from brainstem.core.errors import BadArgument, BrainstemError, MalformedValue, NotFound, NotText
 from brainstem.operator.commands.context import Ctx, pass_ctx
 from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, table
 
@@ -79,7 +79,7 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
       brainstem kv put prompt:orient --file orient.md --force   # store it despite the check
     """
     from brainstem.state.checks import check_value as problem_with
-    from brainstem.state.guarded import check_key, check_value
+    from brainstem.state.guarded import check_key
 
     if (value is None) == (file_ is None):
         raise click.UsageError("give exactly one of VALUE or --file")
@@ -97,11 +97,6 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
         tail = ("config:reflexes is rules or nothing, even with --force" if key == keys.CONFIG_REFLEXES
                 else "--force stores it anyway")
         raise BadArgument(f"{problem} (nothing written; {tail})")
-    try:
-        check_value(c.store, key, text, agent=False)  # config:reflexes: rules or nothing, even with --force
-    except KVWriteRefused as exc:
-        raise BadArgument(f"{problem or exc} (nothing written; config:reflexes is rules or nothing, even with "
-                          f"--force)") from None
     from brainstem.state.versions import record_write
 
     old = _previous(c.store, key)
