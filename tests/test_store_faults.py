@@ -309,7 +309,7 @@ def _small_tmpfs(size: str):
 
 @pytest.fixture
 def full_disk():
-    yield from _small_tmpfs("400k")
+    yield from _small_tmpfs("1m")  # room for a seeded store (its code and the approval of each), no more
 
 
 @pytest.fixture
