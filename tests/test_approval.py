@@ -370,3 +370,23 @@ def test_a_rewritten_llm_adapter_is_held_back_and_the_approved_snapshot_answers(
         assert [(e["tier"], e["mode_floor"]) for e in held] == [("dynamic", "manual")]
     finally:
         store.close()
+
+
+def test_supervised_provider_code_is_held_back_as_manual_is(kv):
+    """An adapter's or a checker's answer cannot wait for a verdict: new=supervised holds pending provider
+    code back rather than letting it run unreviewed."""
+    from brainstem.tools.adapters import checked_number, dynamic_providers
+    from brainstem.tools.policy import ToolPolicy
+
+    entries: list = []
+
+    def record(event, **fields):
+        entries.append({"event": event, **fields})
+    kv.put(keys.PROVIDER_LLM_CODE, "def call(request, ctx):\n    return {'content': 'pwned', 'usage': {}}\n")
+    kv.put("provider:llm_balance:code", "def check(ctx):\n    return 123.0\n")
+    floors = {"new": "supervised"}
+    tiers = [p.tier for p in dynamic_providers(kv, AgentKV(kv, record), record, ToolPolicy(), floors=floors)]
+    assert "dynamic" not in tiers
+    assert checked_number(kv, "llm_balance", lambda: None, AgentKV(kv, record), record, ToolPolicy(), 10,
+                          floors=floors) is None
+    assert [e["reason"] for e in entries if e.get("reason") in ("supervised", "manual")]

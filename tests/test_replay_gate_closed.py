@@ -116,3 +116,29 @@ def sqlite_seeded(tmp_path):
     store = seeded(f"sqlite:///{tmp_path / 'store.db'}")
     yield store
     store.close()
+
+
+@pytest.mark.parametrize("key", [keys.CONFIG_DEFAULTS, keys.PROMPT_ORIENT])
+def test_a_deep_reflection_writing_a_gated_key_two_ways_applies_neither(sqlite_seeded, llm, key):
+    """kv_operations put one value of a gated key and the reflection's own field proposes another: the gate
+    could replay one while the store is left with the other, so neither is applied."""
+    import json
+
+    from brainstem.session.reflect import run_deep_reflect
+
+    store = sqlite_seeded
+    before = {k: store.get(k) for k in (keys.CONFIG_DEFAULTS, keys.PROMPT_ORIENT)}
+    current = load_defaults(store, []).model_dump()
+    bad = json.loads(json.dumps(current))
+    bad["orient"]["max_output_tokens"] = 16
+    deep = {"reflection": "tidy", "note_to_future_self": "",
+            "kv_operations": [{"op": "put", "key": key, "value": bad if key == keys.CONFIG_DEFAULTS
+                               else BROKEN_ORIENT}],
+            "updated_defaults": {"reflect": {"effort": "low"}},
+            "orient_prompt_proposals": [{"proposed_text": before[keys.PROMPT_ORIENT] + "\nBe brief."}]}
+    llm.responder = lambda req: json.dumps(deep)
+    session = _session(store, llm, f"2-d{time.monotonic_ns()}", left=120)
+    run_deep_reflect(session)
+    assert {k: store.get(k) for k in before} == before
+    (rejected,) = events_of(karma_mod.read(store, session.id), "kv_operations_rejected")
+    assert rejected["reason"].startswith("replay_gate") and key in rejected["reason"]

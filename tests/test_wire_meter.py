@@ -306,3 +306,33 @@ def test_a_bill_above_its_reservation_is_booked_recorded_and_ends_the_code(tool_
     assert daily_spent(store) == pytest.approx(0.75)  # booked as billed, never less
     (line,) = [ln for ln in r.stderr.splitlines() if "spend_overrun" in ln and "cost=" in ln]
     assert "cost=0.75" in line and "worst_case=" in line
+
+
+SPELLINGS = '''
+def execute(args, ctx):
+    out = {}
+    for host in args["hosts"]:
+        url = "http://" + host + ":" + str(args["port"]) + args["path"]
+        try:
+            out[host] = ctx.fetch(url, method="POST", json=args["body"])["status"]
+        except Exception as e:
+            out[host] = "refused" if "refused" in str(e) else str(e)
+    return out
+'''
+
+
+def test_another_spelling_of_a_local_llm_host_is_metered_as_the_llm_host(tool_env, llm):
+    """A local LLM endpoint needs no key per request (a proxy holding the upstream key), so the meter
+    cannot rely on the key: every spelling that reaches its address and port is the LLM host."""
+    store, env = tool_env
+    store.put(keys.tool_code("spell"), SPELLINGS)
+    store.put(keys.tool_meta("spell"), json.dumps({}))
+    port = int(llm.base_url.split(":")[2].split("/")[0])
+    body = {"model": "haiku", "stream": True, "n": 8, "max_tokens": 1000000, "messages": [{"role": "user",
+                                                                                          "content": "hi"}]}
+    hosts = ["127.0.0.1", "localhost", "127.1", "0x7f.0.0.1"]
+    r = run_cli("tool", "run", "spell", "--input", json.dumps({
+        "hosts": hosts, "port": port, "path": "/api/v1/chat/completions", "body": body}), env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == dict.fromkeys(hosts, "refused")
+    assert llm.requests == []

@@ -306,7 +306,8 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
           env: Mapping[str, str] | None = None, public: Mapping[str, str | None] | None = None,
           withheld: Collection[str] = ()) -> Grants:
     """What ``tool`` may hold, given what its meta asks for and what the operator bound. A value in
-    ``withheld`` (see :data:`NEVER_GRANTED`) is never granted, whatever name or binding it comes by.
+    ``withheld`` (see :data:`NEVER_GRANTED`) is never granted from the environment, whatever name or binding it
+    comes by.
 
     Each name asked for and not granted is a ``secret_not_granted`` karma entry; the tool still runs.
     """
@@ -353,9 +354,8 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
         if not value:
             refuse(label, "no such key")
             continue
-        if value in withheld:
-            refuse(label, WITHHELD_REASON)
-            continue
+        # No value check here: the agent writes secret:* keys, so granting one or not by whether its value is
+        # the bot token would answer a guess of the token. The operator's own bindings are checked at start.
         if any(g.name == name for g in out.secrets) or name in out.public:
             refuse(label, f"{name} is already granted from the environment")
             continue

@@ -89,6 +89,7 @@ class WireMeter:
         self.on_cost = on_cost
         self.on_anomaly = on_anomaly
         self._call: dict | None = None  # the chokepoint's adapter call in progress
+        self._addresses: frozenset[str] | None = None
 
     # --- the chokepoint's side
     @contextmanager
@@ -102,13 +103,29 @@ class WireMeter:
             self._call = None
 
     # --- the fetch guard's side
-    def is_llm_host(self, host: str) -> bool:
-        return host == self.host
+    def local_addresses(self) -> frozenset[str]:
+        """The LLM host's addresses when they are loopback or private (a local proxy, say), so another
+        spelling of it (``localhost``, ``127.1``, ``0x7f.0.0.1``) is the LLM host too. A public host's
+        addresses are shared with other sites (a CDN), and its key is bound to its name: its name decides."""
+        if self._addresses is None:
+            import ipaddress
+            import socket
 
-    def applies(self, host: str, port: int, injected: list[str]) -> bool:
+            try:
+                infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+                found = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
+            except (OSError, ValueError, UnicodeError):
+                found = set()
+            self._addresses = frozenset(str(ip) for ip in found if ip.is_loopback or ip.is_private)
+        return self._addresses
+
+    def is_llm_host(self, host: str, ip: str | None = None) -> bool:
+        return host == self.host or (ip is not None and ip in self.local_addresses())
+
+    def applies(self, host: str, port: int, injected: list[str], ip: str | None = None) -> bool:
         from brainstem.core.secrets import LLM_KEY
 
-        return (host == self.host and port == self.port) or LLM_KEY in injected
+        return (self.is_llm_host(host, ip) and port == self.port) or LLM_KEY in injected
 
     def before(self, method: str, path: str, body: bytes | None, note: dict, query: str = "") -> bytes | None:
         """The body to send (``max_tokens`` set and clamped); :class:`MeterRefused` when it may not go."""

@@ -97,10 +97,17 @@ def _inflate(decoder, chunks):
         yield tail
 
 
+SEALED_ERROR = "fetch failed: the answer to a request that carried a secret {}; it is not handed over"
+
+
+def _encodings(response: httpx.Response) -> list[str]:
+    return [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")
+            if e.strip() and e.strip().lower() != "identity"]
+
+
 def _read_body(response: httpx.Response, max_bytes: int, deadline: float) -> tuple[bytes, bool]:
     """(the decoded body, truncated): read raw, decoded by us, capped *after* decoding."""
-    encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")
-                 if e.strip() and e.strip().lower() != "identity"]
+    encodings = _encodings(response)
     if len(encodings) > MAX_ENCODINGS:
         raise FetchError(f"response is encoded {len(encodings)} times (at most {MAX_ENCODINGS})")
     if response.is_stream_consumed:
@@ -168,12 +175,14 @@ def _decode(body: bytes, encoding: str | None) -> str:
 class Hop:
     """One request of a fetch, as a guard sees it (in the tool's own terms: placeholders, not values)."""
 
-    __slots__ = ("method", "scheme", "host", "port", "path", "url", "headers", "body", "body_kind", "note")
+    __slots__ = ("method", "scheme", "host", "ip", "port", "path", "url", "headers", "body", "body_kind", "note",
+                 "sealed")
 
     def __init__(self, method, target: Target, url: str, headers: dict, body, body_kind):
         self.method = method
         self.scheme = target.url.scheme
         self.host = normalise_host(target.host)
+        self.ip = target.ip  # the address checked and connected to, whatever the spelling of the host
         self.port = target.port
         self.path = target.url.path or "/"
         self.url = url
@@ -181,6 +190,11 @@ class Hop:
         self.body = body
         self.body_kind = body_kind
         self.note: dict = {}  # what the guard wants recorded about this hop
+        # Set by a guard that put a secret into this request. Its answer is then taken only as sent:
+        # uncompressed (a compressed size answers guesses about what was compressed with the secret), read as
+        # UTF-8 (a charset the server names would be a transformation of the echo), and whole (a cut through an
+        # echo leaves a piece too short to recognise). Otherwise the tool gets a fixed error, never the answer.
+        self.sealed = False
 
 
 class Guard:
@@ -306,6 +320,9 @@ def _send(client: httpx.Client, hop: Hop, target: Target, guard: Guard, deadline
           timed_out: Callable[[], FetchTimeout]) -> httpx.Response:
     """Send one hop, as the guard lets it go, to the address that was checked (never re-resolved)."""
     send_url, send_headers, send_body = guard.outgoing(hop)
+    if hop.sealed:
+        send_headers = {**{k: v for k, v in send_headers.items() if k.lower() != "accept-encoding"},
+                        "Accept-Encoding": "identity"}
     sent = httpx.URL(send_url)
     if normalise_host(sent.host) != hop.host or (sent.port or target.port) != target.port:
         raise EgressDenied("refused: the request's host changed after secrets were put in")
@@ -353,6 +370,9 @@ def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard
             deadline: float, timed_out: Callable[[], FetchTimeout]) -> dict:
     """The final response as the tool sees it: the body read within the deadline, decoded and
     capped, then through the guard."""
+    if hop.sealed and _encodings(response):
+        guard.incoming(hop, response.status_code, resp_headers, None, error="compressed")
+        raise FetchError(SEALED_ERROR.format("was compressed"))
     try:
         raw, truncated = _read_body(response, max_bytes, deadline)
     except (httpx.TimeoutException, FetchTimeout):
@@ -365,7 +385,10 @@ def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard
         guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
         raise
     hop.note["bytes"] = len(raw)
-    text = _decode(raw, response.charset_encoding)
+    if hop.sealed and truncated:
+        guard.incoming(hop, response.status_code, resp_headers, None, error="over the cap")
+        raise FetchError(SEALED_ERROR.format(f"passed the {max_bytes}-byte cap"))
+    text = _decode(raw, "utf-8" if hop.sealed else response.charset_encoding)
     resp_headers, text = guard.incoming(hop, response.status_code, resp_headers, text)
     parsed_json = None
     if not truncated and text and text.strip():

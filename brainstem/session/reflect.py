@@ -236,7 +236,13 @@ def run_deep_reflect(session) -> dict | None:
     merged = merged_defaults(session, out.updated_defaults) if out.updated_defaults else None
     proposed = next((p["proposed_text"] for p in out.orient_prompt_proposals or [] if isinstance(p, dict)
                      and isinstance(p.get("proposed_text"), str) and p["proposed_text"].strip()), None)
-    refused = replay_gate(session, out.kv_operations, merged, proposed)
+    both = [k for k, v in ((keys.CONFIG_DEFAULTS, merged), (keys.PROMPT_ORIENT, proposed))
+            if v is not None and _touches(out.kv_operations, (k,))]
+    if both:  # two values for one gated key: the gate could replay one and the store be left with the other
+        refused = f"replay_gate: {', '.join(both)} written twice (kv_operations and a proposal); nothing applied"
+        session.record(events.KV_OPERATIONS_REJECTED, source="deep_reflect", reason=refused)
+    else:
+        refused = replay_gate(session, out.kv_operations, merged, proposed)
     if out.kv_operations and not (refused and _touches(out.kv_operations, GATED_KEYS)):
         if _apply_operations(session, out.kv_operations, "deep_reflect"):
             applied.append("kv_operations")

@@ -159,7 +159,8 @@ def _held_back(store: Store, name: str, code: str, floors: Mapping[str, str] | N
     mode_floor = approval.floor(store, name, code, floors)
     mode = approval.strictest(meta_mode, mode_floor)
     floored = mode != meta_mode
-    reason = "dry_run" if dry_run else ("manual" if mode == "manual" else None)
+    # A provider's answer cannot wait for the operator's verdict: supervised code is held back as manual is.
+    reason = "dry_run" if dry_run else (mode if mode in ("manual", "supervised") else None)
     if reason is not None:
         event, fields = ((events.TOOL_WOULD_DO, {"tool": name}) if tier is None else
                          (events.PROVIDER_FALLBACK, {"tier": tier, "error": f"{name} held back"}))

@@ -318,7 +318,7 @@ class _FetchGuard:
         llm_base = self.s._policy.public.get("OPENROUTER_BASE_URL")
         req = Outgoing(host=hop.host, scheme=hop.scheme, url=hop.url, header_names=list(headers),
                        header_values=[*headers.values(), *[b for b in basic.values() if b]], body=body_text,
-                       headers_only=self.meter is not None and self.meter.is_llm_host(hop.host),
+                       headers_only=self.meter is not None and self.meter.is_llm_host(hop.host, hop.ip),
                        cleartext_ok=cleartext_ok(hop.host, llm_base))
         held = self.s.scrubber.holds([req.url, *req.header_names, *req.header_values, req.body])
         if held:  # every hop: a redirect's URL is the server's, but the request's own parts are the tool's
@@ -332,7 +332,7 @@ class _FetchGuard:
             raise EgressDenied(str(exc)) from None
         hop.note["secrets"] = [g.name for g in found]
         body = hop.body
-        if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found]):
+        if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found], hop.ip):
             from brainstem.llm.meter import MeterRefused
 
             try:
@@ -341,6 +341,7 @@ class _FetchGuard:
                 raise EgressDenied(str(exc)) from None
         if not found:
             return hop.url, headers, body
+        hop.sealed = True
         sent = self._sent.setdefault(id(hop), {})
 
         def put_in(text: str, grants: list, quoting=lambda v: v) -> str:

@@ -69,7 +69,7 @@ def execute(args, ctx):
             seen = {"status": r["status"], "headers": r["headers"], "text": r["text"], "url": r["url"]}
         except Exception as e:
             seen = {"error": str(e)}
-        ctx.log(json.dumps(seen, sort_keys=True))
+        ctx.log(json.dumps(seen, sort_keys=True)[:1900])  # a log line holds 2,000 characters
     return "done"
 '''
 
@@ -288,7 +288,7 @@ def _run(world: World, store, name: str, value: str, calls: list, behaviour: dic
         policy = standalone_tool_policy(store, load_settings(), record)
         out = run_tool("probe", {**world.base, "calls": calls, "secret": name, "model": model}, store=store,
                        agent_kv=AgentKV(store, record), record=record, policy=policy)
-    handed = [json.loads(e["message"]) for e in seen if e["event"] == events.TOOL_LOG]
+    handed = [e["message"] for e in seen if e["event"] == events.TOOL_LOG]
     stopped = any(e["event"] == events.SECRET_REFUSED and "direction" in e for e in seen)
     return {"handed": handed, "stopped": stopped, "ok": out.ok, "error": out.error, "value": out.value,
             "other": list(world.received["other"])}
@@ -364,9 +364,9 @@ def test_the_harness_sees_an_oracle_where_there_is_one(world, tmp_path_factory):
     value, with matching runs cut out) makes two runs differ without a stop."""
     name, prefix = TIERS["api"]
     a, b = prefix + "A1b2C3d4E5f6G7h8I9j0K1l2", prefix + "Z9y8X7w6V5u4T3s2R1q0P9o8"
-    masked = {"handed": [{"text": "brainstem-secret-TOK [REDACTED]"}], "stopped": False, "ok": True,
+    masked = {"handed": ['{"text": "brainstem-secret-TOK [REDACTED]"}'], "stopped": False, "ok": True,
               "error": None, "value": "done", "other": []}
-    plain = {**masked, "handed": [{"text": "brainstem-secret-TOK " + a[9:20]}]}
+    plain = {**masked, "handed": ['{"text": "brainstem-secret-TOK ' + a[9:20] + '"}']}
     with pytest.raises(AssertionError):
         _same_up_to_a_stop(masked, plain)
     # ... and an exact echo of the key, beside a guess of nothing, runs to the end in both.

@@ -47,6 +47,17 @@ def _echo(handler):
     elif kind == "beside":  # the value put in, and a guess sent as character codes, spelled out
         guess = handler.headers.get("X-G") or ""
         body = sent + " " + "".join(chr(int(x)) for x in guess.split(",") if x.strip().isdigit())
+    elif kind == "gzip":  # the value and a reflected guess, compressed together: the size answers the guess
+        import gzip
+
+        body = gzip.compress((sent + " " + (query.get("g") or [""])[0]).encode())
+        handler._send(200, body, {"Content-Type": "text/plain", "Content-Encoding": "gzip"})
+        return
+    elif kind == "charset":  # the exact bytes, labelled so that decoding them spells something else
+        handler._send(200, sent.encode(), {"Content-Type": "text/plain; charset=cp500"})
+        return
+    elif kind == "big":  # a body the runtime cuts at its cap inside the echo
+        body = "x" * (1_000_000 - 3) + sent
     elif kind == "split":
         body = " ".join(sent[i:i + 3] for i in range(0, len(sent), 3))
     else:
@@ -136,6 +147,32 @@ def test_a_bound_host_echoing_the_value_in_any_other_form_stops_the_code(world, 
     (refused,) = s.of(events.SECRET_REFUSED)
     assert refused["direction"] == "in" and refused["secrets"] == ["TOK"]
     assert all(_pieces(TOKEN, json.dumps(e)) == [] for e in s.events)
+
+
+def test_a_request_carrying_a_secret_asks_for_and_takes_only_an_uncompressed_answer(world):
+    """A compressed answer's size depends on what was compressed beside the secret: a guess that repeats
+    part of it compresses better. So such a request asks for no compression, and a compressed answer is a
+    fixed error, the same whatever the secret."""
+    s, bound, _ = world
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?as=gzip&g=tok-SUP"}, secrets=["TOK"], kv_access="own")
+    assert not out.ok and "carried a secret was compressed; it is not handed over" in out.error, out
+    assert b"Accept-Encoding: identity" in bound.seen[-1] and s.of(events.SECRET_REFUSED) == []
+
+
+def test_a_charset_the_server_names_does_not_hide_an_echo(world):
+    """The answer to a request carrying a secret is read as UTF-8 whatever charset the server names, so an
+    exact echo labelled cp500 is still the exact echo (the placeholder), not text that re-encodes to it."""
+    s, bound, _ = world
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?as=charset"}, secrets=["TOK"], kv_access="own")
+    assert out.ok and out.value["text"].startswith("brainstem-secret-TOK-"), out
+
+
+def test_an_echo_cut_by_the_runtimes_own_cap_is_never_handed_over(world):
+    """The 1 MB cap could cut an echo to fewer characters than the scrubber counts: an answer to a request
+    carrying a secret is handed over whole or not at all."""
+    s, bound, _ = world
+    out = s.run("echo", ECHO, {"url": bound.base + "/e?as=big"}, secrets=["TOK"], kv_access="own")
+    assert not out.ok and "passed the 1000000-byte cap; it is not handed over" in out.error, out
 
 
 @pytest.mark.parametrize("right", [True, False])

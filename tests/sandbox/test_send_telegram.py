@@ -269,14 +269,17 @@ def test_nothing_code_sees_depends_on_the_bot_tokens_value(tg, store, env, secre
     assert [q["token_ok"] for q in tg.requests[before:] if q["method"] == "sendMessage"] == [True, True]
 
 
-def test_a_store_secret_holding_the_bot_token_is_not_granted(tg, store, env):
+def test_whether_a_store_secret_is_granted_never_depends_on_its_value(tg, store, env):
+    """The agent writes secret:* keys: refusing one because it holds the bot token would confirm a guess of
+    the token. It is granted (a placeholder) whatever it holds; the scrubber still knows the token."""
     s = configure(env, tg, BRAINSTEM_TOOL_SECRETS=f"secret:tg@{tg.host}")
-    store.put(keys.secret("tg"), TOKEN)
-    put_tool(store, "show", "def execute(args, ctx):\n    return dict(ctx.secrets)\n", kv_secrets=["tg"])
-    out, entries = run(store, s, "show")
-    assert out.ok and out.value == {}
-    (refused,) = of(entries, ev.SECRET_NOT_GRANTED)
-    assert refused["secret_name"] == "secret:tg" and "ctx.send_telegram" in refused["reason"]
+    put_tool(store, "show", "def execute(args, ctx):\n    return sorted(ctx.secrets)\n", kv_secrets=["tg"])
+    seen = []
+    for value in (TOKEN, "0" * len(TOKEN)):
+        store.put(keys.secret("tg"), value)
+        out, entries = run(store, s, "show")
+        seen.append((out.ok, out.value, [e["event"] for e in entries]))
+    assert seen[0] == seen[1] and seen[0][1] == ["tg"]
 
 
 @pytest.mark.parametrize("bound", ["TELEGRAM_BOT_TOKEN@api.telegram.org", "BRAINSTEM_TELEGRAM_BOT_TOKEN@127.0.0.1",
