@@ -135,8 +135,13 @@ def test_the_units_hardening_costs_the_sandbox_nothing_but_the_uid_drop():
     python = interpreter_for_nobody()
     as_root = sandbox_states(python)
     as_user = sandbox_states([*NOBODY, *python])
+    # A checkout under /tmp (a CI clone in a mktemp directory) is bound back over the private /tmp.
+    keep = (f'mkdir -p /run/brainstem-checkout && mount --bind "{REPO}" /run/brainstem-checkout && '
+            if REPO.is_relative_to("/tmp") else "")
+    back = (f'mkdir -p "{REPO}" && mount --bind /run/brainstem-checkout "{REPO}" && '
+            if REPO.is_relative_to("/tmp") else "")
     hardened = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                'mount -t tmpfs tmpfs /tmp && mount -o remount,bind,ro / && exec "$@"', "sh",
+                f'{keep}mount -t tmpfs tmpfs /tmp && {back}mount -o remount,bind,ro / && exec "$@"', "sh",
                 *NOBODY, "--no-new-privs"]
     assert sandbox_states([*hardened, *python]) == as_user
     # PrivateTmp is needed, not just harmless: without Landlock the sandbox chroots into an empty

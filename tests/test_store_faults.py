@@ -326,6 +326,12 @@ def test_a_full_disk_is_one_clear_line(full_disk):
                 f.write(b"\0" * 4096)
         except OSError:
             pass
+    # Opened on a disk with no room at all, SQLite cannot make its shared-memory index and says only
+    # "disk I/O error": the runtime tells that apart by the free space left, and says the disk is full.
+    one_line(run_cli("kv", "put", "notes:big", "x" * 100_000, env={"BRAINSTEM_KV": url}), 3,
+             "the store's disk is full")
+    # With room for that index but not for the write, the write fails the same way and reads still work.
+    (full_disk / "filler").write_bytes(b"\0" * ((full_disk / "filler").stat().st_size - 96 * 1024))
     env = {"BRAINSTEM_KV": url}
     one_line(run_cli("kv", "put", "notes:big", "x" * 100_000, env=env), 3, "the store's disk is full")
     one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "the store's disk is full")

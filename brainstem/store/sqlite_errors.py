@@ -12,7 +12,7 @@ from brainstem.core.errors import StoreFull, StoreReadOnly, StoreUnavailable
 
 def store_error(exc: sqlite3.DatabaseError, path: Path, retry_seconds: float) -> StoreUnavailable:
     """The one-line store error for a statement's failure on the file ``path``."""
-    if is_full(exc):
+    if is_full(exc) or (is_io_error(exc) and no_room(path)):
         return StoreFull(f"the store's disk is full: SQLite store {path}: {reason(exc)} (free space "
                          "on its filesystem, or move the store with BRAINSTEM_KV)")
     if is_read_only(exc):
@@ -43,6 +43,23 @@ def is_busy(exc: BaseException) -> bool:
 def is_full(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
+
+
+def is_io_error(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == sqlite3.SQLITE_IOERR) or "disk I/O error" in str(exc)
+
+
+def no_room(path: Path) -> bool:
+    """Whether the store's filesystem is out of space: SQLite says only "disk I/O error" when the journal
+    it opens (``-wal``, ``-shm``) cannot grow, which on a full disk is the full disk."""
+    import os
+
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 64 * 1024
 
 
 def is_read_only(exc: BaseException) -> bool:
