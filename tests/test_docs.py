@@ -100,3 +100,48 @@ def test_the_readme_stays_short_and_every_link_leads_somewhere():
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 broken.append(f"{page.name}: {target}#{anchor}")
     assert not broken, broken
+
+
+SECURITY = (DOCS / "security.md").read_text()
+# The parts of the security model that state what holds; "What does not hold" states limits, and the
+# other sections explain mechanisms (how text is wrapped, how to set up Redis ACLs).
+CLAIM_SECTIONS = ("# The security model", "## Behind the interpreter", "## The pool of ready workers",
+                  "## Several agents in one store")
+
+
+def _security_sections():
+    """Each section of docs/security.md by its heading line, the first cut at "What does not hold"."""
+    parts = re.split(r"^(#{1,2} .+)$", SECURITY, flags=re.M)[1:]
+    sections = dict(zip(parts[0::2], parts[1::2], strict=True))
+    sections["# The security model"] = sections["# The security model"].split("**What does not hold**")[0]
+    return sections
+
+
+def _bullets(text):
+    """Each top-level bullet of a section, continuation lines joined."""
+    return re.findall(r"^- .*(?:\n  +\S.*)*", text, flags=re.M)
+
+
+def test_every_test_the_security_model_cites_exists():
+    refs = re.findall(r"`(tests/[^`]*::[^`]*)`", SECURITY)
+    assert len(refs) > 20
+    wrong = []
+    for ref in refs:
+        m = re.fullmatch(r"(tests/[\w/]+\.py)::(test_\w+)(\[[^\]]+\])?", ref)
+        path = m and REPO / m.group(1)
+        if not (m and path.is_file() and re.search(rf"^\s*(async )?def {m.group(2)}\(", path.read_text(), re.M)):
+            wrong.append(ref)
+    assert not wrong, wrong
+
+
+def test_every_claim_of_the_security_model_names_its_test():
+    """A claim that names no test is one nobody would notice breaking."""
+    sections = _security_sections()
+    uncited = []
+    for heading in CLAIM_SECTIONS:
+        title = next((h for h in sections if h.startswith(heading)), None)
+        assert title, f"security.md lost its section {heading!r}"
+        bullets = _bullets(sections[title])
+        assert bullets, title
+        uncited += [f"{title}: {b[:70]}" for b in bullets if not re.search(r"`tests/[^`]+::test_\w+", b)]
+    assert not uncited, "\n".join(uncited)

@@ -340,6 +340,7 @@ def test_status_shows_a_dead_session_as_died_not_a_raw_dict(st, env, llm):
 
 def test_a_rejected_kv_batch_in_deep_reflection_is_not_reported_applied(st, env, llm):
     st.put(keys.DEEP_REFLECT_SCHEDULE, {"last_session": 0, "after_sessions": 1, "after_days": 30})
+    soul = st.get(keys.SOUL)
     llm.queue(json.dumps({"reflection": "looked back", "note_to_future_self": "n", "updated_wisdom": "W2",
                           "kv_operations": [{"op": "put", "key": "notes:a", "value": "A"},
                                             {"op": "put", "key": "soul", "value": "a new me"}]}))
@@ -347,7 +348,7 @@ def test_a_rejected_kv_batch_in_deep_reflection_is_not_reported_applied(st, env,
     assert events_of(entries, "kv_operations_rejected")
     (done,) = [e for e in events_of(entries, "deep_reflect") if "applied" in e]
     assert done["applied"] == ["wisdom"]
-    assert st.get("notes:a") is None
+    assert st.get("notes:a") is None and st.get(keys.SOUL) == soul
 
 
 # --- the store going away mid-session -------------------------------------------------------------------

@@ -73,3 +73,18 @@ def test_fetch_records_and_log_lines_count_towards_the_session_quota(real_store_
         assert karma_bytes < 700_000, karma_bytes
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_result_past_the_session_quota_fails_its_step(real_store_url, st, llm):
+    """Karma records a tool's result: one past the quota is not recorded, and its step fails."""
+    st.put(keys.tool_code("big"), "def execute(args, ctx):\n    return 'r' * args['size']\n")
+    llm.queue(plan(action("big", {"size": 600_000}, id="big")))
+    llm.responder = answers()
+    env = wake_env(real_store_url, llm, BRAINSTEM_SESSION_WRITE_QUOTA=500_000)
+    sid, entries = finished(run_wake(env, "--force"), st)
+    (done,) = events_of(entries, "tool_complete")
+    assert not done["ok"] and done["error"].startswith("quota_exceeded") and done["result"] is None
+    assert "BRAINSTEM_SESSION_WRITE_QUOTA" in done["error"]
+    assert [e["step_id"] for e in events_of(entries, "step_failed")] == ["big"]
+    assert sum(len(line) for line in st.read_log(keys.karma(sid))) < 100_000

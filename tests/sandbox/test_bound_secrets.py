@@ -26,7 +26,7 @@ from brainstem.store import open_store
 
 from ..conftest import run_cli
 from .hostile import ATTACKER_HOST, Host, bound_api
-from .procfs import children, comm
+from .procfs import children, comm, read_memory
 
 TOKEN = "tok-live-7d3c9b1a5e8f2640aa"
 KV_TOKEN = "kvtok-c0ffee5eed1234567"
@@ -214,31 +214,13 @@ def test_secret_values_never_enter_the_worker(kv):
             time.sleep(0.05)
         assert worker is not None, "no worker process found"
         time.sleep(0.3)  # let it reach its loop, secrets in hand
-        memory = _read_memory(worker)
+        memory = read_memory(worker)
         assert memory, "read nothing from the worker"
         assert TOKEN.encode() not in memory
         assert b"brainstem-secret-API_TOKEN" in memory  # the placeholder is what it holds
     finally:
         proc.kill()
         proc.wait()
-
-
-def _read_memory(pid: int) -> bytes:
-    chunks = []
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            addr, perms = line.split()[:2]
-            if "r" not in perms:
-                continue
-            start, end = (int(x, 16) for x in addr.split("-"))
-            if end - start > 256 << 20:
-                continue
-            try:
-                mem.seek(start)
-                chunks.append(mem.read(end - start))
-            except (OSError, ValueError, OverflowError):
-                continue
-    return b"".join(chunks)
 
 
 @pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)

@@ -26,7 +26,7 @@ from brainstem.sandbox import Limits, compiled, pool, run, server_pid
 from brainstem.sandbox.kernel import caps
 
 from .conftest import FakeServices, assert_runtime_healthy, tool
-from .procfs import PROC, children, stat, wait_for
+from .procfs import PROC, children, comm, read_memory, stat, wait_for
 
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
@@ -147,6 +147,30 @@ def test_nothing_of_one_call_reaches_the_next():
     draws = [run(tool("return random.random()", prelude="import random"), "execute", [{}],
                  services=FakeServices()).value for _ in range(4)]
     assert seeded.value not in draws and len(set(draws)) == 4
+
+
+def test_code_and_secrets_reach_only_the_worker_that_runs_them():
+    """A job goes from the runtime straight to its worker: the fork server, and the workers still
+    waiting for a later call, never hold its code or its secrets."""
+    assert run(tool("return 1"), "execute", [{}], services=FakeServices()).ok
+    code_mark, secret = f"code-mark-{os.urandom(8).hex()}", f"secret-value-{os.urandom(8).hex()}"
+    source = (f"import time\ndef execute(args, ctx):\n    held = ctx.secrets['K']\n    time.sleep(1.0)\n"
+              f"    return {code_mark!r}\n")
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "o", run(source, "execute", [{}], services=FakeServices(secrets={"K": secret}), limits=SLEEPER_LIMITS)))
+    t.start()
+    running = wait_for(lambda: _named("brainstem-tool"), 3.0)
+    assert running, "no running worker"
+    time.sleep(0.3)  # the job is in, the worker asleep with its secret in hand
+    others = [server_pid(), *(p for p in _waiting(2) if p != running[0])]
+    memory = {pid: read_memory(pid) for pid in [running[0], *others]}
+    t.join(10)
+    assert result["o"].ok and result["o"].value == code_mark
+    assert code_mark.encode() in memory[running[0]] and secret.encode() in memory[running[0]]  # the reading works
+    for pid in others:
+        assert memory[pid], pid
+        assert code_mark.encode() not in memory[pid] and secret.encode() not in memory[pid], (pid, comm(pid))
 
 
 def test_the_job_lowers_the_limits_the_worker_waited_with():
