@@ -11,6 +11,7 @@ LAYERS = (
     ("state", 2, "the agent as the store holds it, and the guarded view it writes through"),
     ("llm", 3, "providers, prices, the wire meter and the one chokepoint of every LLM call"),
     ("tools", 4, "agent-written tools and adapters, run in the sandbox with what they are granted"),
-    ("session", 5, "one wake, from lease to sleep; replay; the daemon"),
-    ("operator", 6, "the command line, dashboard, metrics and status"),
+    ("session", 5, "one wake, from lease to sleep; replay"),
+    ("daemon", 6, "the long-running process that starts wakes: the scheduler and the Telegram poller"),
+    ("operator", 7, "the command line, dashboard, metrics and status"),
 )

@@ -521,7 +521,7 @@ def test_redis_acl_user_per_agent_confines_it_to_its_prefix(redis_url):
 def test_run_agent_names_are_normalised_and_checked():
     from types import SimpleNamespace
 
-    from brainstem.session.scheduler import Runner
+    from brainstem.daemon.scheduler import Runner
 
     runner = Runner(SimpleNamespace(kv_prefix="", agent="", kv="sqlite:///unused.db"), ["bob:", "alice", None])
     assert [(a.name, a.prefix) for a in runner.agents] == [("bob", "bob:"), ("alice", "alice:"), (None, None)]

@@ -13,7 +13,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.settings import load_settings
-from brainstem.session.scheduler import Runner
+from brainstem.daemon.scheduler import Runner
 from brainstem.state import daemon_health
 
 from .conftest import run_cli

@@ -25,7 +25,7 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.clock import parse_duration
 from brainstem.core.errors import ConfigError
-from brainstem.session.scheduler import record_fire
+from brainstem.daemon.scheduler import record_fire
 from brainstem.state import history as history_mod
 from brainstem.store import sqlite_path, sqlite_url
 from brainstem.store.karma import Karma

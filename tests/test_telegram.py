@@ -21,8 +21,8 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.errors import ConfigError, KVWriteRefused
 from brainstem.core.settings import load_settings
-from brainstem.session import telegram
-from brainstem.session.telegram import ClientConfig, Poller, PollError, poll_once
+from brainstem.daemon import telegram
+from brainstem.daemon.telegram import ClientConfig, Poller, PollError, poll_once
 from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store

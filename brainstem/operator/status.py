@@ -13,9 +13,9 @@ from brainstem.core import keys
 from brainstem.core.errors import NotText
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
+from brainstem.daemon.telegram import status as telegram_status
 from brainstem.operator.output import as_text, labelled, usd
 from brainstem.session.reflect import deep_reflect_due
-from brainstem.session.telegram import status as telegram_status
 from brainstem.state import daemon_health, inbox, refusals
 from brainstem.state import history as session_history
 from brainstem.state.budget import anomalies_today, daily_spent, simulated_today

@@ -1,8 +1,9 @@
-"""One wake of the agent, from lease to sleep, and the daemon that starts wakes.
+"""One wake of the agent, from lease to sleep.
 
 ``wake`` is the lifecycle (``wake()``, ``dry_run_session()``), ``build``
 assembles what a session carries, ``orient`` asks for the plan, ``executor``
 runs its steps, ``reflect`` looks back, ``replay`` re-runs a recorded session,
-``crash`` closes a dead one, ``ground_truth`` reads the world, ``interrupt``
-turns signals into a clean stop, and ``scheduler`` is ``brainstem run``.
+``crash`` closes a dead one, ``ground_truth`` reads the world, and ``interrupt``
+turns signals into a clean stop. What starts wakes (``brainstem run``) is
+:mod:`brainstem.daemon`.
 """

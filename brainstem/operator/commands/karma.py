@@ -185,7 +185,7 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
       brainstem wakes -n 10 --json
       brainstem karma 12                 # a session a fire ran
     """
-    from brainstem.session.scheduler import read_wake_log
+    from brainstem.daemon.scheduler import read_wake_log
 
     fires = read_wake_log(c.store, limit)
     if as_json:

@@ -159,7 +159,7 @@ def run(c: Ctx, every, cron, agents, jitter, misfire_grace, grace, log_format, m
     import logging
     import os
 
-    from brainstem.session.scheduler import Runner
+    from brainstem.daemon.scheduler import Runner
 
     _setup_logging(log_format)
     if llm_cassette is not None:

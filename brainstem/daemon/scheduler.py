@@ -24,7 +24,7 @@ asks each idle agent's store whether one waits (one get while none does) and
 fires that agent at once, once per message.
 
 With the Telegram bot token and the operator's chat set, a poller thread
-(:mod:`brainstem.session.telegram`) runs beside the scheduler, feeding the
+(:mod:`brainstem.daemon.telegram`) runs beside the scheduler, feeding the
 first agent's inbox, and stops with it.
 """
 
@@ -361,7 +361,7 @@ class Runner:
         if not self.check_agents():
             log.info("stopped")
             return 0
-        from brainstem.session import telegram
+        from brainstem.daemon import telegram
 
         poller = telegram.start(self.settings, self.agents[0].prefix, label=self.agents[0].name or "default",
                                 agents=len(self.agents))  # None unless the bot token and chat are set
