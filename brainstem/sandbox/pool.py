@@ -7,16 +7,21 @@ path).  A worker still runs exactly one call and then dies, so nothing of one
 call reaches the next; every protection is in place before the worker ever
 sees a job, and a job's limits only lower the ones it was locked down with.
 
-There is no pool until the first call of a process, and :func:`drain` (at
-the end of each session) gives the workers back: an idle runtime holds none.
-``BRAINSTEM_SANDBOX_POOL`` sets its size (:func:`configure`); 0 forks each
-worker when its call comes.
+There is no pool until the first call of a process. The pool is the
+process's, shared by whatever uses it at once (:func:`use`: each session, and
+``brainstem run`` for as long as it runs): the first user sets its size
+(``BRAINSTEM_SANDBOX_POOL``; 0 forks each worker when its call comes) and the
+last to leave gives the workers back (:func:`drain`), so one session's end
+never empties the workers another is about to take, and a process that has
+stopped using the pool holds none.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from brainstem.sandbox.fork_client import Worker, fork_worker
 
@@ -28,6 +33,8 @@ _ready: deque[Worker] = deque()
 _size = DEFAULT_SIZE
 _memory_mb = 0  # what the pool's workers are locked down with: the last call's
 _ordered = 0  # workers being asked for by refill() right now
+_users = 0  # callers inside use() now
+_use_lock = threading.Lock()  # held while a first user configures or a last one drains
 
 
 def configure(size: int) -> None:
@@ -40,6 +47,29 @@ def configure(size: int) -> None:
         extra = [_ready.pop() for _ in range(max(0, len(_ready) - size))]
     for worker in extra:
         worker.close()
+
+
+@contextmanager
+def use(size: int) -> Iterator[None]:
+    """Hold the pool while the caller works: the first user sets its size (:func:`configure`), later ones
+    share it as it is, and the last to leave drains it."""
+    global _users
+    with _use_lock:
+        if _users == 0:
+            configure(size)
+        _users += 1
+    try:
+        yield
+    finally:
+        with _use_lock:
+            _users -= 1
+            if _users == 0:
+                drain()
+
+
+def users() -> int:
+    """How many callers are inside :func:`use` now (for diagnostics and tests)."""
+    return _users
 
 
 def size() -> int:

@@ -169,11 +169,10 @@ def _next_number(store: Store) -> int:
 
 def _session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str = "live",
              sid: str | None = None, woke_for: str | None = None) -> WakeResult:
-    pool.configure(settings.sandbox_pool)
-    try:
+    # One user of the process's pool among others (the daemon, other agents' sessions): its end drains
+    # the pool only when nothing else uses it, so a one-shot wake still leaves no worker behind.
+    with pool.use(settings.sandbox_pool):
         return _whole_session(settings, store, wake_config, providers, listeners, cancel, lease, mode, sid, woke_for)
-    finally:
-        pool.drain()  # the session's ready workers go with it: a runtime between sessions holds none
 
 
 def _whole_session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str,

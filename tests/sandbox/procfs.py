@@ -35,6 +35,17 @@ def children(ppid: int) -> list[int]:
     return out
 
 
+def named(name: str) -> list[int]:
+    """The live children of the fork server called ``name`` (``brainstem-idle``: the waiting workers)."""
+    from brainstem.sandbox import server_pid
+
+    srv = server_pid()
+    if not srv:
+        return []
+    alive = ((p, stat(p)) for p in children(srv))
+    return [p for p, st in alive if st and st[0] == name and st[1] != "Z"]
+
+
 def descendants(root: int) -> list[int]:
     found, frontier = [], [root]
     while frontier:

@@ -26,7 +26,7 @@ from brainstem.sandbox import Limits, compiled, pool, run, server_pid
 from brainstem.sandbox.kernel import caps
 
 from .conftest import FakeServices, assert_runtime_healthy, tool
-from .procfs import PROC, children, comm, read_memory, stat, wait_for
+from .procfs import PROC, comm, named, read_memory, stat, wait_for
 
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
@@ -41,21 +41,13 @@ def a_pool_of_two():
     yield
     pool.drain()
     # A drained worker exits on its own time; the next test must not mistake it for one of its own.
-    assert wait_for(lambda: not _named("brainstem-idle"), 5.0), "drained workers still waiting"
+    assert wait_for(lambda: not named("brainstem-idle"), 5.0), "drained workers still waiting"
     pool.configure(pool.DEFAULT_SIZE)
-
-
-def _named(name: str) -> list[int]:
-    srv = server_pid()
-    if not srv:
-        return []
-    alive = ((p, stat(p)) for p in children(srv))
-    return [p for p, st in alive if st and st[0] == name and st[1] != "Z"]
 
 
 def _waiting(n: int = 1) -> list[int]:
     """The pids of at least ``n`` workers waiting for a job (after a call has filled the pool)."""
-    pids = wait_for(lambda: (lambda found: found if len(found) >= n else None)(_named("brainstem-idle")), 5.0)
+    pids = wait_for(lambda: (lambda found: found if len(found) >= n else None)(named("brainstem-idle")), 5.0)
     assert pids, "no waiting worker"
     return pids
 
@@ -79,7 +71,7 @@ def _sleeping_call(seconds: float, limits: Limits = SLEEPER_LIMITS):
     t = threading.Thread(target=lambda: result.setdefault(
         "o", run(SLEEPER, "execute", [{"s": seconds}], services=FakeServices(), limits=limits)))
     t.start()
-    running = wait_for(lambda: _named("brainstem-tool"), 3.0)
+    running = wait_for(lambda: named("brainstem-tool"), 3.0)
     assert running, "no running worker"
     return t, result, running[0]
 
@@ -160,7 +152,7 @@ def test_code_and_secrets_reach_only_the_worker_that_runs_them():
     t = threading.Thread(target=lambda: result.setdefault(
         "o", run(source, "execute", [{}], services=FakeServices(secrets={"K": secret}), limits=SLEEPER_LIMITS)))
     t.start()
-    running = wait_for(lambda: _named("brainstem-tool"), 3.0)
+    running = wait_for(lambda: named("brainstem-tool"), 3.0)
     assert running, "no running worker"
     time.sleep(0.3)  # the job is in, the worker asleep with its secret in hand
     others = [server_pid(), *(p for p in _waiting(2) if p != running[0])]
@@ -208,11 +200,28 @@ def test_drain_and_a_pool_of_zero_leave_no_waiting_worker():
     assert run(tool("return 1"), "execute", [{}], services=FakeServices()).ok
     _waiting(2)
     pool.drain()
-    assert wait_for(lambda: not _named("brainstem-idle"), 3.0)
+    assert wait_for(lambda: not named("brainstem-idle"), 3.0)
     pool.configure(0)
     assert run(tool("return 2"), "execute", [{}], services=FakeServices()).ok
     time.sleep(0.3)
-    assert not _named("brainstem-idle") and pool.ready() == []
+    assert not named("brainstem-idle") and pool.ready() == []
+
+
+def test_the_pool_is_given_back_only_when_its_last_user_leaves():
+    """Two users at once (two sessions of one daemon): the first to leave takes nothing from the other,
+    whose next call is served by a worker that was waiting; the last to leave drains the pool."""
+    pool.drain()
+    with pool.use(2):
+        with pool.use(3):  # a later user shares the pool as its first user sized it
+            assert pool.users() == 2 and pool.size() == 2
+            assert run(tool("return 1"), "execute", [{}], services=FakeServices()).ok
+            waiting = set(_waiting(2))
+        assert pool.users() == 1 and len(pool.ready()) == 2
+        t, result, pid = _sleeping_call(0.3)
+        t.join(10)
+        assert result["o"].ok and pid in waiting
+    assert pool.users() == 0 and pool.ready() == []
+    assert wait_for(lambda: not named("brainstem-idle"), 3.0)
 
 
 def test_pool_size_is_bounded():
@@ -264,7 +273,7 @@ def test_escaped_tool_code_cannot_reach_a_waiting_worker(tmp_path):
     assert "crash" not in out, out
     assert out["kill"] == "EPERM" and out["ptrace"] == "EPERM"
     assert out["mem"] != "ok"
-    assert target in _named("brainstem-idle")  # untouched, still waiting
+    assert target in named("brainstem-idle")  # untouched, still waiting
     assert run(tool("return 3"), "execute", [{}], services=FakeServices()).ok
 
 

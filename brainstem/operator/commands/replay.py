@@ -57,8 +57,8 @@ def replay(c, session_ref: str, live: bool, llm_cassette: Path | None, as_json: 
 
         cassette = CassetteProvider(llm_cassette)
     recording = load(c.store, session_ref)
-    pool.configure(c.settings.sandbox_pool)  # the tool calls replayed get the workers a session's would
-    report = compare(run_replay(c.settings, c.store, recording, live=live, cassette=cassette))
+    with pool.use(c.settings.sandbox_pool):  # the tool calls replayed get the workers a session's would
+        report = compare(run_replay(c.settings, c.store, recording, live=live, cassette=cassette))
     if as_json:
         print_json(report, sort_keys=True)
     else:
