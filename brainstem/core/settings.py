@@ -113,7 +113,9 @@ class Settings(BaseSettings):
     sandbox_pool: int = Field(4, ge=0, le=64, validation_alias="BRAINSTEM_SANDBOX_POOL",
                               description="Sandbox workers kept forked and locked down, ready for a session's next "
                                           "tool call (each still runs one call only); 0 forks each when its call "
-                                          "comes. Between sessions there are none")
+                                          "comes. The process's, shared by its sessions: `brainstem wake` leaves "
+                                          "none behind, `brainstem run` keeps them between sessions and gives "
+                                          "them back when it stops")
     lease_seconds: float = Field(30.0, ge=1, le=300, validation_alias="BRAINSTEM_LEASE_SECONDS",
                                  description="The wake lease's period: a session renews its lease every third of "
                                              "it, and a dead host's agents are taken over within about two")

@@ -23,6 +23,12 @@ agent within a couple of seconds: every :data:`URGENT_POLL` seconds the daemon
 asks each idle agent's store whether one waits (one get while none does) and
 fires that agent at once, once per message.
 
+The pool of ready sandbox workers (:mod:`brainstem.sandbox.pool`) is the
+process's: the daemon uses it from start to stop, and each session uses it
+while it runs, so the sessions of several agents at once share it, one ending
+never empties the workers another is about to take, and the workers a session
+leaves ready wait for the next one. The daemon gives them back when it stops.
+
 With the Telegram bot token and the operator's chat set, a poller thread
 (:mod:`brainstem.daemon.telegram`) runs beside the scheduler, feeding the
 first agent's inbox, and stops with it.
@@ -345,9 +351,12 @@ class Runner:
             log.info("received %s; stopping (running sessions get %.0fs to finish)",
                      signal.Signals(signum).name, self.grace)
             self.stopping.set()
+        from brainstem.sandbox import pool
+
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            return self._run(every, cron, jitter, misfire_grace, run_now)
+            with pool.use(self.settings.sandbox_pool):  # the process's, from start to stop: see the module's doc
+                return self._run(every, cron, jitter, misfire_grace, run_now)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
