@@ -74,7 +74,10 @@ class SpendOverrun(Exception):
 
 class WireMeter:
     def __init__(self, *, models: Models, budget: Budget, record: Callable[..., Any], llm_base_url: str,
-                 on_cost: Callable[[float], None] | None = None, on_anomaly: Callable[[dict], None] | None = None):
+                 on_cost: Callable[[float], None] | None = None, on_anomaly: Callable[[dict], None] | None = None,
+                 operator_ids: frozenset[str] = frozenset()):
+        """``operator_ids``: the models the operator's own price list names; a variant id (``x:online``)
+        may be sent only when it is one of them."""
         import httpx
 
         from brainstem.core.secrets import normalise_host
@@ -90,6 +93,7 @@ class WireMeter:
         self.on_anomaly = on_anomaly
         self._call: dict | None = None  # the chokepoint's adapter call in progress
         self._addresses: frozenset[str] | None = None
+        self.operator_ids = operator_ids
 
     # --- the chokepoint's side
     @contextmanager
@@ -198,6 +202,11 @@ class WireMeter:
         if req.get("modalities") not in (None, ["text"]):
             raise MeterRefused("refused: 'modalities' other than text in a request to the LLM host (an image or "
                                "audio answer is billed apart from tokens)")
+        tools = req.get("tools")
+        if tools is not None and (not isinstance(tools, list) or any(
+                not isinstance(t, dict) or t.get("type") != "function" for t in tools)):
+            raise MeterRefused("refused: a tool in a request to the LLM host that is not a function (a "
+                               "server-side tool such as web search is billed apart from tokens)")
         unknown = unknown_message_keys(req)
         if unknown:
             raise MeterRefused(f"refused: messages to the LLM host with {', '.join(unknown[:5])!r} (a message may "
@@ -216,6 +225,16 @@ class WireMeter:
             model_id = model_id or name
         elif model_id is None:
             raise MeterRefused(f"refused: model {name!r} is not in config:models, so it cannot be priced")
+        elif model_id not in self.operator_ids:
+            # What a model bills beside tokens (a search per request) is known only to whoever chose it: code
+            # of its own accord calls only the models the operator's price list names.
+            raise MeterRefused(f"refused: model {model_id!r} is not in the operator's config:models; code may "
+                               f"call only models the operator listed")
+        if ":" in model_id.rsplit("/", 1)[-1] and model_id not in self.operator_ids:
+            # A variant (":online", ":nitro") changes what the host bills beside tokens: only as the operator
+            # priced it.
+            raise MeterRefused(f"refused: model {model_id!r} is a variant your config:models does not name "
+                               f"(a variant such as :online is billed apart from tokens)")
         info = self.models.info(model_id)
         asked = req.get("max_tokens", req.get("max_completion_tokens"))
         limit = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else None

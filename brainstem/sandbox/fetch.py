@@ -250,8 +250,11 @@ def fetch(
     origin = None
     # A fresh client (and so a fresh connection pool) per fetch: a pooled
     # connection keyed by IP could otherwise carry a request for another name.
+    # No cookie jar: a cookie a server sets would ride on later hops (matched by the address connected to)
+    # past every check of what the request carries, a secret echoed into it included. A tool sends the
+    # cookies it means to, in its own headers.
     with httpx.Client(transport=transport or deadline_transport(deadline, tls_context()), follow_redirects=False,
-                      trust_env=False, verify=tls_context()) as client:
+                      trust_env=False, verify=tls_context(), cookies=_no_cookies()) as client:
         for _hop in range(MAX_REDIRECTS + 1):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -284,6 +287,12 @@ def fetch(
             finally:
                 response.close()
     raise FetchError(f"too many redirects (more than {MAX_REDIRECTS})")
+
+
+def _no_cookies():
+    from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 def _time_budget(timeout: Any, max_timeout: float) -> float:

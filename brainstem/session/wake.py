@@ -48,7 +48,7 @@ from brainstem.session.reflect import deep_reflect_due
 from brainstem.state import history as session_history
 from brainstem.state import inbox
 from brainstem.state.budget import BudgetExceeded, DailyLedger, daily_spent, note_anomaly
-from brainstem.state.config import DEFAULT_SLEEP_SECONDS, effective_models, load_defaults
+from brainstem.state.config import DEFAULT_SLEEP_SECONDS, effective_models, load_defaults, operator_models
 from brainstem.state.sleep import PESSIMISTIC, agent_sleeping_until, asleep_message, sleeping_until
 from brainstem.state.versions import auto_restore, snapshot
 from brainstem.store import karma as karma_mod
@@ -296,7 +296,7 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
 
     # Every request sandboxed code sends to the LLM host, from the balance checkers on, is metered.
     meter = WireMeter(models=models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
-                      on_anomaly=on_anomaly)
+                      on_anomaly=on_anomaly, operator_ids=frozenset(m.id for m in operator_models(store).models))
     # One policy for all code of the session, the balance checkers included: grants withdrawn after a
     # secret_refused stay withdrawn, and the write quota counts once.
     policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [

@@ -79,12 +79,13 @@ def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., An
     before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
     from brainstem.llm.meter import WireMeter
     from brainstem.state.budget import Budget, DailyLedger, daily_spent
-    from brainstem.state.config import effective_models
+    from brainstem.state.config import effective_models, operator_models
 
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
                     max_duration=settings.max_session_seconds, reserve_fraction=0.0,
                     daily=DailyLedger(store, settings.max_daily_cost))
     meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
-                      llm_base_url=settings.openrouter_base_url)
+                      llm_base_url=settings.openrouter_base_url,
+                      operator_ids=frozenset(m.id for m in operator_models(store).models))
     return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st_
 
@@ -105,7 +106,8 @@ def test_what_reaches_the_llm_host_never_bills_above_its_reservation(exchange, p
     operator = operator_list()
     models = floor_models(agent_list(parts), operator)
     budget = Budget(max_cost=ceiling, max_steps=1, max_duration=60, reserve_fraction=0.0)
-    meter = WireMeter(models=models, budget=budget, record=lambda *a, **k: None, llm_base_url=BASE)
+    meter = WireMeter(models=models, budget=budget, record=lambda *a, **k: None, llm_base_url=BASE,
+                      operator_ids=frozenset(m.id for m in operator.models))
     note: dict = {}
     try:
         sent = meter.before(method, path, body, note, query=query)
@@ -126,3 +128,23 @@ def test_the_agent_cannot_price_parts_the_operator_does_not():
     assert models.part_price(HAIKU) == PART_PRICE  # raised to the operator's, never lowered
     assert models.part_price(SONNET) is None  # the operator prices no part for it: still refused
     assert floor_models(agent_list({"haiku": 0.5}), operator).part_price(HAIKU) == 0.5  # a raise counts
+
+
+@pytest.mark.parametrize("model", [HAIKU + ":online", "openai/gpt-4o-mini-search-preview"])
+def test_code_calls_only_models_the_operator_listed(model):
+    """What a model bills beside tokens (a search per request, a variant's surcharge) is known only to
+    whoever chose it: a model the agent added, or a variant of a listed one, never leaves."""
+    operator = operator_list()
+    agent = operator.model_copy(deep=True)
+    agent.models.append(agent.models[0].model_copy(update={"id": model}))
+    models = floor_models(agent, operator)
+    meter = WireMeter(models=models, budget=Budget(max_cost=5, max_steps=1, max_duration=60, reserve_fraction=0.0),
+                      record=lambda *a, **k: None, llm_base_url=BASE,
+                      operator_ids=frozenset(m.id for m in operator.models))
+    body = json.dumps({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    with pytest.raises(MeterRefused, match="operator"):
+        meter.before("POST", "/api/v1/chat/completions", body, {})
+    tools = {"model": HAIKU, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+             "tools": [{"type": "web_search"}]}
+    with pytest.raises(MeterRefused, match="not a function"):
+        meter.before("POST", "/api/v1/chat/completions", json.dumps(tools).encode(), {})

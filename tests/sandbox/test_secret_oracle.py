@@ -35,6 +35,8 @@ def _echo(handler):
     """Echo the X-K header back: escaped as a JSONP answer, as HTML entities, or cut to ?n= characters."""
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query)
     sent = handler.headers.get("X-K") or ""
+    if handler.path.startswith("/remember"):
+        handler.server.kept = sent
     kind = (query.get("as") or ["plain"])[0]
     if kind == "jsonp":
         body = "cb(" + json.dumps({"k": sent}).replace("/", "\\/") + ")"
@@ -52,6 +54,9 @@ def _echo(handler):
 
         body = gzip.compress((sent + " " + (query.get("g") or [""])[0]).encode())
         handler._send(200, body, {"Content-Type": "text/plain", "Content-Encoding": "gzip"})
+        return
+    elif kind == "recall":  # what an earlier request carried, kept by the server, disguised by a charset
+        handler._send(200, handler.server.kept.encode(), {"Content-Type": "text/plain; charset=cp500"})
         return
     elif kind == "charset":  # the exact bytes, labelled so that decoding them spells something else
         handler._send(200, sent.encode(), {"Content-Type": "text/plain; charset=cp500"})
@@ -272,3 +277,44 @@ def test_an_input_holding_secret_text_never_starts_the_code(world):
                 {"url": attacker.base, "note": "remember " + TOKEN.lower()[2:12]})
     assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed")
     assert attacker.seen == [] and s.of("tool_start") and not s.of("fetch")
+
+
+def test_a_cookie_a_bound_host_sets_never_rides_to_another_host(tmp_path, monkeypatch):
+    """fetch keeps no cookie jar: a bound host setting a cookie from what it was sent (a login's session)
+    and redirecting to another host on the same address cannot have it carried past the checks of what a
+    request holds."""
+    monkeypatch.setenv("TOK", TOKEN)
+    attacker = Host("127.0.0.1")
+
+    def login(h):
+        sent = urllib.parse.parse_qs(urllib.parse.urlsplit(h.path).query).get("k", [""])[0]
+        h._send(302, b"", {"Set-Cookie": f"session={sent}; Path=/", "Location": attacker.base + "/collect"})
+
+    bound = Host("127.0.0.1", login)
+    store = open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        s = Session(store)
+        s.policy = ToolPolicy(bindings=parse_bindings(["TOK@localhost"], "http://127.0.0.1/"),
+                              fetch_allow=["localhost", "127.0.0.1"], known_secrets={"TOK": TOKEN})
+        port = bound.server.server_address[1]
+        code = 'def execute(a, ctx):\n    return ctx.fetch(a["url"] + "?k=" + ctx.secrets["TOK"])["status"]\n'
+        out = s.run("c", code, {"url": f"http://localhost:{port}/login"}, secrets=["TOK"])
+        assert out.ok and out.value == 200, out
+        assert attacker.received(TOKEN) == [] and b"Cookie" not in b"".join(attacker.seen)
+    finally:
+        store.close()
+        bound.close()
+        attacker.close()
+
+
+def test_an_answer_from_a_bound_host_is_sealed_even_when_the_request_carried_nothing(world):
+    """A bound host may keep what it was sent (a session of its own) and hand it back to a later request
+    that carries no secret, labelled with a charset that disguises it: that answer is read as UTF-8 like
+    any from a bound host, so the value is found, and the code stopped, never handed a disguise."""
+    s, bound, _ = world
+    out = s.run("keep", '''
+def execute(a, ctx):
+    ctx.fetch(a["url"] + "/remember", headers={"X-K": ctx.secrets["TOK"]})
+    return ctx.fetch(a["url"] + "/e?as=recall")["text"]
+''', {"url": bound.base}, secrets=["TOK"], kv_access="own")
+    assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), out
