@@ -2,7 +2,7 @@
 __version__ = "0.1.0"
 
 # The package's layers, lowest first: (package, height, what it holds). A module imports only its own
-# layer and lower ones; layers of one height are peers and import neither each other. tests/test_layers.py
+# layer and lower ones; layers of one height are peers and import neither each other. lint-imports
 # holds the code to this, and scripts/module_map.py prints the module map in docs/development.md from it.
 LAYERS = (
     ("core", 0, "names, plan, events, errors, clock, settings, secrets and the scrubber: no I/O"),

@@ -37,6 +37,12 @@ def test_malformed_json_is_a_clear_error_not_a_crash(store):
     assert len(seen) == 1 and "broken" in str(seen[0])
 
 
+def test_a_number_past_the_digit_limit_is_malformed_json_not_a_crash(store):
+    store.put("huge", "1" * 5000)  # JSON, but past Python's limit on an int's digits
+    with pytest.raises(MalformedValue, match="'huge' is not valid JSON"):
+        store.get("huge", "json")
+
+
 def test_overwrite_replaces(store):
     store.put("k", "one")
     store.put("k", "two")

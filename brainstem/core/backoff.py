@@ -65,8 +65,13 @@ def call_with_backoff(fn: Callable[[], T], *, deadline_seconds: float, first_del
             raise pending.pop()
         return fn()
 
+    def tell(state: RetryCallState) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        if on_retry and failure is not None:  # tenacity sleeps only after a failed attempt, so there is one
+            on_retry(failure)
+
     retrying = Retrying(retry=retry_if_exception(retryable), stop=give_up, wait=pause, sleep=sleep, reraise=True,
-                        before_sleep=(lambda state: on_retry(state.outcome.exception())) if on_retry else None)
+                        before_sleep=tell if on_retry else None)
     return retrying(attempt)
 
 

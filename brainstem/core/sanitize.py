@@ -188,8 +188,8 @@ def _build_strip_re() -> re.Pattern:
         if cp == prev + 1:
             prev = cp
             continue
-        lo, hi = re.escape(chr(start)), re.escape(chr(prev))
-        ranges.append(lo if start == prev else f"{lo}-{hi}")
+        first, last = re.escape(chr(start)), re.escape(chr(prev))
+        ranges.append(first if start == prev else f"{first}-{last}")
         start = prev = cp
     return re.compile("[" + "".join(ranges) + "]+")
 

@@ -17,7 +17,7 @@ import ipaddress
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -277,16 +277,17 @@ def load_settings(**overrides) -> Settings:
     env_file = environment.env_file()
     if env_file and not Path(env_file).is_file():
         raise ConfigError(f"BRAINSTEM_ENV_FILE names {env_file!r}, which is not a file")
-    by_alias = {}
+    by_alias: dict[str, Any] = {}
     for name, value in overrides.items():
         field = Settings.model_fields.get(name)
-        by_alias[field.validation_alias if field is not None and field.validation_alias else name] = value
+        alias = field.validation_alias if field is not None else None
+        by_alias[alias if isinstance(alias, str) else name] = value
     try:
         return Settings(_env_file=env_file, **by_alias)
     except ValidationError as exc:
         err = exc.errors()[0]
-        name = err.get("loc", ("?",))[0]
-        raise ConfigError(f"setting {name}: {err['msg']} (got {err.get('input')!r})") from None
+        where = err.get("loc", ("?",))[0]
+        raise ConfigError(f"setting {where}: {err['msg']} (got {err.get('input')!r})") from None
 
 
 def settings_reference() -> list[tuple[str, str, str]]:

@@ -41,6 +41,8 @@ class Untrusted:
     """A value that came from a tool, the world or memory; ``source`` is ``"kind:name"`` (``tool:web_fetch``)."""
 
     __slots__ = ("value", "source")
+    value: Any
+    source: str
 
     def __init__(self, value: Any, source: str):
         while isinstance(value, Untrusted):  # one wrapper: the outer label names it

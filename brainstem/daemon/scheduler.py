@@ -140,7 +140,7 @@ def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
 
 class Runner:
     def __init__(self, settings: Settings, agents: list[str | None], grace: float = 30.0, metrics=None,
-                 cassette: str | os.PathLike | None = None):
+                 cassette: str | os.PathLike[str] | None = None):
         self.settings = settings
         # Every fire's session answers from this cassette (a provider of its own per fire, so each session
         # starts at its first answer); None: the configured providers.
@@ -263,6 +263,8 @@ class Runner:
 
         if outcome in FIRE_FAULTS:
             self._failing(agent, label, f"{outcome}: {outcomes.operator_action(outcome)}")
+            return
+        if agent.store is None:  # a session ran, so its store is open: never so
             return
         try:
             cleared = daemon_health.clear(agent.store)
@@ -441,6 +443,8 @@ class Runner:
         from brainstem.store.lease import host_name
 
         store = agent.store
+        if store is None:  # never opened: no session ran
+            return
         try:
             crumb = karma_mod.unfinished_session(store)
             if crumb and crumb.get("id"):

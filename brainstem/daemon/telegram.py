@@ -135,8 +135,8 @@ def poll_once(store: Store, config: ClientConfig, timeout: float = POLL_TIMEOUT,
         if offset is not None and uid < offset:
             continue  # already acknowledged: a server repeating itself is not a new message
         message = update.get("message")
-        text = message.get("text") if isinstance(message, dict) else None
-        chat = message.get("chat") if isinstance(message, dict) else None
+        message = message if isinstance(message, dict) else {}
+        text, chat = message.get("text"), message.get("chat")
         chat_id = chat.get("id") if isinstance(chat, dict) else None
         if not isinstance(text, str) or not isinstance(chat_id, (int, str)) or isinstance(chat_id, bool):
             st["skipped"] = _number(st.get("skipped")) + 1

@@ -16,6 +16,7 @@ gets a provider of its own, so each starts from the cassette's first answer.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from brainstem.core.errors import ConfigError
@@ -27,7 +28,7 @@ class CassetteProvider:
     tier = "cassette"
     simulated = True  # answers move no money: the session's budget counts them, today's spend never
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         try:
             data = json.loads(self.path.read_text())

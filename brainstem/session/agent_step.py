@@ -146,9 +146,9 @@ def _run_call(session, tools: dict[str, Offered], call: dict, sid: str) -> tuple
     offered = tools.get(name)
     cap = session.defaults.execution.max_result_chars
     if offered is None:
-        error = f"tool {name!r} is not offered in this step (offered: {', '.join(tools)})"
-        session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name[:200], call_id=call["id"], error=error)
-        return "Error: that call was not run. What was wrong:\n" + as_data(error, name, cap), None
+        unoffered = f"tool {name!r} is not offered in this step (offered: {', '.join(tools)})"
+        session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name[:200], call_id=call["id"], error=unoffered)
+        return "Error: that call was not run. What was wrong:\n" + as_data(unoffered, name, cap), None
     args, error = check_arguments(offered.schema, call["arguments"])
     if error is not None:
         session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name, call_id=call["id"], error=error,

@@ -41,7 +41,7 @@ class Session:
     defaults: Defaults
     models: Models
     budget: Budget
-    llm: LLM
+    llm: LLM = field(init=False)  # made just after the session: its providers' cascade reads the session
     soul: str
     effort: str = "low"
     tool_registry: Any = None
@@ -121,7 +121,7 @@ def build_session(settings: Settings, store: Store, *, sid: str, number: int, ka
     whole (the wake's ground truth), else made here."""
     session = Session(id=sid, number=number, settings=settings, store=store, karma=karma,
                       agent_kv=agent_kv or agent_view(store, karma, sid), defaults=defaults, models=models,
-                      budget=budget, llm=None, soul=soul, effort=effort,
+                      budget=budget, soul=soul, effort=effort,
                       tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context,
                       mode=mode, check_change=check_change)
     session.tool_policy = policy

@@ -101,7 +101,7 @@ class CallTally:
                 raise
             self.ok += 1
             return result
-        llm.call = call
+        llm.call = call  # type: ignore[method-assign]  # this session's LLM, counted from here on
 
     def reset(self) -> None:
         self.ok = self.failed = 0

@@ -128,7 +128,8 @@ def record_end(course: Course) -> WakeResult:
         # Stopped from outside, its work cut short: due again as soon as the runtime is back.
         sleep = MIN_SLEEP
     ended = now_utc()
-    wake_cfg = {"next_wake_after": iso(ended + timedelta(seconds=sleep)), "sleep_seconds": sleep, "set_by": course.id}
+    next_after = iso(ended + timedelta(seconds=sleep))
+    wake_cfg: dict[str, Any] = {"next_wake_after": next_after, "sleep_seconds": sleep, "set_by": course.id}
     if action is not None:
         wake_cfg["retry_after_fault"] = course.outcome
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
@@ -168,7 +169,7 @@ def record_end(course: Course) -> WakeResult:
                                              events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
                                              kept_raw_at=keys.REJECTED_SESSION_HISTORY))
     course.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
-                     steps=budget.steps, duration_ms=duration_ms, next_wake_after=wake_cfg["next_wake_after"],
+                     steps=budget.steps, duration_ms=duration_ms, next_wake_after=next_after,
                      karma_expired=expired or None, reason=course.reason, operator_action=action,
                      dry_run=course.mode == "dry_run" or None,
                      simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
@@ -181,12 +182,12 @@ def record_end(course: Course) -> WakeResult:
                    f"written but its karma (brainstem karma {course.id})")
     else:
         message = (f"{what} {course.id}: {course.outcome}, {cost}, {budget.steps} steps; "
-                   f"next wake {wake_cfg['next_wake_after']}")
+                   f"next wake {next_after}")
     if action is not None:
         message += f"; operator: {action}"
     elif course.outcome == outcomes.INTERRUPTED and course.reason:
         message += f" ({course.reason})"
-    return WakeResult("ran", outcome=course.outcome, session_id=course.id, next_wake_after=wake_cfg["next_wake_after"],
+    return WakeResult("ran", outcome=course.outcome, session_id=course.id, next_wake_after=next_after,
                       message=message)
 
 

@@ -196,6 +196,7 @@ class Executor:
         answer = self._ask("conditional", sid, model, prompt, 50).content
         chosen = match_branch(answer, step.branches)
         if chosen is None:
+            fallback: str | None
             if step.default in step.branches:
                 fallback = step.default
             else:

@@ -33,7 +33,7 @@ class SignalGuard:
     ``signum`` is the signal received (None: none), for the exit status 128 + signum.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cancel = threading.Event()
         self.signum: int | None = None
         self.interruptible = False

@@ -91,7 +91,7 @@ def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str
         result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
                             effort=cfg.effort, use_reserve=True)
     except (BudgetExceeded, LLMError) as exc:
-        fields = {"kind": "deep"} if purpose == "deep_reflect" else {}
+        fields: dict[str, Any] = {"kind": "deep"} if purpose == "deep_reflect" else {}
         if isinstance(exc, LLMError):
             fields.update(fault=exc.fault, status=exc.status)
         else:
@@ -150,7 +150,7 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
                             exclude_none=True)
     memory.update({"session_id": session.id, "written_at": now_iso(ms=True)})
     session.store.put(keys.LAST_REFLECT, memory)
-    unknown = sorted(set(raw) - set(ReflectOutput.model_fields))
+    unknown = sorted(out.model_extra or {})  # the fields ReflectOutput does not name
     session.record(events.REFLECT, summary=out.session_summary[:500],
                    load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
     # The agent's orient prompt and config change through the replay gate, from any reflection.
@@ -238,6 +238,7 @@ def run_deep_reflect(session) -> dict | None:
                      and isinstance(p.get("proposed_text"), str) and p["proposed_text"].strip()), None)
     both = [k for k, v in ((keys.CONFIG_DEFAULTS, merged), (keys.PROMPT_ORIENT, proposed))
             if v is not None and _touches(out.kv_operations, (k,))]
+    refused: str | None
     if both:  # two values for one gated key: the gate could replay one and the store be left with the other
         refused = f"replay_gate: {', '.join(both)} written twice (kv_operations and a proposal); nothing applied"
         session.record(events.KV_OPERATIONS_REJECTED, source="deep_reflect", reason=refused)

@@ -178,7 +178,8 @@ class RecordedAnswers:
         for i, e in enumerate(rest):
             if e.get("event") != events.LLM_CALL or e.get("failed") or not isinstance(e.get("request"), dict):
                 continue
-            side, j = [], i - 1
+            side: list[dict] = []
+            j = i - 1
             while j >= 0 and rest[j].get("event") in _CALL_SIDE:
                 side.insert(0, rest[j])
                 j -= 1
@@ -203,11 +204,11 @@ class RecordedAnswers:
         self.last_live = False
         queue = self.by_request.get(normalised(request))
         purpose, step_id = self.current
-        call, how = (queue[0], "recorded") if queue else (None, None)
-        if call is None and self.assume:
+        found = (queue[0], "recorded") if queue else None
+        if found is None and self.assume:
             place = self.by_place.get((purpose, step_id))
-            call, how = (place[0], "assumed") if place else (None, None)
-        if call is None:
+            found = (place[0], "assumed") if place else None
+        if found is None:
             if self.live is not None:
                 self.used["live"] += 1
                 self.last_live = True
@@ -215,6 +216,7 @@ class RecordedAnswers:
             self.used["changed_request"] += 1
             raise ChangedRequest(f"changed_request: the {purpose} request differs from the recorded one "
                                  "(run with --live to ask the model)")
+        call, how = found
         self._take(call)
         self.used[how] += 1
         for e in call["side"]:
@@ -328,7 +330,8 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     if max_seconds is not None:
         budget.max_duration = min(budget.max_duration, max(0.0, max_seconds))
     context = dict(recording.context)
-    effort = context.get("effort") if isinstance(context.get("effort"), str) else "low"
+    effort = context.get("effort")
+    effort = effort if isinstance(effort, str) else "low"
     number = int(finite_or(recording.start.get("number"), 0))
     answers = RecordedAnswers(recording, karma.record, assume=assume,
                               live=(cassette or hardcoded_provider(settings)) if live else None)

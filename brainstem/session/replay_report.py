@@ -22,7 +22,7 @@ def behaviour(entries: list[dict], outcome: str | None, cost: Any) -> dict:
     """What a session did, without the clock: plan, step outcomes, store writes, cost, reflection."""
     plan: Any = None
     orient_answer = None
-    steps: dict[str, dict] = {}
+    steps: dict[str | None, dict] = {}  # by step id (None: an entry that names none)
     writes: list[list] = []
     reflection: Any = None
     for e in entries:

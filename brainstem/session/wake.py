@@ -270,8 +270,8 @@ def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | Non
                  version=__version__, budget=course.budget.snapshot(), daily_budget_left=round(left_today, 6),
                  crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None, **why)
     if crash is not None:
-        karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id"), entries=crash.get("entries_total"),
-                     crash_data=to_record(crash))
+        karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id") if crumb else None,
+                     entries=crash.get("entries_total"), crash_data=to_record(crash))
     if restored is not None:
         karma.record(events.AUTO_RESTORE, **restored)
     for p in problems:
@@ -299,8 +299,11 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
                       on_anomaly=on_anomaly, operator_ids=frozenset(m.id for m in operator_models(store).models))
     # One policy for all code of the session, the balance checkers included: grants withdrawn after a
     # secret_refused stay withdrawn, and the write quota counts once.
-    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=lambda granted: [
-        karma.redact.add(n, v) for n, v in granted.items()])
+    def redact_granted(granted: dict[str, str]) -> None:
+        for name, value in granted.items():
+            karma.redact.add(name, value)
+
+    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=redact_granted)
     # Ground truth is part of the session's time: at most a quarter of it.
     facts = read_world(settings, store, karma, agent_kv, policy, dry_run=course.mode == "dry_run",
                        timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))

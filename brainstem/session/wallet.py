@@ -36,7 +36,7 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list
     One HTTP attempt per JSON-RPC call, each bounded by ``timeout`` (web3's own
     retry-with-backoff is switched off).
     """
-    def unknown(reason: str) -> None:
+    def unknown(reason: str) -> float | None:  # the answer when the balance cannot be read: None
         if why is not None:
             why.append(reason[:300])
         return None

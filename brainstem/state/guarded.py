@@ -162,7 +162,7 @@ class AgentKV:
     """
 
     def __init__(self, store: Store, record: Recorder | None = None,
-                 on_privileged_write: Callable[[str, str | None, str | None, str], None] | None = None):
+                 on_privileged_write: Callable[[str, str | None, str | None, str], object] | None = None):
         self.store = store
         self._record = record or (lambda *a, **k: None)
         self._on_privileged = on_privileged_write

@@ -220,7 +220,7 @@ def migrate(store: Store, on_reject: Callable[[str], None] | None = None) -> Non
 
 
 def append(store: Store, entry: dict, retention_days: float | None = None, now: datetime | None = None,
-           on_reject: Callable[[str], None] | None = None) -> int:
+           on_reject: Callable[[str], object] | None = None) -> int:
     """Add ``entry``; drop the karma of sessions that leave the history or pass the retention age
     (counted back from ``now``, the end of the session being added). Returns how many sessions'
     karma expired by age.

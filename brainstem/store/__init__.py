@@ -74,8 +74,8 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
     if url.startswith("sqlite:"):
         from brainstem.store.sqlite_store import SQLiteStore
 
-        store = SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
-        store.registers = register
-        return store
+        sqlite_view = SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
+        sqlite_view.registers = register
+        return sqlite_view
     raise ConfigError(f"BRAINSTEM_KV {url!r} is not a store URL: use redis://host:port/db, "
                       f"redis+cluster://host:port,host:port/, sqlite:///relative.db or sqlite:////absolute/path.db")

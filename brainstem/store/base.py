@@ -11,6 +11,7 @@ value written as ``{"a": 1}`` reads back as ``'{"a": 1}'`` with ``get`` and as
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import math
@@ -208,7 +209,8 @@ class Store:
     def list(self, prefix: str = "", limit: int = 1000,
              cursor: str | None = None) -> ListResult: raise NotImplementedError
     def append(self, log_key: str, entry: Any) -> int: raise NotImplementedError
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]: raise NotImplementedError
+    def read_log(self, log_key: str, start: int = 0,
+                 stop: int | None = None) -> builtins.list[str]: raise NotImplementedError
     def log_length(self, log_key: str) -> int: raise NotImplementedError
     def delete_log(self, log_key: str) -> bool: raise NotImplementedError
     def trim_log(self, log_key: str, keep: int) -> None: raise NotImplementedError  # keep the newest ``keep``
@@ -288,7 +290,7 @@ class Store:
         value = self.get_json(key, default=None)
         return value if isinstance(value, dict) else {}
 
-    def list_all(self, prefix: str = "", page: int = 1000, limit: int | None = None) -> list[KeyInfo]:
+    def list_all(self, prefix: str = "", page: int = 1000, limit: int | None = None) -> builtins.list[KeyInfo]:
         """Every key under ``prefix``, sorted, following cursors; at most ``limit``."""
         seen: dict[str, KeyInfo] = {}
         cursor = None
@@ -393,8 +395,9 @@ def spent_on(day: str, text: str | None) -> float:
     except ValueError:
         return 0.0
     usd = rec.get("usd") if isinstance(rec, dict) and rec.get("date") == day else None
-    ok = isinstance(usd, (int, float)) and not isinstance(usd, bool) and math.isfinite(usd)
-    return float(usd) if ok else 0.0
+    if isinstance(usd, (int, float)) and not isinstance(usd, bool) and math.isfinite(usd):
+        return float(usd)
+    return 0.0
 
 
 def spend_record(day: str, usd: float) -> str:
@@ -411,9 +414,10 @@ def encode(value: Any) -> str:
 def decode_json(key: str, text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except ValueError as exc:  # not JSON, or JSON with a number past Python's limit on an int's digits
         preview = text[:60].replace("\n", " ")
-        raise MalformedValue(f"value of {key!r} is not valid JSON ({exc.msg} at char {exc.pos}): {preview!r}") from None
+        why = f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc).partition(";")[0]
+        raise MalformedValue(f"value of {key!r} is not valid JSON ({why}): {preview!r}") from None
 
 
 def decode_text(key: str, raw: bytes | str | None, what: str = "value") -> str | None:

@@ -12,6 +12,7 @@ absent and unwritable), because it asks the base who owns a key.
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,7 +106,7 @@ class OverlayStore(Store):
         return ListResult(keys=sorted(found.values(), key=lambda k: k.name))  # one page: cursor None
 
     # --- logs ---
-    def _log(self, key: str) -> list[str]:
+    def _log(self, key: str) -> builtins.list[str]:
         log = self._logs.get(key)
         if log is None:
             log = [] if key in self._logs else list(self.base.read_log(key))
@@ -123,7 +124,7 @@ class OverlayStore(Store):
         log.append(entry if isinstance(entry, str) else encode(entry))
         return len(log)
 
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
         if self._passthrough(log_key) or log_key not in self._logs:
             return self.base.read_log(log_key, start, stop)
         return list((self._logs[log_key] or [])[start:stop])  # Python slice semantics, as every backend
@@ -186,7 +187,8 @@ class OverlayStore(Store):
     def settle_spend(self, day: str, token: str | None, actual: float) -> float:
         if self._passthrough(keys.DAILY_COST):
             return self.base.settle_spend(day, token, actual)
-        self._holds.pop(token, None)
+        if token is not None:
+            self._holds.pop(token, None)
         total = max(0.0, spent_on(day, self.get_text(keys.DAILY_COST)) + actual)
         self.put(keys.DAILY_COST, spend_record(day, total))
         return round(total, 10)

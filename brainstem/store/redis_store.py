@@ -21,6 +21,7 @@ decided on the logical key, before this physical prefix is added.
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 import time
@@ -69,8 +70,10 @@ class RedisStore(Store):
         self._connect(client)
 
     def _connect(self, client: redis.Redis | None = None) -> None:
-        # Fast unit tests hand in a fakeredis instance.
-        self._r = client if client is not None else new_client(self._url, self._socket_timeout)
+        # Fast unit tests hand in a fakeredis instance. Any: redis-py types every reply of its sync client as
+        # Awaitable | Any (one signature for sync and async clients), which no caller can use; Any says the
+        # same without the false Awaitable, and covers the cluster client, a second class.
+        self._r: Any = client if client is not None else new_client(self._url, self._socket_timeout)
         self._release = self._r.register_script(lua.RELEASE)
         self._refresh = self._r.register_script(lua.REFRESH)
         self._append_again = self._r.register_script(lua.APPEND_AGAIN)
@@ -299,7 +302,7 @@ class RedisStore(Store):
         return self._append(log_key, encode(entry), [0])
 
     @guard
-    def _append(self, log_key: str, text: str, tries: list[int]) -> int:
+    def _append(self, log_key: str, text: str, tries: builtins.list[int]) -> int:
         # Retried after a lost connection, an entry is pushed only if it is not already the last one:
         # a karma entry (an llm_call and its cost) is never recorded twice.
         tries[0] += 1
@@ -312,7 +315,7 @@ class RedisStore(Store):
         return int(self._append_again(keys=[key], args=[text]))
 
     @guard
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
         # Python slice semantics on top of LRANGE's inclusive end.
         if stop is None:
             end = -1
@@ -367,7 +370,7 @@ class RedisStore(Store):
         return self._r.get(self._k(LOCK + name))
 
     # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
-    def _spend_keys(self) -> list[str]:
+    def _spend_keys(self) -> builtins.list[str]:
         return [self._k(DAILY_COST), self._k(HOLDS + DAILY_COST), self._k(META + DAILY_COST)]
 
     @guard

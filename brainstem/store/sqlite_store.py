@@ -12,6 +12,7 @@ table, keyed like the spend itself.
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import threading
@@ -286,7 +287,7 @@ class SQLiteStore(Store):
             return length - base
         return self._tx(body)
 
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> list[str]:
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
         """Entries ``start`` .. ``stop`` (exclusive, Python slice semantics incl. negatives)."""
         key = self._k(log_key)
         if start < 0 or (stop is not None and stop < 0):
