@@ -237,7 +237,7 @@ class Grants:
         :class:`SecretRefused` (nothing is sent) when it would carry one anywhere else.
 
         A bound host can echo what it is sent (an LLM repeats its prompt, a chat API posts a message
-        to whoever the tool names), so a placeholder is put in at most once per request and never over
+        to whoever the tool names), so one secret is put in, at most once per request, and never over
         plain HTTP to a remote host. The LLM key goes into headers only: a placeholder in the prompt
         (karma shown to reflection holds some) stays the placeholder, and counts for nothing. A request
         that holds a secret's *value* is stopped before this, by the scrubber (:mod:`brainstem.core.scrubber`).
@@ -258,6 +258,13 @@ class Grants:
             if req.scheme != "https" and not req.cleartext_ok:
                 raise SecretRefused(f"refused: secret {g.name} would go to {host} over plain {req.scheme}; "
                                     f"secrets go over https (plain http only to loopback or private addresses)")
+        put = [g for g in found if any(g.placeholder in t for t in (req.header_values if req.header_only(g) else texts)
+                                       if t)]
+        if len(put) > 1:
+            # An echo is told back as the placeholder of what was put in: with two secrets in one request,
+            # whether the two values are the same would decide whose placeholder came back.
+            raise SecretRefused(f"refused: the request carries secrets {' and '.join(g.name for g in put)}; "
+                                f"a request carries one secret")
         return found
 
     def put_in(self, text: str, found: list[Grant], quote: Callable[[str], str] = lambda v: v) -> str:

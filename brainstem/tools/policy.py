@@ -43,6 +43,18 @@ class ToolPolicy:
     # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
     # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
     withdrawn: dict[str, Any] = field(default_factory=dict)
+    # Shared like session_written: the addresses a secret was sent to in this session, and those of every
+    # bound host (resolved once). An answer from them is sealed (brainstem.sandbox.fetch.Hop.sealed): the
+    # server may hand back what it was sent, to any later request of any code, however the host is spelled.
+    sealed_addresses: set[str] = field(default_factory=set)
+    _bound_resolved: list[bool] = field(default_factory=lambda: [False])
+
+    def sealed(self, host: str, ip: str) -> bool:
+        """Whether an answer from ``host`` at ``ip`` is to be taken only as sealed."""
+        if not self._bound_resolved[0]:
+            self._bound_resolved[0] = True
+            self.sealed_addresses.update(_addresses(h for b in self.bindings.values() for h in b.hosts))
+        return ip in self.sealed_addresses or any(host in b.hosts for b in self.bindings.values())
     telegram: ClientConfig | None = None
 
     @property
@@ -89,3 +101,18 @@ def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., An
                       llm_base_url=settings.openrouter_base_url,
                       operator_ids=frozenset(m.id for m in operator_models(store).models))
     return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
+
+
+def _addresses(hosts: Any) -> set[str]:
+    """Every address the host names resolve to (an IP literal is its own); a name that does not resolve
+    adds none."""
+    import socket
+
+    out: set[str] = set()
+    for host in set(hosts):
+        try:
+            infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            out.update(str(info[4][0]).split("%")[0] for info in infos)
+        except (OSError, UnicodeError):
+            continue
+    return out

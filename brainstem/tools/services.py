@@ -305,7 +305,6 @@ class _FetchGuard:
         # Per hop (a redirect is a new hop): the exact text put into its request -> the placeholder it stood
         # for. Only that hop's answer may echo it back; what an earlier hop carried explains nothing here.
         self._sent: dict[int, dict[str, str]] = {}
-        self._sent_to: set[str] = set()
 
     def outgoing(self, hop):
         from urllib.parse import quote, quote_plus
@@ -340,13 +339,14 @@ class _FetchGuard:
                 body = self.meter.before(hop.method, hop.path, body, hop.note, query=hop.url.partition("?")[2])
             except MeterRefused as exc:
                 raise EgressDenied(str(exc)) from None
-        # Sealed (see brainstem.sandbox.fetch.Hop): a hop that carries a secret, and any hop to a host this
-        # code's secrets are bound to or to an address that was sent one in this run, whose answer may depend
-        # on what it was sent before (a session the server keeps).
-        hop.sealed = bool(found) or hop.ip in self._sent_to or any(hop.host in g.hosts for g in self.grants.secrets)
+        # Sealed (see brainstem.sandbox.fetch.Hop): a hop that carries a secret, and any hop to a bound host
+        # or an address a secret was sent to this session, whose answer may depend on what it was sent before
+        # (a session the server keeps), whichever code asks and however the host is spelled.
+        policy = self.s._policy
+        hop.sealed = bool(found) or policy.sealed(hop.host, hop.ip)
         if not found:
             return hop.url, headers, body
-        self._sent_to.add(hop.ip)
+        policy.sealed_addresses.add(hop.ip)
         sent = self._sent.setdefault(id(hop), {})
 
         def put_in(text: str, grants: list, quoting=lambda v: v) -> str:

@@ -203,3 +203,15 @@ def test_a_value_in_any_letter_case_is_recognised_on_the_way_out_and_back():
     assert s.held("k=" + TOKEN.upper()) == ["T"]
     assert s.held("x " + TOKEN.lower() + " y") == ["T"]
     assert s.held('{"k": "' + "".join(f"\\u{ord(c):04x}" for c in TOKEN) + '"}') == ["T"]
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_request_carries_one_secret_whatever_the_values(same):
+    """With two secrets in one request, whether their values are the same would decide whose placeholder
+    an echo comes back as: two are refused, the same way for equal and different values."""
+    other = TOKEN if same else TOKEN[::-1]
+    g = Grants(secrets=[Grant("T", "T", TOKEN, frozenset({"api.example.org"}), "PH-T-0123"),
+                        Grant("U", "secret:u", other, frozenset({"api.example.org"}), "PH-U-4567")])
+    with pytest.raises(SecretRefused, match="carries secrets T and U; a request carries one secret"):
+        g.check(_req(header_values=["Bearer PH-T-0123", "PH-U-4567"]))
+    assert g.check(_req(header_values=["Bearer PH-T-0123"]))

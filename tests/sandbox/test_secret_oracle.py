@@ -318,3 +318,18 @@ def execute(a, ctx):
     return ctx.fetch(a["url"] + "/e?as=recall")["text"]
 ''', {"url": bound.base}, secrets=["TOK"], kv_access="own")
     assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), out
+
+
+def test_what_a_bound_host_kept_is_sealed_for_every_later_code_and_spelling(world):
+    """The host keeps what one tool sent it; another tool of the session, granted nothing, asks for it
+    back by another name of the same address: the answer is still sealed, so the value is found."""
+    s, bound, _ = world
+    first = s.run("send", 'def execute(a, ctx):\n    return ctx.fetch(a["url"] + "/remember", '
+                          'headers={"X-K": ctx.secrets["TOK"]})["status"]\n',
+                  {"url": bound.base}, secrets=["TOK"])
+    assert first.ok, first
+    port = bound.server.server_address[1]
+    s.policy.fetch_allow.append("localhost")
+    out = s.run("recall", 'def execute(a, ctx):\n    return ctx.fetch(a["url"] + "/e?as=recall")["text"]\n',
+                {"url": f"http://localhost:{port}"})
+    assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), out
