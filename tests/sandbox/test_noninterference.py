@@ -4,8 +4,9 @@ The same tool code runs twice, with two values of one secret (same length,
 alphabet and public prefix), against servers whose behaviour hypothesis draws:
 a bound API host and an LLM host that echo what they were sent (the secret,
 and a guess the code sent as character codes, which the server spells out),
-cut, split, re-cased or encoded; that repeat their prompt; that redirect to a
-host the secret is not bound to. The code's guesses are pieces of the first
+cut, split, re-cased or encoded, under any charset label; that keep what they
+were sent and hand it back to a later request; that repeat their prompt; that
+redirect to a host the secret is not bound to. The code's guesses are pieces of the first
 run's value, or nothing of either.
 
 The property, for every draw: everything handed to the code (each fetch's
@@ -156,11 +157,13 @@ class World:
             threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.base = {name: f"http://{s.server_address[0]}:{s.server_address[1]}" for name, s in self.servers.items()}
         self.base["llm"] += "/api/v1"
+        self.base["alias"] = self.base["bound"].replace(BOUND, "localhost")  # another name of its address
 
     def reset(self, behaviour: dict) -> None:
         with self.lock:
             self.behaviour = behaviour
             self.received = {name: [] for name in self.servers}
+            self.kept: dict[str, str] = {}
 
     def answer(self, name: str, h: BaseHTTPRequestHandler, body: bytes) -> tuple[int, dict, bytes]:
         if name == "other":  # the attacker's own server: spells out whatever reached it
@@ -168,6 +171,10 @@ class World:
             return 200, {"Content-Type": "text/plain"}, (query + " " + _spell(h.headers.get("X-G", ""))).encode()
         b = self.behaviour
         key = (h.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if key:
+            self.kept[name] = key
+        elif b["recall"]:  # a server that keeps what it was sent, and hands it back to a later request
+            key = self.kept.get(name, "")
         guess = _spell(h.headers.get("X-G", ""))
         if name == "llm":  # a model spelling out (or repeating) its prompt
             try:
@@ -180,7 +187,7 @@ class World:
         text = " ".join(parts) or "nothing"
         if b["where"] == "redirect":
             return 302, {"Location": self.base["other"] + "/landed?m=" + urllib.parse.quote(text)}, b""
-        headers = {"Content-Type": "text/plain"}
+        headers = {"Content-Type": f"text/plain; charset={b['charset']}"}
         if b["where"] == "header":
             headers["X-Echo"] = text.replace("\r", " ").replace("\n", " ")
             text = "see header"
@@ -232,6 +239,8 @@ behaviours = st.fixed_dictionaries({
     "spell": st.booleans(),
     "where": st.sampled_from(["body", "body", "header", "redirect"]),
     "status": st.sampled_from([200, 200, 400, 500]),
+    "recall": st.booleans(),
+    "charset": st.sampled_from(["utf-8", "utf-8", "cp500", "utf-16-le"]),
 })
 
 
@@ -257,13 +266,13 @@ def scenarios(draw, tier: str):
     a, b = draw(secret_pairs(prefix))
     target = "llm" if tier == "llm" else "bound"
     calls = draw(st.lists(st.fixed_dictionaries({
-        "to": st.sampled_from([target, target, "other"]),
+        "to": st.sampled_from([target, target, "other", "alias"] if tier == "api" else [target, target, "other"]),
         "path": st.sampled_from(["/chat/completions"] if tier == "llm" else ["/x", "/echo?q=1"]),
         "key": st.sampled_from([True, True, False]),
         "guess": guesses(a),
     }), min_size=1, max_size=3))
     for call in calls:
-        if call["to"] == "other":
+        if call["to"] in ("other", "alias"):
             call["key"] = False  # a placeholder sent there is refused in both runs alike: tested elsewhere
             call["path"] = "/"
     return name, a, b, calls, draw(behaviours)
@@ -277,7 +286,7 @@ def _run(world: World, store, name: str, value: str, calls: list, behaviour: dic
     refusals.clear(store)
     env = {"TOK": "tok_live_" + "f" * 30, "OPENROUTER_API_KEY": "sk-or-v1-" + "e" * 64, name: value,
            "OPENROUTER_BASE_URL": world.base["llm"], "BRAINSTEM_TOOL_SECRETS": f"TOK@{BOUND},OPENROUTER_API_KEY",
-           "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM}", "BRAINSTEM_MAX_SESSION_COST": "5",
+           "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM},localhost", "BRAINSTEM_MAX_SESSION_COST": "5",
            "BRAINSTEM_MAX_DAILY_COST": "1000"}
     seen: list[dict] = []
 
@@ -328,7 +337,7 @@ def _check(world: World, tmp_path_factory, scenario) -> None:
         assert not any(value[len(prefix):].encode() in r for r in run["other"])
     # An exact echo of what was put in, beside guesses of nothing, is no reason to stop.
     guessed = any(_spell(c["guess"]) and _spell(c["guess"]) in a for c in calls)
-    if not guessed and (not behaviour["echo_key"] or behaviour["key_part"] == EXACT):
+    if not guessed and not behaviour["recall"] and (not behaviour["echo_key"] or behaviour["key_part"] == EXACT):
         assert not one["stopped"] and not two["stopped"], (one, two)
 
 
@@ -343,12 +352,21 @@ _A, _B = "tok_live_A1b2C3d4E5f6G7h8I9j0K1l2", "tok_live_Z9y8X7w6V5u4T3s2R1q0P9o8
 _GUESS = ",".join(str(ord(c)) for c in _A[12:22])
 ORACLE = ("TOK", _A, _B, [{"to": "bound", "path": "/x", "key": True, "guess": _GUESS}],
           {"echo_key": True, "echo_guess": True, "key_part": EXACT, "guess_part": EXACT, "spell": True,
-           "where": "body", "status": 200})
+           "where": "body", "status": 200, "recall": False, "charset": "utf-8"})
+
+
+# A server keeping what it was sent and handing it back, labelled cp500, to a later request by another name of
+# its address that carries nothing: read with the server's charset, the value came back disguised.
+RECALL = ("TOK", _A, _B, [{"to": "bound", "path": "/x", "key": True, "guess": ""},
+                          {"to": "alias", "path": "/x", "key": False, "guess": ""}],
+          {"echo_key": True, "echo_guess": False, "key_part": EXACT, "guess_part": EXACT, "spell": True,
+           "where": "body", "status": 200, "recall": True, "charset": "cp500"})
 
 
 @NI
 @given(scenario=scenarios("api"))
 @example(scenario=ORACLE)
+@example(scenario=RECALL)
 def test_what_code_sees_of_a_bound_api_token_is_the_same_for_any_value(world, tmp_path_factory, scenario):
     _check(world, tmp_path_factory, scenario)
 
@@ -372,5 +390,5 @@ def test_the_harness_sees_an_oracle_where_there_is_one(world, tmp_path_factory):
     # ... and an exact echo of the key, beside a guess of nothing, runs to the end in both.
     calls = [{"to": "bound", "path": "/x", "key": True, "guess": "33,33"}]
     behaviour = {"echo_key": True, "echo_guess": True, "key_part": EXACT, "guess_part": EXACT, "spell": True,
-                 "where": "body", "status": 200}
+                 "where": "body", "status": 200, "recall": False, "charset": "utf-8"}
     _check(world, tmp_path_factory, (name, a, b, calls, behaviour))
