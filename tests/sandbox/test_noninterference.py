@@ -392,3 +392,57 @@ def test_the_harness_sees_an_oracle_where_there_is_one(world, tmp_path_factory):
     behaviour = {"echo_key": True, "echo_guess": True, "key_part": EXACT, "guess_part": EXACT, "spell": True,
                  "where": "body", "status": 200, "recall": False, "charset": "utf-8"}
     _check(world, tmp_path_factory, (name, a, b, calls, behaviour))
+
+
+def _run_adapter(world: World, store, value: str, calls: list, behaviour: dict, model: str) -> dict:
+    """The agent's LLM adapter (the shipped provider:llm code, in the sandbox) answering one chokepoint
+    request per call, its prompt holding the call's guess: what it hands the runtime, or how it failed."""
+    from brainstem.tools.adapters import dynamic_providers
+
+    world.reset(behaviour)
+    refusals.clear(store)
+    env = {"OPENROUTER_API_KEY": value, "OPENROUTER_BASE_URL": world.base["llm"],
+           "BRAINSTEM_TOOL_SECRETS": "OPENROUTER_API_KEY", "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM}",
+           "BRAINSTEM_MAX_SESSION_COST": "5", "BRAINSTEM_MAX_DAILY_COST": "1000"}
+    seen: list[dict] = []
+
+    def record(event: str, **fields):
+        seen.append({"event": event, **fields})
+
+    handed, error = [], None
+    with mock.patch.dict(os.environ, env):
+        policy = standalone_tool_policy(store, load_settings(), record)
+        (adapter,) = [p for p in dynamic_providers(store, AgentKV(store, record), record, policy,
+                                                   base_url=world.base["llm"]) if p.tier == "dynamic"]
+        for call in calls:
+            request = {"model": model, "max_tokens": 64,
+                       "messages": [{"role": "user", "content": "spell out: " + call["guess"]}]}
+            try:
+                handed.append(adapter.complete(request, timeout=20).content)
+            except Exception as exc:  # noqa: BLE001 - how it failed is what the runtime is handed
+                error = str(exc)
+                break
+    stopped = any(e["event"] == events.SECRET_REFUSED and "direction" in e for e in seen)
+    return {"handed": handed, "stopped": stopped, "ok": error is None, "error": error,
+            "value": None, "other": list(world.received["other"])}
+
+
+@NI
+@given(scenario=scenarios("llm"))
+def test_what_the_llm_adapter_hands_back_is_the_same_for_any_value(world, tmp_path_factory, scenario):
+    """The same property for the adapter tier: the agent's adapter holds the LLM key's placeholder, and the
+    model it calls repeats or spells out its prompt, which carries the guess."""
+    _, a, b, calls, behaviour = scenario
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('na') / 'store.db'}")
+    try:
+        seed(store, with_providers=True)
+        model = json.loads(store.get(keys.CONFIG_MODELS))["models"][0]["id"]
+        one = _run_adapter(world, store, a, calls, behaviour, model)
+        two = _run_adapter(world, store, b, calls, behaviour, model)
+    finally:
+        store.close()
+    if one["stopped"] or two["stopped"]:
+        n = min(len(one["handed"]), len(two["handed"]))
+        assert one["handed"][:n] == two["handed"][:n]
+    else:
+        assert one == two
