@@ -20,6 +20,7 @@ from brainstem.core.errors import ConfigError
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
+from brainstem.session.stopping import Stopping
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
@@ -57,6 +58,7 @@ class Session:
     inbox_ids: list[int] = field(default_factory=list)
     inbox_answered: bool = False
     reviews_queued: int = 0  # runs of supervised tools this session has let through for review
+    stop: Stopping = field(default_factory=Stopping)  # what stops it from outside (a replay: nothing)
     _review_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, event: str, **fields: Any) -> dict:
@@ -115,7 +117,7 @@ def build_session(settings: Settings, store: Store, *, sid: str, number: int, ka
                   defaults: Defaults, models: Models, soul: str, context: dict, mode: str = "live",
                   effort: str = "low", providers: list | None = None, agent_kv: AgentKV | None = None,
                   policy: ToolPolicy | None = None, meter: Any = None, on_anomaly: Callable | None = None,
-                  check_change: Callable[..., dict] | None = None) -> Session:
+                  check_change: Callable[..., dict] | None = None, stop: Stopping | None = None) -> Session:
     """A session ready to plan: ``providers`` answer its LLM calls (default: the cascade, see
     :func:`cascade`); ``agent_kv`` and ``policy`` are given when something ran before the session was
     whole (the wake's ground truth), else made here."""
@@ -123,12 +125,13 @@ def build_session(settings: Settings, store: Store, *, sid: str, number: int, ka
                       agent_kv=agent_kv or agent_view(store, karma, sid), defaults=defaults, models=models,
                       budget=budget, soul=soul, effort=effort,
                       tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context,
-                      mode=mode, check_change=check_change)
+                      mode=mode, check_change=check_change, stop=stop or Stopping())
     session.tool_policy = policy
     session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
                       providers=providers if providers is not None else cascade(settings, session),
                       fallback_model=defaults.execution.fallback_model or models.fallback_model,
-                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly)
+                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly,
+                      stop=session.stop.check)
     return session
 
 
@@ -174,8 +177,7 @@ def cascade(settings: Settings, session: Session) -> list:
 _BUDGET = {name: f.default for name, f in SessionBudget.model_fields.items()}  # config's own defaults
 
 
-def make_budget(defaults: Defaults, settings: Settings, left_today: float,
-                cancel: threading.Event | None = None) -> Budget:
+def make_budget(defaults: Defaults, settings: Settings, left_today: float) -> Budget:
     """The agent's configured budget, clamped under the operator's ceilings and what is left of today's."""
     budget = Budget(
         max_cost=min(clamp(defaults.session_budget.max_cost, settings.max_session_cost, _BUDGET["max_cost"]),
@@ -184,6 +186,4 @@ def make_budget(defaults: Defaults, settings: Settings, left_today: float,
         max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds,
                            _BUDGET["max_duration_seconds"]),
         reserve_fraction=defaults.execution.reflect_reserve_fraction)
-    if cancel is not None:
-        budget.cancel = cancel
     return budget

@@ -21,6 +21,7 @@ from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
 from brainstem.session.reflect import run_deep_reflect, run_reflect
+from brainstem.session.stopping import OUTCOMES, SessionStopped, Stopping
 from brainstem.state import history as session_history
 from brainstem.state.budget import Budget, BudgetExceeded
 from brainstem.state.config import Defaults
@@ -54,6 +55,7 @@ class Course:
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
     mode: str = "live"  # or "dry_run"
     lease: Lease | None = None  # None: a dry run or a replay, which hold none
+    stop: Stopping = field(default_factory=Stopping)
 
 
 def think(course: Course, session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
@@ -114,8 +116,11 @@ def plan_and_execute(course: Course, session: Session, orient_template: str, lef
     tally = CallTally(session.llm)
     try:
         plan = orient(session, orient_template)
-    except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-        course.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
+    except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+        course.outcome = outcomes.BUDGET_EXHAUSTED
+        return
+    except SessionStopped as stop:  # stopped from outside while planning (the wake gives no reason then)
+        course.outcome = OUTCOMES[stop.reason] or course.outcome
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
         llm_fault(course, session, exc, "orient")
@@ -135,7 +140,7 @@ def plan_and_execute(course: Course, session: Session, orient_template: str, lef
     if executor.stop is not None:
         course.outcome = executor.stop.outcome
     # Shutting down: finish fast; the next session reflects on this one's karma.
-    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not budget.cancel.is_set():
+    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not course.stop.cancel.is_set():
         reflect()
     course.next_wake = course.reflect_wake or plan.next_wake_config
     if course.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
@@ -216,8 +221,9 @@ def reflex_tools(session: Session, rule) -> bool:
         step_id = f"reflex:{rule.name}:{i + 1}"
         try:
             load_tool(session.store, call.tool)
+            session.stop.check()
             session.budget.before_step()
-        except (ToolError, BudgetExceeded) as exc:
+        except (ToolError, BudgetExceeded, SessionStopped) as exc:
             session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=str(exc))
             return False
         session.budget.steps += 1

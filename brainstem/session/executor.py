@@ -33,6 +33,7 @@ from brainstem.core.templates import capped, references, render, substitute, to_
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.agent_step import AgentStepFailed, run_agent
+from brainstem.session.stopping import SessionStopped
 from brainstem.state.budget import BudgetExceeded
 
 # Internal: a subplan that ran out of its own budget ends the subplan, not the session.
@@ -98,8 +99,9 @@ class Executor:
         session = self.session
         sid = self._step_id(step)
         try:
+            session.stop.check()
             session.budget.before_step()
-        except BudgetExceeded as exc:
+        except (BudgetExceeded, SessionStopped) as exc:
             session.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc),
                            **session.budget.snapshot())
             raise _stop_for(exc) from None
@@ -123,7 +125,7 @@ class Executor:
         for attempt in range(1, retries + 2):
             try:
                 value, source = self._execute(step, sid, depth, attempt)
-            except BudgetExceeded as exc:
+            except (BudgetExceeded, SessionStopped) as exc:
                 self.failed_ids.add(sid)
                 if step.store_result_as:
                     self.failed_names.add(step.store_result_as)
@@ -328,9 +330,9 @@ class Executor:
         return step.id
 
 
-def _stop_for(exc: BudgetExceeded) -> StopSession:
+def _stop_for(exc: BudgetExceeded | SessionStopped) -> StopSession:
     # A subplan's own cap ends only that subplan; any other limit ends the session.
-    if exc.limit == "interrupted":
+    if isinstance(exc, SessionStopped):
         return StopSession(outcomes.INTERRUPTED, str(exc))
     return StopSession(SUBPLAN_BUDGET if exc.limit == "subplan" else outcomes.BUDGET_EXHAUSTED, str(exc))
 

@@ -17,6 +17,7 @@ from brainstem.core.templates import render
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.build import Session
 from brainstem.session.context import with_inbox
+from brainstem.session.stopping import SessionStopped
 from brainstem.state import inbox
 from brainstem.state.budget import Budget, BudgetExceeded, clamp
 
@@ -46,7 +47,7 @@ def orient(session: Session, template: str) -> Plan | None:
             result = session.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
                                 effort=session.effort if session.effort != "low" else cfg.effort, history=turns)
             session.inbox_answered = True  # the model has read the prompt that showed them
-        except BudgetExceeded as exc:
+        except (BudgetExceeded, SessionStopped) as exc:
             if attempt == 1:
                 raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
             session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")

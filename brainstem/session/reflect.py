@@ -33,6 +33,7 @@ from brainstem.core.templates import render
 from brainstem.core.timeline import format_entry
 from brainstem.core.untrusted import Untrusted, untrusted
 from brainstem.llm.chokepoint import LLMError
+from brainstem.session.stopping import SessionStopped
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.config import Defaults, Models
@@ -90,7 +91,7 @@ def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str
     try:
         result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
                             effort=cfg.effort, use_reserve=True)
-    except (BudgetExceeded, LLMError) as exc:
+    except (BudgetExceeded, SessionStopped, LLMError) as exc:
         fields: dict[str, Any] = {"kind": "deep"} if purpose == "deep_reflect" else {}
         if isinstance(exc, LLMError):
             fields.update(fault=exc.fault, status=exc.status)

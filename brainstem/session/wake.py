@@ -45,6 +45,7 @@ from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.stopping import OUTCOMES, STORE_UNAVAILABLE, SessionStopped, Stopping, stop_of
 from brainstem.state import history as session_history
 from brainstem.state import inbox
 from brainstem.state.budget import BudgetExceeded, DailyLedger, daily_spent, note_anomaly
@@ -196,39 +197,33 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     # A session answered only from a cassette moves no money: today's real spend does not shrink it.
     simulated = bool(providers) and all(is_simulated(p) for p in providers)
     left_today = max(0.0, settings.max_daily_cost - (0.0 if simulated else daily_spent(store)))
-    budget = make_budget(defaults, settings, left_today, cancel)
+    budget = make_budget(defaults, settings, left_today)
     # Every metered request holds its worst case against today's ceiling in the store before it goes.
     budget.daily = DailyLedger(store, settings.max_daily_cost)
+    # Cancelled from outside, or its lease lost: the session stops at its next step or call.
+    stop = Stopping(cancel=cancel or threading.Event(), lost=lease.lost if lease is not None else threading.Event())
     if lease is not None:
-        budget.lost = lease.lost  # a lost lease stops the session at its next step or call
         lease.on_lost = lambda lost: note_store_lost(store, sid, lost)
 
     karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid, lease=lease.token if lease is not None else None)
     course = Course(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget,
-                    defaults=defaults, clean_snapshot=snapshot(store), mode=mode, lease=lease)
+                    defaults=defaults, clean_snapshot=snapshot(store), mode=mode, lease=lease, stop=stop)
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         _open(course, wake_config, left_today, crumb, crash, restored, problems, woke_for)
         interruptible(True)
-        if budget.cancel.is_set():  # a signal arrived while the lock was being taken
-            budget.check_cancel()
+        if stop.cancel.is_set():  # a signal arrived while the lock was being taken
+            stop.check()
         context: dict[str, Any] = {"sessionId": sid, "now": iso(course.started), "crashData": crash}
         _live(course, wake_config, context, models, soul, providers, orient_template, left_today)
         interruptible(False)
-        if budget.cancel.is_set() and course.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
+        if stop.cancel.is_set() and course.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
             course.outcome, course.reason = outcomes.INTERRUPTED, course.reason or stop_reason()
-    except BudgetExceeded as exc:  # interrupted before the plan: a signal during the lock or ground truth
+    except (SessionStopped, BudgetExceeded, LeaseLost, StoreUnavailable) as exc:  # stopped: see stopping.OUTCOMES
         interruptible(False)
-        course.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
-        course.reason = stop_reason() if exc.limit == "interrupted" else str(exc)
-    except LeaseLost:  # a fenced write refused: the lease is gone, and finish() records only that
-        interruptible(False)
-    except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
-        interruptible(False)
-        course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
-        _try(lambda: karma.record(events.STORE_ERROR, error=course.reason))
+        _stopped(course, stop_of(exc))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
         interruptible(False)
         course.outcome = outcomes.ERROR
@@ -247,6 +242,16 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
         finish(course)
         raise
     return finish(course)
+
+
+def _stopped(course: Course, stop: SessionStopped) -> None:
+    """End the session as its stop says (a signal during the lock or ground truth, the store gone...)."""
+    outcome = OUTCOMES[stop.reason]
+    if outcome is None:  # a fenced write refused: the lease is gone, and finish() records only that
+        return
+    course.outcome, course.reason = outcome, stop_reason() if outcome == outcomes.INTERRUPTED else str(stop)
+    if stop.reason == STORE_UNAVAILABLE:  # the infrastructure's, not the agent's: said so in its karma
+        _try(lambda: course.karma.record(events.STORE_ERROR, error=course.reason))
 
 
 def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
@@ -320,7 +325,8 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
     session = course.session = build_session(
         settings, store, sid=sid, number=course.number, karma=karma, budget=budget, defaults=defaults,
         models=models, soul=soul, context=context, mode=course.mode, effort=effort, providers=providers,
-        agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly, check_change=check_change)
+        agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly, check_change=check_change,
+        stop=course.stop)
     deep = deep_reflect_due(store, defaults, course.number)  # (due, why): asked once, for reflexes and below
     urgent = inbox.urgent_pending(store)
     if deep[0] and urgent:
