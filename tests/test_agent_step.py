@@ -407,7 +407,7 @@ def test_only_offered_tools_run_and_only_with_arguments_that_fit(raw_calls):
     session = SimpleNamespace(
         record=lambda event, **f: recorded.append((event, f)),
         run_tool=lambda name, args, step_id=None: ran.append((name, args)) or ToolOutcome(ok=True, value="r"),
-        defaults=SimpleNamespace(execution=SimpleNamespace(max_result_chars=1000)))
+        deps=SimpleNamespace(defaults=SimpleNamespace(execution=SimpleNamespace(max_result_chars=1000))))
     offered = {"shout": Offered(name="shout", schema=SHOUT_META["input"], spec={})}
     calls = _unique_ids(parse_tool_calls(raw_calls))
     replies = _run_calls(session, offered, calls, "a1")

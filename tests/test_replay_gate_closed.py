@@ -18,7 +18,7 @@ from hypothesis import strategies as st_
 from brainstem.core import keys
 from brainstem.core.settings import load_settings
 from brainstem.session import gate
-from brainstem.session.build import build_session, hardcoded_provider
+from brainstem.session.build import SessionDeps, build_session, hardcoded_provider
 from brainstem.session.reflect import run_reflect
 from brainstem.state.budget import Budget
 from brainstem.state.config import effective_models, load_defaults
@@ -39,10 +39,10 @@ def _session(store, llm, sid: str, *, left: float, max_cost: float = 1.0, spent:
     duration = max(left, 0.0) + 30.0
     budget = Budget(max_cost=max_cost, max_steps=12, max_duration=duration, spent=spent,
                     t0=time.monotonic() - (duration - left))
-    return build_session(cfg, store, sid=sid, number=2, karma=Karma(store, sid, Redactor({})), budget=budget,
-                         defaults=load_defaults(store, []), models=effective_models(store, []),
-                         soul=store.get(keys.SOUL), context={}, providers=[hardcoded_provider(cfg)],
-                         check_change=check_change)
+    deps = SessionDeps(id=sid, number=2, settings=cfg, store=store, karma=Karma(store, sid, Redactor({})),
+                       budget=budget, defaults=load_defaults(store, []), models=effective_models(store, []),
+                       soul=store.get(keys.SOUL), check_change=check_change)
+    return build_session(deps, context={}, providers=[hardcoded_provider(cfg)])
 
 
 def _reflect_with_change(store, llm, session) -> list[dict]:
@@ -50,7 +50,7 @@ def _reflect_with_change(store, llm, session) -> list[dict]:
         {"op": "put", "key": keys.PROMPT_ORIENT, "value": BROKEN_ORIENT},
         {"op": "put", "key": "notes:x", "value": "y"}]))
     run_reflect(session, {}, None)
-    return karma_mod.read(store, session.id)
+    return karma_mod.read(store, session.deps.id)
 
 
 def _assert_refused(store, entries: list[dict], before: str, why: str) -> None:
@@ -140,5 +140,5 @@ def test_a_deep_reflection_writing_a_gated_key_two_ways_applies_neither(sqlite_s
     session = _session(store, llm, f"2-d{time.monotonic_ns()}", left=120)
     run_deep_reflect(session)
     assert {k: store.get(k) for k in before} == before
-    (rejected,) = events_of(karma_mod.read(store, session.id), "kv_operations_rejected")
+    (rejected,) = events_of(karma_mod.read(store, session.deps.id), "kv_operations_rejected")
     assert rejected["reason"].startswith("replay_gate") and key in rejected["reason"]

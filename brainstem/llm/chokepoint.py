@@ -100,7 +100,8 @@ class LLM:
     def __init__(self, *, models: Models, budget: Budget, record: Callable[..., dict], soul: str,
                  providers: Sequence[Provider], fallback_model: str | None = None,
                  on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                 meter=None, on_anomaly: Callable[[dict], None] | None = None):
+                 meter=None, on_anomaly: Callable[[dict], None] | None = None,
+                 stop: Callable[[], None] | None = None):
         self.models = models
         self.budget = budget
         self.record = record
@@ -111,6 +112,7 @@ class LLM:
         self.call_timeout = call_timeout
         self.on_anomaly = on_anomaly  # told of each call whose reported cost exceeds its worst case
         self.meter = meter  # a WireMeter: what sandboxed adapters send to the LLM host, priced and charged
+        self.stop = stop  # raises when the session must stop (cancelled, its lease lost) before a call
         self._unknown_reported: set[str] = set()
 
     # --- pricing ---
@@ -163,13 +165,14 @@ class LLM:
              effort: str | None = None, use_reserve: bool = False, step_id: str | None = None,
              history: Sequence[dict] = (), tools: Sequence[dict] | None = None,
              tool_choice: str | None = None) -> LLMResult:
-        """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError`.
+        """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError` (or what ``stop`` raises).
 
         The messages sent are the soul, ``history``, then ``prompt`` as the user's turn (a conversation
         that ends in tool results passes ``prompt=None``). ``tools`` (OpenAI function format) are offered
         with ``tool_choice``; the answer's calls are in :attr:`LLMResult.tool_calls`.
         """
-        self.budget.check_cancel()
+        if self.stop is not None:
+            self.stop()
         model_id = self.resolve(model)
         turn = {"history": history, "prompt": prompt, "tools": list(tools or ()), "tool_choice": tool_choice}
         try:

@@ -75,9 +75,10 @@ def offer(store, names: list[str]) -> dict[str, Offered]:
 
 def run_agent(session, step: AgentStep, sid: str, prompt: str) -> str:
     """Run one agent step; returns the model's final answer."""
-    tools = offer(session.store, step.tools)
-    model = step.model or session.defaults.orient.model
-    max_tokens = step.max_tokens or session.defaults.execution.think_max_tokens
+    deps = session.deps
+    tools = offer(deps.store, step.tools)
+    model = step.model or deps.defaults.orient.model
+    max_tokens = step.max_tokens or deps.defaults.execution.think_max_tokens
     conversation: list[dict] = [{"role": "user", "content": prompt}]
     rounds, ran = 0, False
 
@@ -89,7 +90,7 @@ def run_agent(session, step: AgentStep, sid: str, prompt: str) -> str:
             raise AgentStepFailed(str(exc), final=exc.final or ran) from None
 
     while True:
-        wrap_up = _wrap_up_reason(session.budget, rounds, step.max_turns)
+        wrap_up = _wrap_up_reason(deps.budget, rounds, step.max_turns)
         if wrap_up is not None:
             session.record(events.AGENT_WRAP_UP, step_id=sid, reason=wrap_up, rounds=rounds)
             return _answer(ask("none"), sid, ran)
@@ -144,7 +145,7 @@ def _run_calls(session, tools: dict[str, Offered], calls: list[dict], sid: str) 
 def _run_call(session, tools: dict[str, Offered], call: dict, sid: str) -> tuple[str, Any]:
     name = call["name"]
     offered = tools.get(name)
-    cap = session.defaults.execution.max_result_chars
+    cap = session.deps.defaults.execution.max_result_chars
     if offered is None:
         unoffered = f"tool {name!r} is not offered in this step (offered: {', '.join(tools)})"
         session.record(events.AGENT_CALL_REJECTED, step_id=sid, tool=name[:200], call_id=call["id"], error=unoffered)

@@ -1,7 +1,8 @@
 """What one session carries, and the one place it is put together.
 
-:func:`build_session` assembles a :class:`Session` (store views, recorder,
-config, budget, tool policy and the LLM chokepoint) for every kind of session:
+:func:`build_session` assembles a :class:`Session` (store views, tool policy
+and the LLM chokepoint) from its :class:`SessionDeps` (who it is, its store,
+recorder, config, budget and stop signals, fixed for the run) for every kind of session:
 a wake, a dry run, and a replay (including the replays of deep reflection's
 gate). The executor and reflection read from it. It holds no behaviour of its
 own beyond routing a tool run through the sandbox with the session's grants.
@@ -13,45 +14,61 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import now_utc
 from brainstem.core.errors import ConfigError
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
+from brainstem.session.stopping import Stopping
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
 from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
+from brainstem.store.lease import Lease
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolOutcome, run_tool
 
 
-@dataclass
-class Session:
+@dataclass(frozen=True)
+class SessionDeps:
+    """What a session's run depends on: given when it starts, never reassigned (the budget and the store
+    change inside, the references do not)."""
     id: str
     number: int
     settings: Settings
     store: Store
     karma: Karma
-    agent_kv: AgentKV
+    budget: Budget
     defaults: Defaults
     models: Models
-    budget: Budget
-    llm: LLM = field(init=False)  # made just after the session: its providers' cascade reads the session
     soul: str
+    mode: str = "live"  # "live", "dry_run" (no tool runs) or "replay" (a recorded session, in an overlay)
+    stop: Stopping = field(default_factory=Stopping)  # what stops it from outside (a replay: nothing)
+    # The replay gate deep reflection passes a proposed change through (staged keys -> report); given
+    # by the wake, which sits above replay. None: no gate, and reflection then refuses such changes.
+    check_change: Callable[..., dict] | None = None
+    lease: Lease | None = None  # None: a dry run or a replay, which hold none
+    started: datetime = field(default_factory=now_utc)
+
+
+@dataclass
+class Session:
+    """A session at work: its :class:`SessionDeps`, the views and LLM made for it, and what it reads,
+    shows and queues as it goes."""
+    deps: SessionDeps
+    agent_kv: AgentKV
+    tool_policy: ToolPolicy
+    llm: LLM = field(init=False)  # made just after the session: its providers' cascade reads the session
     effort: str = "low"
     tool_registry: Any = None
     context: dict = field(default_factory=dict)
     reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
-    tool_policy: ToolPolicy | None = None  # secrets, egress, metering and write quotas of this session's tools
-    mode: str = "live"  # "live", "dry_run" (no tool runs) or "replay" (a recorded session, in an overlay)
-    # The replay gate deep reflection passes a proposed change through (staged keys -> report); given
-    # by the wake, which sits above replay. None: no gate, and reflection then refuses such changes.
-    check_change: Callable[..., dict] | None = None
     # The operator's messages this session's context shows (ids), and whether the model answered the
     # orient call that showed them: only then does the end of the session mark them read.
     inbox_ids: list[int] = field(default_factory=list)
@@ -60,35 +77,37 @@ class Session:
     _review_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, event: str, **fields: Any) -> dict:
-        return self.karma.record(event, **fields)
+        return self.deps.karma.record(event, **fields)
 
     def run_tool(self, name: str, args: Any, attempt: int = 1, step_id: str | None = None) -> ToolOutcome:
-        left_ms = int(self.budget.time_left() * 1000)
+        deps = self.deps
+        left_ms = int(deps.budget.time_left() * 1000)
 
-        cap = self.settings.review_max_per_session
+        cap = deps.settings.review_max_per_session
 
         def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
             from brainstem.core import events
             from brainstem.state import review
 
-            item = review.add(self.store, tool=name, session_id=self.id, step_id=step_id,
-                              input=self.karma.redact(args), ok=outcome.ok, result=self.karma.redact(outcome.value),
-                              error=self.karma.redact(outcome.error), max_per_session=cap)
+            redact = deps.karma.redact
+            item = review.add(deps.store, tool=name, session_id=deps.id, step_id=step_id, input=redact(args),
+                              ok=outcome.ok, result=redact(outcome.value), error=redact(outcome.error),
+                              max_per_session=cap)
             if item is None:  # only this session queues its items: not reached while review_room() counts
                 self.record(events.REVIEW_DROPPED, tool=name, step_id=step_id, reason="the review inbox is full")
             else:
                 self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
-        return run_tool(name, args, store=self.store, agent_kv=self.agent_kv, record=self.record,
-                        policy=self.policy(), attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
-                        on_read=self.reads.update, dry_run=self.mode == "dry_run", enforce_mode=True,
+        return run_tool(name, args, store=deps.store, agent_kv=self.agent_kv, record=self.record,
+                        policy=self.tool_policy, attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
+                        on_read=self.reads.update, dry_run=deps.mode == "dry_run", enforce_mode=True,
                         on_supervised=supervised, review_room=self.review_room,
-                        floors=self.settings.mode_floors())
+                        floors=deps.settings.mode_floors())
 
     def review_room(self) -> str | None:
         """Why another supervised run may not be queued for review (None: it may, and is counted now, so
         runs side by side in an agent step cannot pass the cap together)."""
-        cap = self.settings.review_max_per_session
+        cap = self.deps.settings.review_max_per_session
         with self._review_lock:
             if self.reviews_queued >= cap:
                 return (f"this session has queued {cap} runs for review, as many as "
@@ -96,40 +115,36 @@ class Session:
             self.reviews_queued += 1
         return None
 
-    def policy(self) -> ToolPolicy:
-        if self.tool_policy is None:
-            self.tool_policy = ToolPolicy.from_settings(self.settings, on_secrets=self.learn_secrets)
-        return self.tool_policy
-
-    def learn_secrets(self, secrets: dict[str, str]) -> None:
-        for name, value in secrets.items():
-            self.karma.redact.add(name, value)
-
     def models_for_prompt(self) -> list[dict]:
         return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,
                  "output_cost_per_mtok": m.output_cost_per_mtok, "supports_reasoning": m.supports_reasoning}
-                for m in self.models.models]
+                for m in self.deps.models.models]
 
 
-def build_session(settings: Settings, store: Store, *, sid: str, number: int, karma: Karma, budget: Budget,
-                  defaults: Defaults, models: Models, soul: str, context: dict, mode: str = "live",
-                  effort: str = "low", providers: list | None = None, agent_kv: AgentKV | None = None,
-                  policy: ToolPolicy | None = None, meter: Any = None, on_anomaly: Callable | None = None,
-                  check_change: Callable[..., dict] | None = None) -> Session:
+def build_session(deps: SessionDeps, *, context: dict, effort: str = "low", providers: list | None = None,
+                  agent_kv: AgentKV | None = None, policy: ToolPolicy | None = None, meter: Any = None,
+                  on_anomaly: Callable | None = None) -> Session:
     """A session ready to plan: ``providers`` answer its LLM calls (default: the cascade, see
     :func:`cascade`); ``agent_kv`` and ``policy`` are given when something ran before the session was
-    whole (the wake's ground truth), else made here."""
-    session = Session(id=sid, number=number, settings=settings, store=store, karma=karma,
-                      agent_kv=agent_kv or agent_view(store, karma, sid), defaults=defaults, models=models,
-                      budget=budget, soul=soul, effort=effort,
-                      tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}), context=context,
-                      mode=mode, check_change=check_change)
-    session.tool_policy = policy
-    session.llm = LLM(models=models, budget=budget, record=karma.record, soul=soul,
+    whole (the wake's ground truth, a replay's recorded fetches), else made here."""
+    settings, store, karma = deps.settings, deps.store, deps.karma
+    session = Session(deps=deps, agent_kv=agent_kv or agent_view(store, karma, deps.id),
+                      tool_policy=policy or ToolPolicy.from_settings(settings, on_secrets=learner(karma)),
+                      effort=effort, tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
+                      context=context)
+    session.llm = LLM(models=deps.models, budget=deps.budget, record=karma.record, soul=deps.soul,
                       providers=providers if providers is not None else cascade(settings, session),
-                      fallback_model=defaults.execution.fallback_model or models.fallback_model,
-                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly)
+                      fallback_model=deps.defaults.execution.fallback_model or deps.models.fallback_model,
+                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly, stop=deps.stop.check)
     return session
+
+
+def learner(karma: Karma) -> Callable[[dict[str, str]], None]:
+    """What a policy calls with the secrets it grants: the session's karma redacts them from then on."""
+    def learn(secrets: dict[str, str]) -> None:
+        for name, value in secrets.items():
+            karma.redact.add(name, value)
+    return learn
 
 
 def agent_view(store: Store, karma: Karma, sid: str) -> AgentKV:
@@ -165,17 +180,16 @@ def cascade(settings: Settings, session: Session) -> list:
     from brainstem.core.secrets import public_url
     from brainstem.tools.adapters import dynamic_providers
 
-    dynamic = dynamic_providers(session.store, session.agent_kv, session.record, session.policy(),
+    dynamic = dynamic_providers(session.deps.store, session.agent_kv, session.record, session.tool_policy,
                                 base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),
-                                dry_run=session.mode == "dry_run")
+                                dry_run=session.deps.mode == "dry_run")
     return [*dynamic, hardcoded_provider(settings)]
 
 
 _BUDGET = {name: f.default for name, f in SessionBudget.model_fields.items()}  # config's own defaults
 
 
-def make_budget(defaults: Defaults, settings: Settings, left_today: float,
-                cancel: threading.Event | None = None) -> Budget:
+def make_budget(defaults: Defaults, settings: Settings, left_today: float) -> Budget:
     """The agent's configured budget, clamped under the operator's ceilings and what is left of today's."""
     budget = Budget(
         max_cost=min(clamp(defaults.session_budget.max_cost, settings.max_session_cost, _BUDGET["max_cost"]),
@@ -184,6 +198,4 @@ def make_budget(defaults: Defaults, settings: Settings, left_today: float,
         max_duration=clamp(defaults.session_budget.max_duration_seconds, settings.max_session_seconds,
                            _BUDGET["max_duration_seconds"]),
         reserve_fraction=defaults.execution.reflect_reserve_fraction)
-    if cancel is not None:
-        budget.cancel = cancel
     return budget

@@ -86,8 +86,9 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
 def load_session_context(session, context: dict) -> None:
     """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
     defaults), the last reflection, a bounded index of the store, the effort, the operator's messages."""
-    d = session.defaults.memory
-    last = session.store.get_json(
+    deps = session.deps
+    d = deps.defaults.memory
+    last = deps.store.get_json(
         keys.LAST_REFLECT, default=None,
         on_error=lambda e: session.record(events.CONFIG_REJECTED, key=keys.LAST_REFLECT, reason=str(e)))
     names = None
@@ -95,19 +96,19 @@ def load_session_context(session, context: dict) -> None:
         noc = last.get("next_orient_context")
         if isinstance(noc, dict) and isinstance(noc.get("load_keys"), list):
             names = noc["load_keys"]
-    loaded, notes = load_keys(session.store, names if names is not None else d.default_load_keys,
+    loaded, notes = load_keys(deps.store, names if names is not None else d.default_load_keys,
                               d.max_load_keys, d.max_load_key_bytes)
     session.reads.update(loaded.keys())
     context["additionalContext"] = loaded
     if notes:
         context["additionalContextNotes"] = notes
     context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
-    context["kvIndex"] = kv_index(session.store, d.kv_index_max_keys)
+    context["kvIndex"] = kv_index(deps.store, d.kv_index_max_keys)
     context["effort"] = session.effort
     # The operator's unread messages. Not wrapped as untrusted: they are the operator's own words, to be
     # acted on, not data. Each text is sanitised and quoted (see inbox.prompt_text), and the ids shown are
     # kept, so the end of the session marks read exactly these and no message that arrived meanwhile.
-    shown, more = inbox.for_session(session.store)
+    shown, more = inbox.for_session(deps.store)
     context["inbox"] = inbox.prompt_text(shown, more)
     session.inbox_ids = [m["id"] for m in shown]
 

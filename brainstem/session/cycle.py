@@ -8,26 +8,22 @@ session's context, so a replayed session takes exactly the path a live one does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events, keys, outcomes
-from brainstem.core.clock import iso, now_utc
-from brainstem.core.settings import Settings
+from brainstem.core.clock import iso
 from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import LLM, LLMError
-from brainstem.session.build import Session
+from brainstem.session.build import Session, SessionDeps
 from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
 from brainstem.session.reflect import run_deep_reflect, run_reflect
+from brainstem.session.stopping import OUTCOMES, SessionStopped
 from brainstem.state import history as session_history
-from brainstem.state.budget import Budget, BudgetExceeded
-from brainstem.state.config import Defaults
+from brainstem.state.budget import BudgetExceeded
 from brainstem.store import karma as karma_mod
-from brainstem.store.base import Store
-from brainstem.store.karma import Karma
-from brainstem.store.lease import Lease
 
 CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for replay
 
@@ -36,14 +32,7 @@ CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for rep
 class Course:
     """One session's course, filled in as it goes (its outcome, why, what it asks of the next wake);
     :func:`brainstem.session.ending.finish` records its end from this."""
-    store: Store
-    settings: Settings
-    karma: Karma
-    id: str
-    number: int
-    budget: Budget
-    defaults: Defaults
-    started: Any = field(default_factory=now_utc)
+    deps: SessionDeps
     outcome: str = outcomes.CLEAN
     reason: str | None = None  # why it ended so, when the outcome alone does not say (faults, interruptions)
     kind: str = "session"
@@ -52,13 +41,11 @@ class Course:
     executor: Executor | None = None
     session: Session | None = None
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
-    mode: str = "live"  # or "dry_run"
-    lease: Lease | None = None  # None: a dry run or a replay, which hold none
 
 
 def think(course: Course, session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
     """Deep reflection when it is due, else orient, the plan and reflection."""
-    store, context = course.store, session.context
+    store, context = course.deps.store, session.context
     load_session_context(session, context)
     due, why = deep
     context["deepReflectDue"] = due
@@ -73,7 +60,7 @@ def think(course: Course, session: Session, orient_template: str, left_today: fl
     if due:
         from brainstem.state.memory import summary as memory_summary
 
-        context["memoryStats"] = memory_summary(store, course.number)
+        context["memoryStats"] = memory_summary(store, course.deps.number)
         course.kind = "deep_reflect"
         session.record(events.DEEP_REFLECT, phase="start", reason=why)
         tally = CallTally(session.llm)
@@ -110,12 +97,16 @@ class CallTally:
 
 def plan_and_execute(course: Course, session: Session, orient_template: str, left_today: float) -> None:
     """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
-    budget = course.budget
+    deps = course.deps
+    budget = deps.budget
     tally = CallTally(session.llm)
     try:
         plan = orient(session, orient_template)
-    except BudgetExceeded as exc:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-        course.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
+    except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
+        course.outcome = outcomes.BUDGET_EXHAUSTED
+        return
+    except SessionStopped as stop:  # stopped from outside while planning (the wake gives no reason then)
+        course.outcome = OUTCOMES[stop.reason] or course.outcome
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
         llm_fault(course, session, exc, "orient")
@@ -124,7 +115,7 @@ def plan_and_execute(course: Course, session: Session, orient_template: str, lef
         course.outcome = outcomes.NO_PLAN
         return
     tally.reset()
-    budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, course.settings, left_today)
+    budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, deps.settings, left_today)
     session.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
@@ -135,7 +126,7 @@ def plan_and_execute(course: Course, session: Session, orient_template: str, lef
     if executor.stop is not None:
         course.outcome = executor.stop.outcome
     # Shutting down: finish fast; the next session reflects on this one's karma.
-    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not budget.cancel.is_set():
+    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not deps.stop.cancel.is_set():
         reflect()
     course.next_wake = course.reflect_wake or plan.next_wake_config
     if course.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
@@ -164,7 +155,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
     reflex's tools run but it does not put the agent back to sleep."""
     from brainstem.state import reflexes
 
-    store = session.store
+    store = session.deps.store
     try:
         rules, fired_at = reflexes.load(store)
     except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
@@ -210,17 +201,19 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
 def reflex_tools(session: Session, rule) -> bool:
     """Run a reflex's tool calls in order, under the session's budgets; False (recorded) when one is
     missing, refused by the budget or fails: the wake then goes on to a normal session."""
+    deps = session.deps
     from brainstem.tools.tool import ToolError, load_tool
 
     for i, call in enumerate(rule.do.tools):
         step_id = f"reflex:{rule.name}:{i + 1}"
         try:
-            load_tool(session.store, call.tool)
-            session.budget.before_step()
-        except (ToolError, BudgetExceeded) as exc:
+            load_tool(deps.store, call.tool)
+            deps.stop.check()
+            deps.budget.before_step()
+        except (ToolError, BudgetExceeded, SessionStopped) as exc:
             session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=str(exc))
             return False
-        session.budget.steps += 1
+        deps.budget.steps += 1
         out = session.run_tool(call.tool, call.input, step_id=step_id)
         if not out.ok:
             session.record(events.REFLEX_FAILED, reflex=rule.name, tool=call.tool, error=out.error)

@@ -51,8 +51,9 @@ def finish(course: Course) -> WakeResult:
     """Record the end of the session. A store that went away is waited for, briefly, so the
     session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake.
     A session whose lease is lost records only that, in its own karma (see :func:`lease_lost`)."""
+    deps = course.deps
     def attempt() -> WakeResult:
-        if course.lease is not None and course.lease.lost.is_set():
+        if deps.lease is not None and deps.lease.lost.is_set():
             return lease_lost(course)
         try:
             return record_end(course)
@@ -69,8 +70,8 @@ def finish(course: Course) -> WakeResult:
     except StoreUnavailable as exc:
         # Gone for longer than we wait: a note on local disk, so the next wake records this
         # session as the store outage it was rather than as a crash of the agent's.
-        if course.mode != "dry_run":
-            unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+        if deps.mode != "dry_run":
+            unrecorded.remember(deps.store.display_url, deps.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
         raise
 
 
@@ -96,28 +97,30 @@ def lease_lost(course: Course) -> WakeResult:
     session is. The wake that holds the lease next finds its breadcrumb and closes it with what this
     entry says (``interrupted``, or ``store_unavailable`` when the store was gone), never as a crash
     of the agent's; with the store gone for longer, a note on local disk says so instead."""
-    lease = course.lease
+    deps = course.deps
+    lease = deps.lease
     reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
     cause = (lease.cause if lease is not None else None) or "taken_over"
     def record() -> None:
-        with course.store.unfenced():  # the one thing a session without its lease still writes
-            course.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
-                                cost=round(course.budget.spent, 10), steps=course.budget.steps)
+        with deps.store.unfenced():  # the one thing a session without its lease still writes
+            deps.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
+                                cost=round(deps.budget.spent, 10), steps=deps.budget.steps)
 
     try:
         _while_the_store_is_away(record)
     except StoreUnavailable as exc:
-        unrecorded.remember(course.store.display_url, course.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
-    return WakeResult("lease_lost", outcome=None, session_id=course.id,
-                      message=f"session {course.id}: stopped, its wake lease was lost ({reason}); the wake that holds "
+        unrecorded.remember(deps.store.display_url, deps.id, outcomes.STORE_UNAVAILABLE, str(exc)[:300])
+    return WakeResult("lease_lost", outcome=None, session_id=deps.id,
+                      message=f"session {deps.id}: stopped, its wake lease was lost ({reason}); the wake that holds "
                               f"it next records its end")
 
 
 def record_end(course: Course) -> WakeResult:
-    store, budget = course.store, course.budget
+    deps = course.deps
+    store, budget = deps.store, deps.budget
     next_wake = course.next_wake if isinstance(course.next_wake, dict) else {}
-    default_sleep = clamp_sleep(course.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
-    sleep = clamp_sleep(next_wake.get("sleep_seconds"), course.defaults.wake.sleep_seconds)
+    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), deps.defaults.wake.sleep_seconds)
     action = outcomes.operator_action(course.outcome)
     if action is not None:
         # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
@@ -129,14 +132,14 @@ def record_end(course: Course) -> WakeResult:
         sleep = MIN_SLEEP
     ended = now_utc()
     next_after = iso(ended + timedelta(seconds=sleep))
-    wake_cfg: dict[str, Any] = {"next_wake_after": next_after, "sleep_seconds": sleep, "set_by": course.id}
+    wake_cfg: dict[str, Any] = {"next_wake_after": next_after, "sleep_seconds": sleep, "set_by": deps.id}
     if action is not None:
         wake_cfg["retry_after_fault"] = course.outcome
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
         wake_cfg["effort"] = next_wake["effort"]
     store.put(keys.WAKE_CONFIG, wake_cfg)
-    duration_ms = int((ended - course.started).total_seconds() * 1000)
-    entry = {"id": course.id, "number": course.number, "kind": course.kind, "started_at": iso(course.started),
+    duration_ms = int((ended - deps.started).total_seconds() * 1000)
+    entry = {"id": deps.id, "number": deps.number, "kind": course.kind, "started_at": iso(deps.started),
              "ended_at": iso(ended), "outcome": course.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
              "steps_failed": course.executor.steps_failed if course.executor else 0, "duration_ms": duration_ms}
     if course.reason:
@@ -146,48 +149,48 @@ def record_end(course: Course) -> WakeResult:
     if action is not None:
         entry["operator_action"] = action
     last = store.get_json(keys.LAST_REFLECT, default=None)
-    if isinstance(last, dict) and last.get("session_id") == course.id:
+    if isinstance(last, dict) and last.get("session_id") == deps.id:
         summary = last.get("session_summary") or last.get("reflection")
         if summary:
             entry["summary"] = str(summary)[:300]
     if course.session is not None and course.session.reads:
         from brainstem.state.memory import flush_reads
 
-        flush_reads(store, course.session.reads, course.number)
+        flush_reads(store, course.session.reads, deps.number)
     if course.outcome == outcomes.CLEAN and course.kind == "session" and course.clean_snapshot is not None:
-        save_clean_snapshot(store, course.clean_snapshot, course.id)
+        save_clean_snapshot(store, course.clean_snapshot, deps.id)
     mark_inbox_read(course)
     expired = None
     # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
-    if course.kind == "reflex" or course.mode == "dry_run":
-        session_history.note_unlisted(store, course.id, course.settings.karma_retention_days, now=ended)
+    if course.kind == "reflex" or deps.mode == "dry_run":
+        session_history.note_unlisted(store, deps.id, deps.settings.karma_retention_days, now=ended)
     else:
         # Keyed by id: a kill between this write and session_end leaves the session in the history, and
         # the next wake's crash detection skips it rather than record it a second time as crashed.
-        expired = session_history.append(store, entry, retention_days=course.settings.karma_retention_days, now=ended,
-                                         on_reject=lambda why: course.karma.record(
+        expired = session_history.append(store, entry, retention_days=deps.settings.karma_retention_days, now=ended,
+                                         on_reject=lambda why: deps.karma.record(
                                              events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
                                              kept_raw_at=keys.REJECTED_SESSION_HISTORY))
-    course.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
+    deps.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=next_after,
                      karma_expired=expired or None, reason=course.reason, operator_action=action,
-                     dry_run=course.mode == "dry_run" or None,
+                     dry_run=deps.mode == "dry_run" or None,
                      simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
-    karma_mod.end_session(store, course.id)
+    karma_mod.end_session(store, deps.id)
     what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
     # As `brainstem sessions` shows it: a cassette's answers moved no money.
     cost = f"${budget.spent:.4f}" + (" (simulated)" if budget.simulated else "")
-    if course.mode == "dry_run":
-        message = (f"dry run {course.id}: {course.outcome}, {cost}, {budget.steps} steps; nothing was "
-                   f"written but its karma (brainstem karma {course.id})")
+    if deps.mode == "dry_run":
+        message = (f"dry run {deps.id}: {course.outcome}, {cost}, {budget.steps} steps; nothing was "
+                   f"written but its karma (brainstem karma {deps.id})")
     else:
-        message = (f"{what} {course.id}: {course.outcome}, {cost}, {budget.steps} steps; "
+        message = (f"{what} {deps.id}: {course.outcome}, {cost}, {budget.steps} steps; "
                    f"next wake {next_after}")
     if action is not None:
         message += f"; operator: {action}"
     elif course.outcome == outcomes.INTERRUPTED and course.reason:
         message += f" ({course.reason})"
-    return WakeResult("ran", outcome=course.outcome, session_id=course.id, next_wake_after=next_after,
+    return WakeResult("ran", outcome=course.outcome, session_id=deps.id, next_wake_after=next_after,
                       message=message)
 
 
@@ -200,12 +203,13 @@ def mark_inbox_read(course: Course) -> None:
     orient, an agent-side failure of the call) leaves them unread, so nothing the operator said is lost:
     the next session shows them again. Whatever happened after orient answered (a failed step, a stop,
     an interruption) the agent has read them. A dry run marks nothing."""
+    deps = course.deps
     session = course.session
-    if session is None or not session.inbox_ids or not session.inbox_answered or course.mode != "live":
+    if session is None or not session.inbox_ids or not session.inbox_answered or deps.mode != "live":
         return
     up_to = max(session.inbox_ids)
-    inbox.mark_read(course.store, up_to)
-    course.karma.record(events.INBOX_READ, ids=session.inbox_ids, up_to=up_to)
+    inbox.mark_read(deps.store, up_to)
+    deps.karma.record(events.INBOX_READ, ids=session.inbox_ids, up_to=up_to)
 
 
 def _try(fn) -> None:

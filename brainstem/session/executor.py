@@ -33,6 +33,7 @@ from brainstem.core.templates import capped, references, render, substitute, to_
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.agent_step import AgentStepFailed, run_agent
+from brainstem.session.stopping import SessionStopped
 from brainstem.state.budget import BudgetExceeded
 
 # Internal: a subplan that ran out of its own budget ends the subplan, not the session.
@@ -96,12 +97,14 @@ class Executor:
 
     def run_step(self, step, depth: int) -> None:
         session = self.session
+        deps = session.deps
         sid = self._step_id(step)
         try:
-            session.budget.before_step()
-        except BudgetExceeded as exc:
+            deps.stop.check()
+            deps.budget.before_step()
+        except (BudgetExceeded, SessionStopped) as exc:
             session.record(events.BUDGET_EXCEEDED, limit=exc.limit, step_id=sid, reason=str(exc),
-                           **session.budget.snapshot())
+                           **deps.budget.snapshot())
             raise _stop_for(exc) from None
         if isinstance(step, UnknownStep):
             session.record(events.UNKNOWN_STEP_TYPE, step_id=sid, type=step.type,
@@ -115,15 +118,15 @@ class Executor:
             if step.store_result_as:
                 self.failed_names.add(step.store_result_as)
             return
-        session.budget.steps += 1
-        session.record(events.STEP_START, step_id=sid, type=step.type, depth=depth, step_number=session.budget.steps,
-                 max_steps=session.budget.max_steps)
+        deps.budget.steps += 1
+        session.record(events.STEP_START, step_id=sid, type=step.type, depth=depth, step_number=deps.budget.steps,
+                 max_steps=deps.budget.max_steps)
         retries = self._retries(step)
         last_error = "failed"
         for attempt in range(1, retries + 2):
             try:
                 value, source = self._execute(step, sid, depth, attempt)
-            except BudgetExceeded as exc:
+            except (BudgetExceeded, SessionStopped) as exc:
                 self.failed_ids.add(sid)
                 if step.store_result_as:
                     self.failed_names.add(step.store_result_as)
@@ -153,8 +156,8 @@ class Executor:
             return out.value, f"tool:{step.tool}"
         if isinstance(step, ThinkStep):
             prompt = self._substitute(step.prompt, for_prompt=True)
-            model = step.model or self.session.defaults.orient.model
-            max_tokens = step.max_tokens or self.session.defaults.execution.think_max_tokens
+            model = step.model or self.session.deps.defaults.orient.model
+            max_tokens = step.max_tokens or self.session.deps.defaults.execution.think_max_tokens
             answer = self._ask("think", sid, model, to_text(prompt), max_tokens, step.effort).content
             return answer, self._derived_source(step.prompt, sid)
         if isinstance(step, AgentStep):
@@ -192,7 +195,7 @@ class Executor:
         options = [k for k in step.branches if k != "default"]
         prompt = to_text(self._substitute(step.prompt, for_prompt=True))
         prompt += f"\n\nAnswer with exactly one of: {', '.join(options)}. No other words."
-        model = step.model or self.session.defaults.reflect.model
+        model = step.model or self.session.deps.defaults.reflect.model
         answer = self._ask("conditional", sid, model, prompt, 50).content
         chosen = match_branch(answer, step.branches)
         if chosen is None:
@@ -212,19 +215,20 @@ class Executor:
 
     def _subplan(self, step: SubplanStep, sid: str, depth: int) -> dict:
         session = self.session
-        limit = session.defaults.execution.max_subplan_depth
+        deps = session.deps
+        limit = deps.defaults.execution.max_subplan_depth
         if depth + 1 > limit:
             session.record(events.SUBPLAN_DEPTH_EXCEEDED, step_id=sid, depth=depth + 1, max_depth=limit)
             raise _StepFailure(f"subplan depth {depth + 1} exceeds the limit of {limit}", final=True)
-        template = session.store.get(keys.PROMPT_SUBPLAN) or DEFAULT_SUBPLAN_PROMPT
+        template = deps.store.get(keys.PROMPT_SUBPLAN) or DEFAULT_SUBPLAN_PROMPT
         max_steps = step.max_steps or 5
         prompt = render(template, {"goal": step.goal, "maxSteps": max_steps, "maxCost": step.max_cost,
                                    "depth": depth + 1, "results": self.results_for_prompt(),
                                    "tools": session.tool_registry, "models": session.models_for_prompt()})
-        model = step.planner_model or session.defaults.orient.model
+        model = step.planner_model or deps.defaults.orient.model
         try:
-            with session.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend
-                answer = self._ask("subplan", sid, model, prompt, session.defaults.orient.max_output_tokens)
+            with deps.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend
+                answer = self._ask("subplan", sid, model, prompt, deps.defaults.orient.max_output_tokens)
         except BudgetExceeded as exc:
             if exc.limit != "subplan":
                 raise
@@ -235,7 +239,7 @@ class Executor:
         except PlanError as exc:
             raise _StepFailure(f"subplan: {exc}") from None
         steps = sub.steps[:max_steps]
-        with session.budget.cap(cost=step.max_cost, steps=max_steps):
+        with deps.budget.cap(cost=step.max_cost, steps=max_steps):
             self.run(steps, depth + 1)
         if self.stop is not None and self.stop.outcome == SUBPLAN_BUDGET:
             session.record(events.BUDGET_EXCEEDED, limit="subplan", step_id=sid, reason=str(self.stop))
@@ -261,7 +265,7 @@ class Executor:
         if not cascade_only:
             self.session.record(events.STEP_FAILED, step_id=sid, type=step.type, error=error)
         on_fail = (step.failure.on_fail if step.failure and step.failure.on_fail
-                   else self.session.defaults.failure_handling.on_fail)
+                   else self.session.deps.defaults.failure_handling.on_fail)
         if on_fail == "stop_session":
             raise StopSession(outcomes.STOPPED, f"step {sid} failed and asks to stop the session: {error}")
         for tw in self.tripwires:
@@ -271,9 +275,9 @@ class Executor:
 
     def _check_cost_tripwire(self) -> None:
         for tw in self.tripwires:
-            if tw.condition == "cost_above" and tw.value is not None and self.session.budget.spent > tw.value:
+            if tw.condition == "cost_above" and tw.value is not None and self.session.deps.budget.spent > tw.value:
                 self.session.record(events.TRIPWIRE_FIRED, condition="cost_above", value=tw.value,
-                              spent=round(self.session.budget.spent, 6))
+                              spent=round(self.session.deps.budget.spent, 6))
                 raise StopSession(outcomes.STOPPED, f"tripwire cost_above {tw.value} fired")
 
     def _blocked_by(self, step) -> str | None:
@@ -308,7 +312,7 @@ class Executor:
         Tool results (and answers derived from them) name their source; every other result is a record
         of this session's work (a model's answer, a branch taken) and is marked as a step result.
         """
-        cap = max_chars or self.session.defaults.execution.max_result_chars
+        cap = max_chars or self.session.deps.defaults.execution.max_result_chars
         out = {}
         for name, value in self.results.items():
             value = capped(value, cap)
@@ -318,7 +322,7 @@ class Executor:
     def _retries(self, step) -> int:
         if step.failure is not None and step.failure.retries is not None:
             return step.failure.retries
-        return self.session.defaults.failure_handling.retries
+        return self.session.deps.defaults.failure_handling.retries
 
     def _step_id(self, step) -> str:
         if step.id:
@@ -328,9 +332,9 @@ class Executor:
         return step.id
 
 
-def _stop_for(exc: BudgetExceeded) -> StopSession:
+def _stop_for(exc: BudgetExceeded | SessionStopped) -> StopSession:
     # A subplan's own cap ends only that subplan; any other limit ends the session.
-    if exc.limit == "interrupted":
+    if isinstance(exc, SessionStopped):
         return StopSession(outcomes.INTERRUPTED, str(exc))
     return StopSession(SUBPLAN_BUDGET if exc.limit == "subplan" else outcomes.BUDGET_EXHAUSTED, str(exc))
 

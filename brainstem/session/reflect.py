@@ -33,6 +33,7 @@ from brainstem.core.templates import render
 from brainstem.core.timeline import format_entry
 from brainstem.core.untrusted import Untrusted, untrusted
 from brainstem.llm.chokepoint import LLMError
+from brainstem.session.stopping import SessionStopped
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.config import Defaults, Models
@@ -90,7 +91,7 @@ def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str
     try:
         result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
                             effort=cfg.effort, use_reserve=True)
-    except (BudgetExceeded, LLMError) as exc:
+    except (BudgetExceeded, SessionStopped, LLMError) as exc:
         fields: dict[str, Any] = {"kind": "deep"} if purpose == "deep_reflect" else {}
         if isinstance(exc, LLMError):
             fields.update(fault=exc.fault, status=exc.status)
@@ -119,18 +120,19 @@ def _validated(raw: dict | None, error: str | None, model: type[BaseModel], labe
 
 def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | None:
     """Reflect on this session; returns the ``next_wake_config`` it asked for (or None)."""
-    previous = session.store.get_json(keys.LAST_REFLECT, default=None)
-    template = session.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
+    deps = session.deps
+    previous = deps.store.get_json(keys.LAST_REFLECT, default=None)
+    template = deps.store.get(keys.PROMPT_REFLECT) or DEFAULT_REFLECT_PROMPT
     # results come marked from the executor (results_for_prompt); the plan and the last reflection are
     # model output that may quote what the model read.
     # The last reflection as orient saw it (the context a replay reproduces), else as stored.
     shown = (session.context["lastReflect"] if "lastReflect" in session.context
              else untrusted(previous, "memory:last_reflect"))
-    variables = {"karma": karma_digest(session.store, session.id), "sessionCost": round(session.budget.spent, 6),
-                 "results": results, "plan": untrusted(plan, f"plan:{session.id}"),
+    variables = {"karma": karma_digest(deps.store, deps.id), "sessionCost": round(deps.budget.spent, 6),
+                 "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
                  "context": {"lastReflect": shown,
                              "balances": session.context.get("balances")}}
-    raw, error = _ask_json(session, "reflect", render(template, variables), session.defaults.reflect)
+    raw, error = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
         failed_call = error.startswith(CALL_FAILED)
@@ -138,18 +140,18 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
         if not failed_call:
             session.record(events.REFLECT_PARSE_ERROR, error=error)
         kept = previous if isinstance(previous, dict) else {}
-        failure = {"session_id": session.id, "at": now_iso(ms=True), "error": error}
+        failure = {"session_id": deps.id, "at": now_iso(ms=True), "error": error}
         kept = {**kept, ("call_error" if failed_call else "parse_error"): failure}
-        session.store.put(keys.LAST_REFLECT, kept)
+        deps.store.put(keys.LAST_REFLECT, kept)
         return None
     from brainstem.state.memory import remember_note
 
-    remember_note(session.store, out.note_to_future_self, session.id)
+    remember_note(deps.store, out.note_to_future_self, deps.id)
     # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
     memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
                             exclude_none=True)
-    memory.update({"session_id": session.id, "written_at": now_iso(ms=True)})
-    session.store.put(keys.LAST_REFLECT, memory)
+    memory.update({"session_id": deps.id, "written_at": now_iso(ms=True)})
+    deps.store.put(keys.LAST_REFLECT, memory)
     unknown = sorted(out.model_extra or {})  # the fields ReflectOutput does not name
     session.record(events.REFLECT, summary=out.session_summary[:500],
                    load_keys=out.next_orient_context.get("load_keys"), ignored_fields=unknown or None)
@@ -194,9 +196,10 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
 
 def run_deep_reflect(session) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
+    deps = session.deps
     from brainstem.state.memory import notes_for_prompt, remember_note
 
-    store = session.store
+    store = deps.store
     template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
     from brainstem.state.review import tool_records
@@ -211,24 +214,24 @@ def run_deep_reflect(session) -> dict | None:
     # prompt and the defaults are its configuration, under review: shown as they are.
     variables = {
         "wisdom": untrusted(_text_or_none(store, keys.WISDOM), "memory:wisdom") or "",
-        "recentKarma": recent_karma(store, session.id),
+        "recentKarma": recent_karma(store, deps.id),
         "orientPrompt": store.get(keys.PROMPT_ORIENT) or "",
-        "currentDefaults": session.defaults.model_dump(),
+        "currentDefaults": deps.defaults.model_dump(),
         "sessionHistory": Untrusted(session_history.recent(store, 30), "memory:session_history"),
         "models": session.models_for_prompt(),
         "context": context,
     }
-    raw, error = _ask_json(session, "deep_reflect", render(template, variables), session.defaults.deep_reflect)
+    raw, error = _ask_json(session, "deep_reflect", render(template, variables), deps.defaults.deep_reflect)
     out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
-    schedule = {"last_session": session.number, "last_at": now_iso(ms=True),
-                "after_sessions": session.defaults.deep_reflect.default_interval_sessions,
-                "after_days": session.defaults.deep_reflect.default_interval_days}
+    schedule = {"last_session": deps.number, "last_at": now_iso(ms=True),
+                "after_sessions": deps.defaults.deep_reflect.default_interval_sessions,
+                "after_days": deps.defaults.deep_reflect.default_interval_days}
     if out is None:
         if not error.startswith(CALL_FAILED):
             session.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
         store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
         return None
-    remember_note(store, out.note_to_future_self, session.id)
+    remember_note(store, out.note_to_future_self, deps.id)
     applied = []
     if out.updated_wisdom is not None:
         if _put(session, keys.WISDOM, out.updated_wisdom):
@@ -261,7 +264,7 @@ def run_deep_reflect(session) -> dict | None:
     schedule["after_days"] = min(365.0, max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
     store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
     memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
-              "session_id": session.id, "written_at": now_iso(ms=True), "kind": "deep"}
+              "session_id": deps.id, "written_at": now_iso(ms=True), "kind": "deep"}
     previous = store.get_json(keys.LAST_REFLECT, default={})
     if isinstance(previous, dict) and previous.get("next_orient_context"):
         memory["next_orient_context"] = previous["next_orient_context"]
@@ -290,9 +293,9 @@ def deep_merge(base: dict, update: dict) -> dict:
 
 def merged_defaults(session, update: dict) -> dict | None:
     """config:defaults with ``update`` deep-merged in, validated; None (recorded) when the result is invalid."""
-    current = session.store.get_json(keys.CONFIG_DEFAULTS, default=None)
+    current = session.deps.store.get_json(keys.CONFIG_DEFAULTS, default=None)
     if not isinstance(current, dict):
-        current = session.defaults.model_dump()
+        current = session.deps.defaults.model_dump()
     merged = deep_merge(current, update)
     try:
         Defaults.model_validate(merged)
@@ -336,6 +339,7 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     is refused too. Either way the result is recorded (``replay_gate`` in karma and
     ``stats:replay_gate``; a refusal as ``kv_operations_rejected``, its reason starting
     ``replay_gate``), and the next deep reflection is shown it."""
+    deps = session.deps
     from brainstem.state.guarded import check_value
     from brainstem.store.base import encode
 
@@ -346,12 +350,12 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
         staged[keys.CONFIG_DEFAULTS] = encode(merged)
     if proposed is not None:
         staged[keys.PROMPT_ORIENT] = proposed
-    n = session.defaults.deep_reflect.replay_gate_sessions
-    if not staged or session.mode == "replay":
+    n = deps.defaults.deep_reflect.replay_gate_sessions
+    if not staged or deps.mode == "replay":
         return None
     for key, text in staged.items():
         try:
-            check_value(session.store, key, text)  # the gate itself may not be lowered
+            check_value(deps.store, key, text)  # the gate itself may not be lowered
         except KVWriteRefused as exc:
             session.record(events.CONFIG_REJECTED, key=key, source="reflection", reason=str(exc))
             return str(exc)
@@ -360,7 +364,7 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     report = _replayed(session, staged, n)
     session.record(events.REPLAY_GATE, keys=report["keys"], replayed=report["replayed"], skipped=report["skipped"],
                    refused=report["refused"])
-    session.store.put(keys.REPLAY_GATE, {**report, "session_id": session.id, "at": now_iso(ms=True)})
+    deps.store.put(keys.REPLAY_GATE, {**report, "session_id": deps.id, "at": now_iso(ms=True)})
     if report["refused"]:
         session.record(events.KV_OPERATIONS_REJECTED, source=source, reason=f"replay_gate: {report['refused']}",
                        keys=report["keys"], operations=kv_operations if _touches(kv_operations, GATED_KEYS) else None)
@@ -373,23 +377,24 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
 def _replayed(session, staged: dict[str, str], n: int) -> dict:
     """The gate's report on ``staged``. A report it could not make (no gate in this session, an error
     while replaying) refuses the change: what was not replayed is not applied."""
+    deps = session.deps
     report: dict[str, Any] = {"keys": sorted(staged), "replayed": [], "skipped": 0, "refused": None}
-    if session.check_change is None:
+    if deps.check_change is None:
         return {**report, "refused": "no replay gate in this session"}
     try:
         # Within this session's own time (reflection's reserve included; its lock held): the gate never
         # takes more than half of what is left for one replay, and refuses with too little left.
-        return session.check_change(session.settings, session.store, staged, n, exclude=session.id,
-                                    time_left=lambda: session.budget.time_left(use_reserve=True))
+        return deps.check_change(deps.settings, deps.store, staged, n, exclude=deps.id,
+                                    time_left=lambda: deps.budget.time_left(use_reserve=True))
     except Exception as exc:  # whatever broke, the change stays unjudged: refused, never applied
         return {**report, "refused": f"the replay failed: {type(exc).__name__}: {str(exc)[:300]}"}
 
 
 def apply_model_details(session, updates: dict, source: str) -> bool:
     """Merge per-model field updates ``{alias_or_id: {field: value}}`` into config:models, validated."""
-    current = session.store.get_json(keys.CONFIG_MODELS, default=None)
+    current = session.deps.store.get_json(keys.CONFIG_MODELS, default=None)
     if not isinstance(current, dict):
-        current = session.models.model_dump()
+        current = session.deps.models.model_dump()
     models = current.get("models") if isinstance(current.get("models"), list) else []
     reasons = []
     for name, fields in updates.items():

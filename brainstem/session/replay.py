@@ -41,7 +41,7 @@ from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse
-from brainstem.session.build import build_session, check_ready, hardcoded_provider, make_budget
+from brainstem.session.build import SessionDeps, build_session, check_ready, hardcoded_provider, learner, make_budget
 from brainstem.session.cycle import Course, plan_and_execute
 from brainstem.state import history as session_history
 from brainstem.state.budget import DailyLedger, daily_spent
@@ -337,15 +337,12 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
                               live=(cassette or hardcoded_provider(settings)) if live else None)
     if paid:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
-    session = build_session(settings, overlay, sid=sid, number=number, karma=karma, budget=budget,
-                            defaults=defaults, models=models, soul=soul, context=context, mode="replay",
-                            effort=effort, providers=[answers])
-    session.tool_policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording),
-                                                   on_secrets=session.learn_secrets)
+    deps = SessionDeps(id=sid, number=number, settings=settings, store=overlay, karma=karma, budget=budget,
+                       defaults=defaults, models=models, soul=soul, mode="replay")
+    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
+    session = build_session(deps, context=context, effort=effort, providers=[answers], policy=policy)
     _track_place(session.llm, answers)
-    course = Course(store=overlay, settings=settings, karma=karma, id=sid, number=session.number,
-                    budget=budget, defaults=defaults, mode="replay")
-    course.session = session
+    course = Course(deps=deps, session=session)
     try:
         plan_and_execute(course, session, orient_template, left_today)
     except Exception as exc:  # the one try/except of a replay, as of a session: an outcome, never a traceback

@@ -37,7 +37,7 @@ from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
 from brainstem.sandbox import pool
-from brainstem.session.build import agent_view, build_session, check_ready, make_budget
+from brainstem.session.build import SessionDeps, agent_view, build_session, check_ready, learner, make_budget
 from brainstem.session.crash import close_dead, sweep_notes
 from brainstem.session.cycle import Course, check_reflexes, max_effort, think
 from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, note_store_lost
@@ -45,6 +45,7 @@ from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.stopping import OUTCOMES, STORE_UNAVAILABLE, SessionStopped, Stopping, stop_of
 from brainstem.state import history as session_history
 from brainstem.state import inbox
 from brainstem.state.budget import BudgetExceeded, DailyLedger, daily_spent, note_anomaly
@@ -196,39 +197,35 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     # A session answered only from a cassette moves no money: today's real spend does not shrink it.
     simulated = bool(providers) and all(is_simulated(p) for p in providers)
     left_today = max(0.0, settings.max_daily_cost - (0.0 if simulated else daily_spent(store)))
-    budget = make_budget(defaults, settings, left_today, cancel)
+    budget = make_budget(defaults, settings, left_today)
     # Every metered request holds its worst case against today's ceiling in the store before it goes.
     budget.daily = DailyLedger(store, settings.max_daily_cost)
+    # Cancelled from outside, or its lease lost: the session stops at its next step or call.
+    stop = Stopping(cancel=cancel or threading.Event(), lost=lease.lost if lease is not None else threading.Event())
     if lease is not None:
-        budget.lost = lease.lost  # a lost lease stops the session at its next step or call
         lease.on_lost = lambda lost: note_store_lost(store, sid, lost)
 
     karma = Karma(store, sid, Redactor(settings.known_secrets()), listeners=listeners)
     karma_mod.begin_session(store, sid, lease=lease.token if lease is not None else None)
-    course = Course(store=store, settings=settings, karma=karma, id=sid, number=number, budget=budget,
-                    defaults=defaults, clean_snapshot=snapshot(store), mode=mode, lease=lease)
+    deps = SessionDeps(id=sid, number=number, settings=settings, store=store, karma=karma, budget=budget,
+                       defaults=defaults, models=models, soul=soul, mode=mode, stop=stop, check_change=check_change,
+                       lease=lease)
+    course = Course(deps=deps, clean_snapshot=snapshot(store))
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
         _open(course, wake_config, left_today, crumb, crash, restored, problems, woke_for)
         interruptible(True)
-        if budget.cancel.is_set():  # a signal arrived while the lock was being taken
-            budget.check_cancel()
-        context: dict[str, Any] = {"sessionId": sid, "now": iso(course.started), "crashData": crash}
-        _live(course, wake_config, context, models, soul, providers, orient_template, left_today)
+        if stop.cancel.is_set():  # a signal arrived while the lock was being taken
+            stop.check()
+        context: dict[str, Any] = {"sessionId": sid, "now": iso(course.deps.started), "crashData": crash}
+        _live(course, wake_config, context, providers, orient_template, left_today)
         interruptible(False)
-        if budget.cancel.is_set() and course.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
+        if stop.cancel.is_set() and course.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
             course.outcome, course.reason = outcomes.INTERRUPTED, course.reason or stop_reason()
-    except BudgetExceeded as exc:  # interrupted before the plan: a signal during the lock or ground truth
+    except (SessionStopped, BudgetExceeded, LeaseLost, StoreUnavailable) as exc:  # stopped: see stopping.OUTCOMES
         interruptible(False)
-        course.outcome = outcomes.INTERRUPTED if exc.limit == "interrupted" else outcomes.BUDGET_EXHAUSTED
-        course.reason = stop_reason() if exc.limit == "interrupted" else str(exc)
-    except LeaseLost:  # a fenced write refused: the lease is gone, and finish() records only that
-        interruptible(False)
-    except StoreUnavailable as exc:  # the store went away mid-session: the infrastructure's, not the agent's
-        interruptible(False)
-        course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
-        _try(lambda: karma.record(events.STORE_ERROR, error=course.reason))
+        _stopped(course, stop_of(exc))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
         interruptible(False)
         course.outcome = outcomes.ERROR
@@ -249,6 +246,16 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     return finish(course)
 
 
+def _stopped(course: Course, stop: SessionStopped) -> None:
+    """End the session as its stop says (a signal during the lock or ground truth, the store gone...)."""
+    outcome = OUTCOMES[stop.reason]
+    if outcome is None:  # a fenced write refused: the lease is gone, and finish() records only that
+        return
+    course.outcome, course.reason = outcome, stop_reason() if outcome == outcomes.INTERRUPTED else str(stop)
+    if stop.reason == STORE_UNAVAILABLE:  # the infrastructure's, not the agent's: said so in its karma
+        _try(lambda: course.deps.karma.record(events.STORE_ERROR, error=course.reason))
+
+
 def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
           restored: dict | None, problems: list[str], woke_for: str | None = None) -> None:
     """Advance the schedule before doing anything that could die, then record how the session starts.
@@ -256,18 +263,19 @@ def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | Non
     If it dies, its agent is due again at retry_after once no lease is held (its host may have died
     with it): at once after a first crash, then backing off, so a crash loop never spends every tick.
     The whole default sleep stays the advance for wakes that cannot tell."""
-    store, karma, sid, dry = course.store, course.karma, course.id, course.mode == "dry_run"
-    default_sleep = clamp_sleep(course.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
+    deps = course.deps
+    store, karma, sid, dry = deps.store, deps.karma, deps.id, deps.mode == "dry_run"
+    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
     crashes = outcomes.crash_streak(session_history.recent(store, 32))
-    retry_after = course.started + timedelta(seconds=outcomes.crash_backoff(crashes, default_sleep))
-    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(course.started + timedelta(seconds=default_sleep)),
+    retry_after = deps.started + timedelta(seconds=outcomes.crash_backoff(crashes, default_sleep))
+    store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(deps.started + timedelta(seconds=default_sleep)),
                                  "set_by": PESSIMISTIC, "session_id": sid, "retry_after": iso(retry_after),
                                  "crash_streak": crashes})
     why = {}
     if woke_for == "urgent_inbox":  # why a sleeping agent woke: its operator's urgent message (its id)
         why = {"woke_for": woke_for, "urgent_message": inbox.waiting_urgent(store) or None}
-    karma.record(events.SESSION_START, session_id=sid, number=course.number, store=store.display_url,
-                 version=__version__, budget=course.budget.snapshot(), daily_budget_left=round(left_today, 6),
+    karma.record(events.SESSION_START, session_id=sid, number=deps.number, store=store.display_url,
+                 version=__version__, budget=deps.budget.snapshot(), daily_budget_left=round(left_today, 6),
                  crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None, **why)
     if crash is not None:
         karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id") if crumb else None,
@@ -284,28 +292,25 @@ def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | Non
         karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
 
 
-def _live(course: Course, wake_config: Any, context: dict, models, soul: str, providers: list | None,
-          orient_template: str, left_today: float) -> None:
+def _live(course: Course, wake_config: Any, context: dict, providers: list | None, orient_template: str,
+          left_today: float) -> None:
     """Ground truth and effort, the session put together, then reflexes and the session's thinking."""
-    settings, store, karma, budget, sid = course.settings, course.store, course.karma, course.budget, course.id
-    defaults = course.defaults
+    deps = course.deps
+    settings, store, karma, budget, sid = deps.settings, deps.store, deps.karma, deps.budget, deps.id
+    defaults = deps.defaults
     agent_kv = agent_view(store, karma, sid)
 
     def on_anomaly(anomaly: dict) -> None:
         note_anomaly(store, anomaly, sid)
 
     # Every request sandboxed code sends to the LLM host, from the balance checkers on, is metered.
-    meter = WireMeter(models=models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
+    meter = WireMeter(models=deps.models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
                       on_anomaly=on_anomaly, operator_ids=frozenset(m.id for m in operator_models(store).models))
     # One policy for all code of the session, the balance checkers included: grants withdrawn after a
     # secret_refused stay withdrawn, and the write quota counts once.
-    def redact_granted(granted: dict[str, str]) -> None:
-        for name, value in granted.items():
-            karma.redact.add(name, value)
-
-    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=redact_granted)
+    policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=learner(karma))
     # Ground truth is part of the session's time: at most a quarter of it.
-    facts = read_world(settings, store, karma, agent_kv, policy, dry_run=course.mode == "dry_run",
+    facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run",
                        timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
     context["balances"] = facts["balances"]
     context["kvUsage"] = facts["kvUsage"]
@@ -317,11 +322,9 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
     karma.record(events.EFFORT, effort=effort, tripwires_fired=len(fired),
                  requested=requested if isinstance(requested, str) else None)
 
-    session = course.session = build_session(
-        settings, store, sid=sid, number=course.number, karma=karma, budget=budget, defaults=defaults,
-        models=models, soul=soul, context=context, mode=course.mode, effort=effort, providers=providers,
-        agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly, check_change=check_change)
-    deep = deep_reflect_due(store, defaults, course.number)  # (due, why): asked once, for reflexes and below
+    session = course.session = build_session(deps, context=context, effort=effort, providers=providers,
+                                             agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly)
+    deep = deep_reflect_due(store, defaults, deps.number)  # (due, why): asked once, for reflexes and below
     urgent = inbox.urgent_pending(store)
     if deep[0] and urgent:
         # The operator's urgent message first: deep reflection shows no messages, and stays due for the next wake.
@@ -329,7 +332,7 @@ def _live(course: Course, wake_config: Any, context: dict, models, soul: str, pr
                      note="an urgent message from the operator waits: this session orients; deep reflection "
                           "runs at the next wake")
         deep = (False, deep[1])
-    sleep_for = check_reflexes(session, facts, course.started, deep_due=deep[0], urgent_inbox=urgent)
+    sleep_for = check_reflexes(session, facts, deps.started, deep_due=deep[0], urgent_inbox=urgent)
     if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
         course.kind, course.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
         course.next_wake = {"sleep_seconds": sleep_for}

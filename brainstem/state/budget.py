@@ -29,8 +29,8 @@ HOLD_MARGIN_S = 60.0
 
 
 class BudgetExceeded(Exception):
-    """A limit would be passed; ``limit`` is ``cost``, ``steps``, ``time``, ``subplan``, ``daily``
-    (the operator's ceiling on today's spend) or ``interrupted``."""
+    """A limit would be passed; ``limit`` is ``cost``, ``steps``, ``time``, ``subplan`` or ``daily``
+    (the operator's ceiling on today's spend)."""
 
     def __init__(self, limit: str, message: str):
         super().__init__(message)
@@ -90,10 +90,6 @@ class Budget:
     t0: float = field(default_factory=time.monotonic)
     # Nested limits of running subplans: (absolute cost limit, absolute step limit).
     caps: list[tuple[float | None, int | None]] = field(default_factory=list)
-    # Set from outside (SIGTERM in `brainstem run`): stop at the next step or call.
-    cancel: threading.Event = field(default_factory=threading.Event)
-    # Set by the session's lease heartbeat when another wake may hold the agent now: stop the same way.
-    lost: threading.Event = field(default_factory=threading.Event)
     # Today's spend across processes; None: this budget alone (tests, recorded replays).
     daily: DailyLedger | None = None
     # Worst cases of requests in flight: token -> (USD, monotonic deadline).
@@ -199,15 +195,8 @@ class Budget:
     def time_left(self, use_reserve: bool = False) -> float:
         return self.time_ceiling(use_reserve) - self.elapsed()
 
-    def check_cancel(self) -> None:
-        if self.cancel.is_set():
-            raise BudgetExceeded("interrupted", "the runtime is shutting down")
-        if self.lost.is_set():
-            raise BudgetExceeded("interrupted", "this session's wake lease was lost")
-
     def before_step(self) -> None:
         """Raise :class:`BudgetExceeded` if another step may not start."""
-        self.check_cancel()
         if self.steps >= self.max_steps:
             raise BudgetExceeded("steps", f"step budget used: {self.steps} of {self.max_steps} steps")
         if self.time_left() <= 0:
