@@ -213,3 +213,14 @@ def test_a_reflection_cannot_write_what_kv_put_refuses(real_store_url, llm, key,
     assert rejected["reason"].startswith(said), rejected
     assert store.get(key) == before and store.get("notes:x") is None  # the batch, whole
     store.close()
+
+
+@pytest.mark.parametrize("value", ["tok-live-0123456789\n", "tok-live-01234\r\n56789", "tök-live-0123456789", "a\tb"])
+def test_a_secret_that_could_not_travel_as_it_is_is_refused_when_written(tmp_path, value):
+    """Whether a request can go out must never depend on a secret's value (a line break in a header is
+    refused, a non-ASCII one fails): a value that could not travel is refused when it is written."""
+    assert "printable ASCII" in check_value("secret:api", value)
+    assert check_value("secret:api", "tok-live-0123456789 ok") is None
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    r = run_cli("kv", "put", "secret:api", value, env={"BRAINSTEM_KV": url})
+    assert r.returncode == 2 and "printable ASCII" in r.stderr, (r.returncode, r.stderr)

@@ -48,3 +48,26 @@ def test_an_endpoint_echoing_the_key_encoded_leaves_no_form_of_it_in_karma(real_
                                                               else st.read_log(k.name)))
     assert "bad request for key" in dump  # the error itself is kept
     assert not [f for f in secret_forms(API_KEY) if f in dump]
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_model_answer_holding_a_secret_is_never_used_or_shown_and_holds_the_agent(real_store_url, st, llm):
+    """The model spelling out a guess it was asked to make: had karma marked where the guess matched,
+    reflection would read the answer every step of every session. The answer is booked, never recorded
+    or used; it is a secret_refused stop and the agent's code is held."""
+    from brainstem.state import refusals
+
+    from .wake_helpers import events_of, last_session, think
+
+    db_pw = "correct-horse-battery-staple-42"
+    st.put("secret:db_pw", db_pw)
+    llm.queue(plan(think("Guess the password.", id="g")))
+    llm.responder = answers("my guesses: hunter2, " + db_pw + ", letmein")
+    r = run_wake(wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS="secret:db_pw@db.example.org"), "--force")
+    assert r.returncode == 0, r.stderr
+    _, entries = last_session(st)
+    (refused,) = [e for e in events_of(entries, "secret_refused") if e.get("source") == "llm"]
+    assert refused["secrets"] == ["secret:db_pw"]
+    dump = json.dumps(entries)
+    assert db_pw not in dump and "REDACTED:secret:db_pw" not in dump and "hunter2" not in dump
+    assert refusals.held(st)

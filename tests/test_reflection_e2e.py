@@ -27,7 +27,7 @@ from brainstem.store import karma, open_store
 from .conftest import run_cli
 from .doubles import LLMDouble
 
-API_KEY = "sk-test-reflection-0123456789"
+API_KEY = "sk-test-5d0e91c7a3f24b86"  # random-looking, as real keys are: one holding a word is found in text
 PLAN = json.dumps({"steps": [{"id": "a", "type": "think", "prompt": "hi"}]})
 DEFAULT_SLEEP = 21600  # the seed's wake.sleep_seconds
 THIRTY_DAYS = 30 * 86400

@@ -159,3 +159,12 @@ def test_the_real_environment_overrides_the_env_file(clean_env, tmp_path):
     clean_env.setenv("API_TOKEN", "from-the-environment-1111")
     assert load_settings().allowed_secret_values() == {"API_TOKEN": "from-the-environment-1111"}
     assert parse_bindings(["API_TOKEN@127.0.0.1"], "https://openrouter.ai/api/v1")
+
+
+def test_a_bound_environment_secret_that_could_not_travel_as_it_is_stops_every_command(monkeypatch):
+    monkeypatch.setenv("BRAINSTEM_TOOL_SECRETS", "API_TOKEN@api.example.org")
+    monkeypatch.setenv("API_TOKEN", "tok-live-0123456789\n")
+    with pytest.raises(ConfigError, match="API_TOKEN, whose value holds '\\\\n'.*printable ASCII"):
+        load_settings()
+    monkeypatch.setenv("API_TOKEN", "tok-live-0123456789")
+    assert load_settings().bindings()["API_TOKEN"].hosts == frozenset({"api.example.org"})

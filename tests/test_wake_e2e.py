@@ -699,7 +699,9 @@ def test_the_api_key_never_reaches_karma_or_the_store(st, env, llm):
             dump.append(k.name + "=" + (st.get(k.name) or ""))
     assert len(dump) > 30
     assert not [d for d in dump if API_KEY in d]
-    assert any("REDACTED" in d for d in dump)
+    # The model's answer that repeated it was never used or recorded: withheld, and a secret_refused stop.
+    assert any("[withheld: the answer held secret text]" in d for d in dump)
+    assert [e for e in entries if e["event"] == "secret_refused" and e.get("source") == "llm"]
 
 
 def test_wake_help():

@@ -151,6 +151,7 @@ class Settings(BaseSettings):
         self._check_telegram()
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
         self._check_bot_token_unbound()
+        self._check_secret_values()
         self.mode_floors()
         self.agent  # noqa: B018 -- a bad agent name is one line at startup too
         return self
@@ -188,6 +189,18 @@ class Settings(BaseSettings):
                 raise ConfigError(f"BRAINSTEM_TOOL_SECRETS binds {b.label}, which holds the Telegram bot token: "
                                   f"the bot token is never handed to agent code (tools send to the operator "
                                   f"with ctx.send_telegram); remove {b.label} from BRAINSTEM_TOOL_SECRETS")
+
+    def _check_secret_values(self) -> None:
+        """A bound environment secret must be printable ASCII: it goes into a header, URL or body as it is,
+        and whether a request could go out must never depend on the value (a trailing newline, say)."""
+        given = environment.variables()
+        for b in self.bindings().values():
+            value = None if b.from_store else given.get(b.label)
+            bad = next((c for c in value if not 32 <= ord(c) < 127), None) if value else None
+            if bad is not None:
+                raise ConfigError(f"BRAINSTEM_TOOL_SECRETS binds {b.label}, whose value holds {bad!r}: a secret "
+                                  f"goes into a header or URL as it is, so it must be printable ASCII (a trailing "
+                                  f"newline?); fix {b.label}")
 
     def public_settings(self) -> dict[str, str | None]:
         """Operator settings that are not credentials, handed as plain values to code that asks."""

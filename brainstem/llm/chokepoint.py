@@ -24,6 +24,8 @@ hard-coded client); if all fail, the fallback model is tried once.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +43,9 @@ from brainstem.state.config import Models
 DEFAULT_CALL_TIMEOUT = 120.0
 TRUSTED_TIERS = ("hardcoded", "cassette", "replay")  # usage reported by code the agent cannot edit
 EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+
+
+WITHHELD = "[withheld: the answer held secret text]"
 
 
 class LLMError(Exception):
@@ -101,7 +106,7 @@ class LLM:
                  providers: Sequence[Provider], fallback_model: str | None = None,
                  on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT,
                  meter=None, on_anomaly: Callable[[dict], None] | None = None,
-                 stop: Callable[[], None] | None = None):
+                 stop: Callable[[], None] | None = None, screen: Callable[[str], bool] | None = None):
         self.models = models
         self.budget = budget
         self.record = record
@@ -113,6 +118,9 @@ class LLM:
         self.on_anomaly = on_anomaly  # told of each call whose reported cost exceeds its worst case
         self.meter = meter  # a WireMeter: what sandboxed adapters send to the LLM host, priced and charged
         self.stop = stop  # raises when the session must stop (cancelled, its lease lost) before a call
+        # True when a model's answer holds secret text (the session records the stop and holds the agent):
+        # such an answer is booked, never used or recorded, whoever answered.
+        self.screen = screen
         self._unknown_reported: set[str] = set()
 
     # --- pricing ---
@@ -248,11 +256,20 @@ class LLM:
             except BaseException:
                 self.budget.release(hold)
                 raise
+            held = self.screen is not None and self.screen(resp.content + json.dumps(resp.tool_calls))
+            if held:  # a guess the model spelled out, or a leak: never shown, in karma or to the agent
+                resp = dataclasses.replace(resp, content=WITHHELD, tool_calls=[])
             try:
-                return self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire,
-                                     hold)
+                result = self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire,
+                                       hold)
             finally:
                 self.budget.release(hold)  # settled already, unless accounting failed
+            if held:
+                error = LLMError(f"the model's answer to the {purpose} call held secret text; it was not used "
+                                 f"(secret_refused)")
+                error.final = True
+                raise error
+            return result
         raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
 
     def _record_failed_spend(self, purpose, step_id, model_id, tier, wire, t0, error) -> None:

@@ -109,6 +109,16 @@ def _embedded_v4(ip: ipaddress._BaseAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+def one_form(address: str) -> str:
+    """``address`` in one spelling: an IPv4 address inside an IPv6 one (mapped, NAT64, 6to4) as itself,
+    any other address as ipaddress prints it; text that is no address, unchanged."""
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return address
+    return str(_embedded_v4(ip) or ip)
+
+
 def address_problem(ip: ipaddress._BaseAddress) -> str | None:
     """Why ``ip`` may not be reached without an allow entry, or None if it is public."""
     inner = _embedded_v4(ip)

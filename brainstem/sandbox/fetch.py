@@ -97,6 +97,9 @@ def _inflate(decoder, chunks):
         yield tail
 
 
+# What a sealed answer's headers lose: sizes counted over what the server echoed, which the secret's length
+# and quoting (how many of its characters a URL or JSON escapes) shape; the text itself is put back.
+SIZE_HEADERS = frozenset({"content-length", "content-range"})
 SEALED_ERROR = "fetch failed: the answer to a request that carried a secret {}; it is not handed over"
 
 
@@ -393,7 +396,9 @@ def _answer(response: httpx.Response, hop: Hop, resp_headers: dict, guard: Guard
     except FetchError as e:
         guard.incoming(hop, response.status_code, resp_headers, None, error=str(e))
         raise
-    hop.note["bytes"] = len(raw)
+    hop.note["bytes"] = None if hop.sealed else len(raw)  # a size the value's quoting shaped: not kept
+    if hop.sealed:
+        resp_headers = {k: v for k, v in resp_headers.items() if k.lower() not in SIZE_HEADERS}
     if hop.sealed and truncated:
         guard.incoming(hop, response.status_code, resp_headers, None, error="over the cap")
         raise FetchError(SEALED_ERROR.format(f"passed the {max_bytes}-byte cap"))

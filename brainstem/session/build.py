@@ -135,8 +135,41 @@ def build_session(deps: SessionDeps, *, context: dict, effort: str = "low", prov
     session.llm = LLM(models=deps.models, budget=deps.budget, record=karma.record, soul=deps.soul,
                       providers=providers if providers is not None else cascade(settings, session),
                       fallback_model=deps.defaults.execution.fallback_model or deps.models.fallback_model,
-                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly, stop=deps.stop.check)
+                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly, stop=deps.stop.check,
+                      screen=answer_screen(deps, session.tool_policy))
     return session
+
+
+def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str], bool] | None:
+    """What looks through every model answer before anything uses or records it: secret text in one (the
+    model spelling out a guess it was asked to, or a host leaking) is handled as code's is: recorded
+    ``secret_refused``, the agent's code held, and the answer never shown. Marking where a guess matched
+    (as karma's redaction would) would answer the guess, every step of every session."""
+    from brainstem.core import events
+    from brainstem.core.scrubber import Scrubber
+    from brainstem.core.secrets import placeholder_for
+    from brainstem.state import refusals
+
+    if policy is None:
+        return None
+    held = policy.held_secrets(deps.store)
+    if not held:
+        return None
+    scrubber = Scrubber(held, opaque=map(placeholder_for, held))
+
+    def screen(text: str) -> bool:
+        found = scrubber.held(text)
+        if not found:
+            return False
+        deps.karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",
+                          reason="secret text in a model's answer, which can only come from a leak or a guess; not "
+                                 "used, and the agent's code is held until the operator clears it "
+                                 "(brainstem refusals --clear)")
+        policy.withdrawn.setdefault("tool", "the model")
+        refusals.note(deps.store, "the model")
+        return True
+
+    return screen
 
 
 def learner(karma: Karma) -> Callable[[dict[str, str]], None]:

@@ -37,8 +37,10 @@ _OPENED = re.compile(r"\{\{(.*?)(\}\}|\Z)", re.S)
 def check_value(key: str, text: str) -> str | None:
     """Why ``text`` may not be stored as ``key`` (one line: ``KEY: FIELD: PROBLEM``), or None when it may.
 
-    Keys other than ``config:*`` and ``prompt:*`` are not checked here."""
-    if key.startswith("prompt:"):
+    Keys other than ``config:*``, ``prompt:*`` and ``secret:*`` are not checked here."""
+    if key.startswith("secret:"):
+        why = secret_value_problem(text)
+    elif key.startswith("prompt:"):
         why = _prompt_problem(text)
     elif key.startswith("config:"):
         why = _config_problem(key, text)
@@ -47,6 +49,17 @@ def check_value(key: str, text: str) -> str | None:
     if why is None:
         return None
     return f"{key}{why}" if why.startswith("[") else f"{key}: {why}"  # config:reflexes[0] (name): ...
+
+
+def secret_value_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a secret's value: a secret goes into a header, URL or body as it is, so a
+    character that cannot (a line break, a control or non-ASCII character) would make whether a request
+    goes out depend on the value. Decided when it is written, never per request."""
+    bad = next((c for c in text if not 32 <= ord(c) < 127), None)
+    if bad is None:
+        return None
+    return (f"holds {bad!r}, which a header or URL cannot carry as it is (a secret is printable ASCII; a "
+            f"trailing newline from a file?)")
 
 
 def _config_problem(key: str, text: str) -> str | None:

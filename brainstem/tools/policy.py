@@ -54,7 +54,11 @@ class ToolPolicy:
         if not self._bound_resolved[0]:
             self._bound_resolved[0] = True
             self.sealed_addresses.update(_addresses(h for b in self.bindings.values() for h in b.hosts))
-        return ip in self.sealed_addresses or any(host in b.hosts for b in self.bindings.values())
+        return one_form(ip) in self.sealed_addresses or any(host in b.hosts for b in self.bindings.values())
+
+    def seal(self, ip: str) -> None:
+        """``ip`` was sent a secret: its answers are sealed for the rest of the session."""
+        self.sealed_addresses.add(one_form(ip))
     telegram: ClientConfig | None = None
 
     @property
@@ -112,7 +116,13 @@ def _addresses(hosts: Any) -> set[str]:
     for host in set(hosts):
         try:
             infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-            out.update(str(info[4][0]).split("%")[0] for info in infos)
+            out.update(one_form(str(info[4][0])) for info in infos)
         except (OSError, UnicodeError):
             continue
     return out
+
+
+def one_form(address: str) -> str:
+    from brainstem.sandbox.egress import one_form as spelled  # httpx: off the sleep path
+
+    return spelled(address)

@@ -100,6 +100,12 @@ class ToolServices:
         return value
 
     def inspect(self, value: Any) -> None:
+        if self._policy.withdrawn:
+            # Another run of this session was stopped: code already running ends at its next ctx call, so
+            # it cannot watch for the stop (and what it confirmed) and act on it before the operator looks.
+            from brainstem.sandbox import StopExecution
+
+            raise StopExecution(f"stopped: {refusals.HELD_MESSAGE}")
         held = self.scrubber.holds(value)
         if held:
             self.refuse_value(held, direction="out")
@@ -346,7 +352,7 @@ class _FetchGuard:
         hop.sealed = bool(found) or policy.sealed(hop.host, hop.ip)
         if not found:
             return hop.url, headers, body
-        policy.sealed_addresses.add(hop.ip)
+        policy.seal(hop.ip)
         sent = self._sent.setdefault(id(hop), {})
 
         def put_in(text: str, grants: list, quoting=lambda v: v) -> str:

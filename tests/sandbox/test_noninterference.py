@@ -47,7 +47,7 @@ from brainstem.tools.policy import standalone_tool_policy
 from brainstem.tools.services import run_tool
 
 BOUND, OTHER, LLM = "127.0.0.1", "127.0.0.2", "127.0.0.3"
-ALPHABET = string.ascii_letters + string.digits
+ALPHABET = string.ascii_letters + string.digits + "+/=@%"  # some of them quoted in a URL, some not
 TIERS = {"api": ("TOK", "tok_live_"), "llm": ("OPENROUTER_API_KEY", "sk-or-v1-")}
 EXACT = {"cut": None, "case": "same", "split": 0, "encoding": "plain"}
 
@@ -58,7 +58,9 @@ def execute(args, ctx):
     for call in args["calls"]:
         url = args[call["to"]] + call["path"]
         headers = {"X-G": call["guess"]}
-        if call["key"]:
+        if call["key"] and call.get("in") == "query":  # quoted for a URL: its length hangs on the value
+            url = url + ("&" if "?" in url else "?") + "k=" + ctx.secrets[args["secret"]]
+        elif call["key"]:
             headers["Authorization"] = "Bearer " + ctx.secrets[args["secret"]]
         try:
             if call["to"] == "llm":
@@ -171,6 +173,8 @@ class World:
             return 200, {"Content-Type": "text/plain"}, (query + " " + _spell(h.headers.get("X-G", ""))).encode()
         b = self.behaviour
         key = (h.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if not key:  # as it came on the wire: URL-quoted, so its length hangs on which characters were quoted
+            key = next((p[2:] for p in urllib.parse.urlsplit(h.path).query.split("&") if p.startswith("k=")), "")
         if key:
             self.kept[name] = key
         elif b["recall"]:  # a server that keeps what it was sent, and hands it back to a later request
@@ -269,6 +273,7 @@ def scenarios(draw, tier: str):
         "to": st.sampled_from([target, target, "other", "alias"] if tier == "api" else [target, target, "other"]),
         "path": st.sampled_from(["/chat/completions"] if tier == "llm" else ["/x", "/echo?q=1"]),
         "key": st.sampled_from([True, True, False]),
+        "in": st.sampled_from(["header", "query"] if tier == "api" else ["header"]),
         "guess": guesses(a),
     }), min_size=1, max_size=3))
     for call in calls:
@@ -363,10 +368,19 @@ RECALL = ("TOK", _A, _B, [{"to": "bound", "path": "/x", "key": True, "guess": ""
            "where": "body", "status": 200, "recall": True, "charset": "cp500"})
 
 
+# The value in a query, echoed as it came (URL-quoted): a length that hung on how many of its characters
+# were quoted ("+" is, "A" is not) was handed over in Content-Length.
+QUOTED = ("TOK", "tok_live_AAAAAAAAbbbbbbbbCCCCCCCC+/+/", "tok_live_DDDDDDDDeeeeeeeeFFFFFFFFgHiJ",
+          [{"to": "bound", "path": "/x", "key": True, "in": "query", "guess": ""}],
+          {"echo_key": True, "echo_guess": False, "key_part": EXACT, "guess_part": EXACT, "spell": True,
+           "where": "body", "status": 200, "recall": False, "charset": "utf-8"})
+
+
 @NI
 @given(scenario=scenarios("api"))
 @example(scenario=ORACLE)
 @example(scenario=RECALL)
+@example(scenario=QUOTED)
 def test_what_code_sees_of_a_bound_api_token_is_the_same_for_any_value(world, tmp_path_factory, scenario):
     _check(world, tmp_path_factory, scenario)
 

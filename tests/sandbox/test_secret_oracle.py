@@ -333,3 +333,40 @@ def test_what_a_bound_host_kept_is_sealed_for_every_later_code_and_spelling(worl
     out = s.run("recall", 'def execute(a, ctx):\n    return ctx.fetch(a["url"] + "/e?as=recall")["text"]\n',
                 {"url": f"http://localhost:{port}"})
     assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed"), out
+
+
+def test_code_already_running_ends_at_its_next_call_once_another_run_is_stopped(world):
+    """A stop holds code that is already running too (an agent step runs tools side by side): it ends at
+    its next ctx call, so it cannot watch for the stop and act on what it confirmed."""
+    import threading
+
+    s, _, _ = world
+    outcomes = []
+
+    def watcher():
+        outcomes.append(s.run("watch", '''
+def execute(a, ctx):
+    for i in range(200000):
+        ctx.kv.put("seen", str(i))
+    return "ran to the end"
+''', kv_access="own"))
+
+    t = threading.Thread(target=watcher)
+    t.start()
+    for _ in range(100):  # until the watcher is running
+        if s.store.get("tooldata:watch:seen"):
+            break
+        threading.Event().wait(0.05)
+    s.policy.withdrawn.setdefault("tool", "guesser")  # what a secret_refused stop of another run sets
+    t.join(60)
+    (out,) = outcomes
+    assert not out.ok and out.error.startswith("stopped:") and "brainstem refusals --clear" in out.error, out
+
+
+def test_an_address_is_sealed_in_any_spelling():
+    from brainstem.tools.policy import ToolPolicy
+
+    policy = ToolPolicy(bindings=parse_bindings(["TOK@127.0.0.1"], "http://127.0.0.1/"))
+    assert policy.sealed("elsewhere", "::ffff:127.0.0.1") and policy.sealed("elsewhere", "127.0.0.1")
+    policy.seal("::ffff:10.1.2.3")
+    assert policy.sealed("x", "10.1.2.3") and not policy.sealed("x", "10.1.2.4")
