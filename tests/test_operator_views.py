@@ -128,7 +128,7 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
         st.put(keys.SESSION_CURRENT, crumb)
     if state == "lock_holder_gone":
         token = f"{here}:{crumb['pid']}:gone"
-        assert st.acquire_lock(keys.WAKE_LOCK, token, 60_000)
+        assert st.acquire_lease(keys.WAKE_LEASE, token, 60_000)
     try:
         t0 = time.monotonic()
         r = karma_cli(env, "--follow", timeout=30)
@@ -141,7 +141,7 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
         assert [json.loads(x)["event"] for x in json_lines.stdout.splitlines()] == ["session_start", "step_start"]
     finally:
         if token:
-            st.release_lock(keys.WAKE_LOCK, token)
+            st.release_lease(keys.WAKE_LEASE, token)
 
 
 def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm):

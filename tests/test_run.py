@@ -271,7 +271,7 @@ def test_sigterm_mid_session_interrupts_it_cleanly(redis_url, agents, llm, daemo
     h = history(store)
     assert [x["outcome"] for x in h if x["id"] == sid] == ["interrupted"], h
     assert store.get(keys.SESSION_CURRENT) is None
-    assert store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.lease_owner(keys.WAKE_LEASE) is None
     assert [e for e in fires(store, "ran") if e["session_id"] == sid][0]["outcome"] == "interrupted"
     assert "SIGTERM" in d.stderr
 
@@ -308,7 +308,7 @@ def test_session_that_outlives_the_grace_period_is_recorded_interrupted(redis_ur
     assert store.get(keys.SESSION_CURRENT) is None
     # What it held is let go as a timely stop would: the lease at once, and the agent due a minute on
     # (not at the pessimistic advance the session set when it began).
-    assert store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.lease_owner(keys.WAKE_LEASE) is None
     due = datetime.fromisoformat(store.get_json(keys.WAKE_CONFIG)["next_wake_after"].replace("Z", "+00:00"))
     assert (due - datetime.now(due.tzinfo)).total_seconds() <= 61
 
