@@ -24,7 +24,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
-from brainstem.store import karma
+from brainstem.store import karma, open_store
 
 from .conftest import run_cli, wait_for
 from .wake_helpers import (
@@ -518,7 +518,6 @@ def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path
 @pytest.mark.redis
 def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(redis_url, tmp_path, llm):
     from brainstem.state.seed import example_soul_path, seed
-    from brainstem.store import open_store
 
     from .conftest import Daemon
     from .test_run import base_env, fires, responder, ts, wake_log

@@ -27,7 +27,7 @@ from brainstem.core.clock import parse_duration
 from brainstem.core.errors import ConfigError
 from brainstem.daemon.scheduler import record_fire
 from brainstem.state import history as history_mod
-from brainstem.store import sqlite_path, sqlite_url
+from brainstem.store import open_store, sqlite_path, sqlite_url
 from brainstem.store.karma import Karma
 
 from .conftest import run_cli
@@ -415,7 +415,6 @@ def test_wakes_reads_the_daemons_wake_log(st, env, llm):
 
 def test_refusals_json_is_one_object_saying_whether_the_code_is_held(tmp_path):
     from brainstem.state import refusals
-    from brainstem.store import open_store
 
     env = {"BRAINSTEM_KV": sqlite_url(tmp_path / "r.db")}
     assert ok(run_cli("seed", "--example-soul", env=env))

@@ -27,7 +27,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.state import history as session_history
-from brainstem.store import karma
+from brainstem.store import karma, open_store
 
 from .conftest import clean_env, run_cli, wait_for
 from .doubles import LLMDouble
@@ -154,8 +154,6 @@ def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, re
     wait_for(lambda: "store is unavailable" in waiting.stderr, 15, "the second daemon to wait for the store", waiting)
     proc, _ = start_redis_server(tmp_path, port, password="hunter2pw")
     try:
-        from brainstem.store import open_store
-
         store = open_store(url)
         seed(store, soul_file=example_soul_path())
         wait_for(lambda: "the store is reachable; starting" in waiting.stderr, 45, "the daemon to start", waiting)

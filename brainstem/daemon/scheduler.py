@@ -437,7 +437,6 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from brainstem.core import outcomes
         from brainstem.state import history as session_history
         from brainstem.store import karma as karma_mod
         from brainstem.store.lease import host_name

@@ -41,6 +41,7 @@ from brainstem.core import keys
 from brainstem.core.clock import now_iso
 from brainstem.core.errors import BrainstemError, StoreUnavailable
 from brainstem.state import inbox
+from brainstem.store import open_store
 from brainstem.store.base import Store
 from brainstem.tools.bot_api import (
     MAX_ERROR_CHARS,
@@ -319,8 +320,6 @@ def start(settings: Any, prefix: str | None, label: str = "default", timeout: fl
           agents: int = 1) -> Poller | None:
     """The poller ``brainstem run`` starts for the agent under ``prefix`` (the first it runs), or None when
     Telegram is not configured: both ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` and ``BRAINSTEM_TELEGRAM_CHAT_ID``."""
-    from brainstem.store import open_store
-
     config = ClientConfig.from_settings(settings)
     if config is None:
         if settings.telegram_bot_token is not None or settings.telegram_chat_id is not None:
