@@ -125,11 +125,11 @@ def test_default_agent_store_view_cannot_read_list_write_or_delete_bobs_keys(wor
         for key in BOB_KEYS + ["bob:karma:1", "bob:new"]:
             with pytest.raises(ForeignAgentKey, match="belongs to agent 'bob'"):
                 write(key)
-    for lock in (lambda: d.acquire_lock("bob:wake", "me", 5000), lambda: d.release_lock("bob:wake", "me"),
-                 lambda: d.refresh_lock("bob:wake", "me", 5000)):
+    for lock in (lambda: d.acquire_lease("bob:wake", "me", 5000), lambda: d.release_lease("bob:wake", "me"),
+                 lambda: d.renew_lease("bob:wake", "me", 5000)):
         with pytest.raises(ForeignAgentKey):
             lock()
-    assert d.lock_owner("bob:wake") is None
+    assert d.lease_owner("bob:wake") is None
     bob_untouched(world)
 
 
@@ -242,9 +242,9 @@ def test_named_agent_cannot_reach_the_default_agent_or_another_agent(world):
     assert "wisdom" in listed and "notes:mine" not in listed and "notes:alice" in listed  # all bob's own
 
     # Locks and logs are per agent too.
-    assert bob.acquire_lock("wake", "bob", 5000)
-    assert alice.acquire_lock("wake", "alice", 5000) and d.acquire_lock("wake", "default", 5000)
-    assert (bob.lock_owner("wake"), alice.lock_owner("wake"), d.lock_owner("wake")) == ("bob", "alice", "default")
+    assert bob.acquire_lease("wake", "bob", 5000)
+    assert alice.acquire_lease("wake", "alice", 5000) and d.acquire_lease("wake", "default", 5000)
+    assert (bob.lease_owner("wake"), alice.lease_owner("wake"), d.lease_owner("wake")) == ("bob", "alice", "default")
     d.append("karma:1", "default's")
     assert bob.read_log("karma:1") == ['{"event":"bob\'s karma"}'] and alice.log_length("karma:1") == 0
 
@@ -497,7 +497,7 @@ def test_redis_acl_user_per_agent_confines_it_to_its_prefix(redis_url):
         bob = open_store(bob_url, prefix="bob:")
         seed(bob, soul_file=example_soul_path())
         bob.append("karma:1", "entry")
-        assert bob.acquire_lock("wake", "me", 5000) and bob.release_lock("wake", "me")
+        assert bob.acquire_lease("wake", "me", 5000) and bob.release_lease("wake", "me")
         assert bob.get("soul") and "soul" in [k.name for k in bob.list_all()]
         raw = redis.Redis.from_url(bob_url, decode_responses=True)
         for key in ("alice:soul", "secret:k", "soul"):

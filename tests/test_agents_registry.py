@@ -148,14 +148,14 @@ def test_rm_refuses_an_agent_with_keys_and_deletes_nothing(url):
     assert bob not in names(url)
 
 
-def test_a_held_wake_lock_counts_as_a_key(url):
+def test_a_held_wake_lease_counts_as_a_key(url):
     bob = fresh()
     with open_store(url, prefix="") as d:
         d.register_agent(bob)
     with open_store(url, prefix=bob, register=False) as view:
-        assert view.acquire_lock("wake", "me", 60_000)
+        assert view.acquire_lease("wake", "me", 60_000)
         assert view.unregister_agent(bob) == 1
-        assert view.release_lock("wake", "me")
+        assert view.release_lease("wake", "me")
         assert view.unregister_agent(bob) == 0
     assert bob not in names(url)
 

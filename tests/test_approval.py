@@ -376,7 +376,6 @@ def test_supervised_provider_code_is_held_back_as_manual_is(kv):
     """An adapter's or a checker's answer cannot wait for a verdict: new=supervised holds pending provider
     code back rather than letting it run unreviewed."""
     from brainstem.tools.adapters import checked_number, dynamic_providers
-    from brainstem.tools.policy import ToolPolicy
 
     entries: list = []
 

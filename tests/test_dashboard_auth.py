@@ -25,7 +25,7 @@ import json
 import re
 import secrets
 import socket
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
@@ -420,7 +420,6 @@ def test_known_secrets_planted_in_ordinary_values_and_karma_are_redacted(loopbac
 
 def test_encoded_forms_of_a_secret_are_redacted_too(loopback_app, st):
     import base64
-    from urllib.parse import quote
 
     st.put("encoded", {"b64": base64.b64encode(LLM_KEY.encode()).decode(), "url": quote(TOOL_SECRET, safe=""),
                        "hex": STORED_SECRET.encode().hex()})
@@ -491,7 +490,6 @@ def test_a_secret_cut_by_a_display_width_is_not_shown_in_part(loopback_app, st):
 def test_text_an_agent_tool_wrote_cannot_script_the_operators_browser(loopback_app, st):
     """A hostile tool's output: a key name and values built to break out of the HTML, a karma summary too.
     Written through the real sandbox, as an agent-written tool would."""
-    from brainstem.core.settings import load_settings
     from brainstem.state.guarded import AgentKV
     from brainstem.tools.policy import ToolPolicy
     from brainstem.tools.services import run_tool

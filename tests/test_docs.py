@@ -34,9 +34,6 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_the_product_cites_nothing_it_does_not_ship():
     """README, code, seeds and benchmarks stand on their own: no pointers to the team's notes."""
-    import re
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parent.parent
     pattern = re.compile(r"DESIGN\.md|\bshared/|seeds/0\d\d_|steering repo|\bissue \d+\b", re.IGNORECASE)
     files = [repo / "README.md", *(p for d in ("brainstem", "bench", "scripts", "tools_seed", "prompts_seed", "docs")

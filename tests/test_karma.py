@@ -12,7 +12,7 @@ import time
 import pytest
 
 from brainstem.core import events, keys
-from brainstem.store import karma
+from brainstem.store import karma, open_store
 from brainstem.store.karma import Karma, Redactor
 
 
@@ -117,8 +117,6 @@ def test_sigkill_loses_nothing_that_was_recorded(real_store_url):
     for line in proc.stdout:
         if line.strip():
             returned = int(line)
-    from brainstem.store import open_store
-
     entries = karma.read(open_store(real_store_url), "killed")
     got = [e["i"] for e in entries]
     assert got[: returned + 1] == list(range(returned + 1)), "an entry whose record() returned is missing"

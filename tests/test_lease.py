@@ -50,22 +50,22 @@ OWNER, OTHER = "host-a:1:aaaa", "host-b:2:bbbb"
 # --- fencing in the store's write path ---------------------------------------------
 
 def test_every_write_is_made_only_while_the_lease_is_the_writers(st):
-    st.lease = (keys.WAKE_LOCK, OWNER)
+    st.lease = (keys.WAKE_LEASE, OWNER)
     with pytest.raises(LeaseLost, match="wake_config"):  # no lock at all
         st.put(keys.WAKE_CONFIG, {"next_wake_after": "x"})
     assert st.get(keys.WAKE_CONFIG) is None
 
-    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 30_000)
+    assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 30_000)
     st.put(keys.WAKE_CONFIG, {"by": "a"})
     st.put(keys.SESSION_CURRENT, {"id": "1-a"})
     st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a"}))
     assert st.delete(keys.SESSION_CURRENT)
 
     # Another wake takes the lease over: every fenced write is refused, and nothing is changed.
-    assert st.release_lock(keys.WAKE_LOCK, OWNER) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+    assert st.release_lease(keys.WAKE_LEASE, OWNER) and st.acquire_lease(keys.WAKE_LEASE, OTHER, 30_000)
     st.lease = None
     st.put(keys.SESSION_CURRENT, {"id": "2-b"})  # the new holder's breadcrumb (written unfenced here)
-    st.lease = (keys.WAKE_LOCK, OWNER)
+    st.lease = (keys.WAKE_LEASE, OWNER)
     before = {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")}
     # Every kind of write: the schedule, the breadcrumb, history, karma, memory, a tool's data, a counter,
     # trimming and deleting logs, and new spend. None goes through, and nothing changes.
@@ -95,10 +95,10 @@ def test_every_write_is_made_only_while_the_lease_is_the_writers(st):
 
 
 def test_an_expired_lease_fences_too(st):
-    st.lease = (keys.WAKE_LOCK, OWNER)
-    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 150)
+    st.lease = (keys.WAKE_LEASE, OWNER)
+    assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 150)
     st.put(keys.WAKE_CONFIG, {"n": 1})
-    wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) is None, 5, "the 150 ms lease to run out")
+    wait_for(lambda: st.lease_owner(keys.WAKE_LEASE) is None, 5, "the 150 ms lease to run out")
     with pytest.raises(LeaseLost):
         st.put(keys.WAKE_CONFIG, {"n": 2})
     assert st.get(keys.WAKE_CONFIG, "json") == {"n": 1}
@@ -113,11 +113,11 @@ def test_a_call_answered_after_the_lease_is_lost_is_booked_and_recorded_as_spend
     from brainstem.state.budget import Budget, DailyLedger, daily_spent
     from brainstem.state.config import shipped_models
 
-    st.lease = (keys.WAKE_LOCK, OWNER)
-    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 30_000)
+    st.lease = (keys.WAKE_LEASE, OWNER)
+    assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 30_000)
 
     def taken_over(req):
-        assert st.release_lock(keys.WAKE_LOCK, OWNER) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+        assert st.release_lease(keys.WAKE_LEASE, OWNER) and st.acquire_lease(keys.WAKE_LEASE, OTHER, 30_000)
         return {"content": "done", "cost": 0.0021}
 
     llm.responder = taken_over
@@ -139,26 +139,26 @@ def test_a_call_answered_after_the_lease_is_lost_is_booked_and_recorded_as_spend
 
 @pytest.mark.slow
 def test_the_heartbeat_keeps_a_lease_alive_for_many_periods(st):
-    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 1000)
     lease = Lease(st, OWNER, 1.0).start()
     try:
         time.sleep(3.5)  # three and a half periods: without renewals it would have run out three times
-        assert st.lock_owner(keys.WAKE_LOCK) == OWNER
+        assert st.lease_owner(keys.WAKE_LEASE) == OWNER
         assert lease.renewals >= 6 and not lease.lost.is_set()
     finally:
         lease.stop()
 
 
 def test_a_lease_taken_over_is_lost_within_a_period_and_says_by_whom(st):
-    assert st.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 1000)
     told = []
     lease = Lease(st, OWNER, 1.0, on_lost=lambda lost: told.append(lost.reason)).start()
     try:
-        st.release_lock(keys.WAKE_LOCK, OWNER)
-        assert st.acquire_lock(keys.WAKE_LOCK, OTHER, 30_000)
+        st.release_lease(keys.WAKE_LEASE, OWNER)
+        assert st.acquire_lease(keys.WAKE_LEASE, OTHER, 30_000)
         assert lease.lost.wait(1.5)
         assert OTHER in lease.reason and told == [lease.reason]
-        assert st.lock_owner(keys.WAKE_LOCK) == OTHER  # the loser never touches the winner's lock
+        assert st.lease_owner(keys.WAKE_LEASE) == OTHER  # the loser never touches the winner's lock
     finally:
         lease.stop()
 
@@ -166,7 +166,7 @@ def test_a_lease_taken_over_is_lost_within_a_period_and_says_by_whom(st):
 @pytest.mark.redis
 def test_a_store_gone_for_a_whole_period_loses_the_lease(own_redis):
     store = open_store(f"redis://127.0.0.1:{own_redis}/0", prefix="lease", retry_seconds=0.2)
-    assert store.acquire_lock(keys.WAKE_LOCK, OWNER, 1000)
+    assert store.acquire_lease(keys.WAKE_LEASE, OWNER, 1000)
     lease = Lease(store, OWNER, 1.0).start()
     try:
         store._r.shutdown(nosave=True)
@@ -200,12 +200,12 @@ def test_a_session_whose_lease_is_taken_over_stops_and_writes_nothing_that_says_
     proc = start_wake(wake_env(real_store_url, llm, BRAINSTEM_LEASE_SECONDS=1))
     try:
         assert llm.wait_for_requests(2, timeout=20), "the session never reached its first step"
-        holder = st.lock_owner(keys.WAKE_LOCK)
+        holder = st.lease_owner(keys.WAKE_LEASE)
         assert holder is not None
         sid = karma.latest_session_id(st)
         pessimistic = st.get(keys.WAKE_CONFIG, "json")
         # Another host takes the agent over (as if this one had stalled past its lease).
-        assert st.release_lock(keys.WAKE_LOCK, holder) and st.acquire_lock(keys.WAKE_LOCK, OTHER, 60_000)
+        assert st.release_lease(keys.WAKE_LEASE, holder) and st.acquire_lease(keys.WAKE_LEASE, OTHER, 60_000)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
@@ -221,10 +221,10 @@ def test_a_session_whose_lease_is_taken_over_stops_and_writes_nothing_that_says_
     assert st.get(keys.WAKE_CONFIG, "json") == pessimistic
     assert not session_history.has(st, sid)
     assert st.get(keys.SESSION_CURRENT, "json")["id"] == sid
-    assert st.lock_owner(keys.WAKE_LOCK) == OTHER  # its release did not touch the new holder's lock
+    assert st.lease_owner(keys.WAKE_LEASE) == OTHER  # its release did not touch the new holder's lock
 
     # Once the other wake is gone, the next wake closes the stopped session as interrupted, not crashed.
-    st.release_lock(keys.WAKE_LOCK, OTHER)
+    st.release_lease(keys.WAKE_LEASE, OTHER)
     llm.responder = slow_plan(0.0, steps=1)
     result = run_wake(wake_env(real_store_url, llm))
     assert result.returncode == 0, result.stderr
@@ -247,7 +247,7 @@ def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_
                      BRAINSTEM_LEASE_SECONDS=period)
     host_a = start_wake(env_a)
     try:
-        wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) and llm.wait_for_requests(2, timeout=0.1), 30,
+        wait_for(lambda: st.lease_owner(keys.WAKE_LEASE) and llm.wait_for_requests(2, timeout=0.1), 30,
                  "host A's session to start its first step")
         dead_sid = karma.latest_session_id(st)
         # Host B runs the same agent on a long interval: only the sweep can wake it again soon.
@@ -460,7 +460,7 @@ def test_a_session_frozen_past_its_lease_writes_nothing_and_spends_nothing_when_
         proc.send_signal(signal.SIGSTOP)
         before_stop = karma.read(st, sid_a)
         # Frozen until its lease has run out (a period after its last renewal): host B may take over.
-        wait_for(lambda: st.lock_owner(keys.WAKE_LOCK) is None, 10 * period, "host A's lease to run out")
+        wait_for(lambda: st.lease_owner(keys.WAKE_LEASE) is None, 10 * period, "host A's lease to run out")
 
         def host_b(req):
             if is_orient(req):

@@ -24,7 +24,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
-from brainstem.store import karma
+from brainstem.store import karma, open_store
 
 from .conftest import run_cli, wait_for
 from .wake_helpers import (
@@ -199,7 +199,7 @@ def test_a_crashed_session_costs_what_its_calls_cost(st, env, llm):
 # --- B: SIGTERM / SIGINT to a wake ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_to_wake_records_interrupted_and_releases_the_lock(st, env, llm, sig, code):
+def test_a_signal_to_wake_records_interrupted_and_releases_the_lease(st, env, llm, sig, code):
     llm.queue(plan(think("slow", id="s"), think("never")), {"content": "late", "delay": 60})
     p = start_wake(env, "--force")
     try:
@@ -219,7 +219,7 @@ def test_a_signal_to_wake_records_interrupted_and_releases_the_lock(st, env, llm
     entries = karma.read(st, sid)
     assert entries[-1]["event"] == "session_end" and entries[-1]["outcome"] == "interrupted"
     assert signal.Signals(sig).name in entries[-1]["reason"]
-    assert st.get(keys.SESSION_CURRENT) is None and st.lock_owner(keys.WAKE_LOCK) is None
+    assert st.get(keys.SESSION_CURRENT) is None and st.lease_owner(keys.WAKE_LEASE) is None
     assert _status(env)["running"] is None
     assert st.get_json(keys.WAKE_CONFIG)["sleep_seconds"] == 60  # due again soon, not a whole sleep later
     # The next wake: no crash, and the interruption does not count towards auto-restore.
@@ -254,25 +254,25 @@ def test_a_dead_session_already_closed_is_not_closed_twice(st, env, llm):
     assert [h["outcome"] for h in history(st) if h["id"] == "5-dead01"] == ["crashed"]
 
 
-def test_due_is_decided_again_under_the_lock(st, real_store_url, llm, monkeypatch):
+def test_due_is_decided_again_under_the_lease(st, real_store_url, llm, monkeypatch):
     """A wake that read wake_config, then stalled while another wake ran a whole session, must not run a second."""
     from brainstem.core.settings import load_settings
     from brainstem.session.wake import wake
 
     env = wake_env(real_store_url, llm)
     llm.queue(plan(think("first"), next_wake={"sleep_seconds": 3600}), "ok", reflection())
-    real_acquire = st.acquire_lock
+    real_acquire = st.acquire_lease
     ran = []
 
     def stalled_acquire(name, owner, ttl_ms):
         if not ran:
             ran.append(run_wake(env))  # the other wake: due, runs its session to the end
         return real_acquire(name, owner, ttl_ms)
-    monkeypatch.setattr(st, "acquire_lock", stalled_acquire)
+    monkeypatch.setattr(st, "acquire_lease", stalled_acquire)
     result = wake(load_settings(kv=real_store_url), st, providers=[])
     assert ran and ran[0].returncode == 0, ran[0].stderr
     assert result.status == "asleep", result
-    assert len(history(st)) == 1 and st.lock_owner(keys.WAKE_LOCK) is None
+    assert len(history(st)) == 1 and st.lease_owner(keys.WAKE_LEASE) is None
 
 
 # --- E: a damaged session_history -----------------------------------------------------------------------
@@ -329,13 +329,13 @@ def test_status_shows_a_dead_session_as_died_not_a_raw_dict(st, env, llm):
     assert s["state"] == "died" and s["id"] == "9-gone99"
     # Held by a live process on this host (another than the command's, which runs in this one): running.
     token = f"{socket.gethostname()}:{os.getppid()}:live"
-    assert st.acquire_lock(keys.WAKE_LOCK, token, 60_000)
+    assert st.acquire_lease(keys.WAKE_LEASE, token, 60_000)
     try:
         text = run_cli("status", env=env).stdout
         assert re.search(r"^running now +session 9-gone99 since 2026-01-01T00:00:00\.000Z", text, re.M), text
         assert "{'" not in text
     finally:
-        st.release_lock(keys.WAKE_LOCK, token)
+        st.release_lease(keys.WAKE_LEASE, token)
 
 
 def test_a_rejected_kv_batch_in_deep_reflection_is_not_reported_applied(st, env, llm):
@@ -389,7 +389,7 @@ def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(own_re
     sid = karma.latest_session_id(store)
     (entry,) = [h for h in history(store) if h["id"] == sid]
     assert entry["outcome"] == "store_unavailable" and "BRAINSTEM_KV" in entry["operator_action"]
-    assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.get(keys.SESSION_CURRENT) is None and store.lease_owner(keys.WAKE_LEASE) is None
     assert _seconds_from_now(store.get_json(keys.WAKE_CONFIG)["next_wake_after"]) <= 61
     assert karma.read(store, sid)[-1]["outcome"] == "store_unavailable"
     store.close()
@@ -423,7 +423,7 @@ def test_a_redis_demoted_to_a_replica_for_a_moment_is_a_store_fault_never_a_cras
     sid = karma.latest_session_id(store)
     (entry,) = [h for h in history(store) if h["id"] == sid]
     assert entry["outcome"] == "store_unavailable"
-    assert store.get(keys.SESSION_CURRENT) is None and store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.get(keys.SESSION_CURRENT) is None and store.lease_owner(keys.WAKE_LEASE) is None
     llm.reset()
     llm.queue(plan(), reflection())
     sid2, entries2 = finished(run_wake(env, "--force"), store, "clean")
@@ -518,7 +518,6 @@ def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path
 @pytest.mark.redis
 def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(redis_url, tmp_path, llm):
     from brainstem.state.seed import example_soul_path, seed
-    from brainstem.store import open_store
 
     from .conftest import Daemon
     from .test_run import base_env, fires, responder, ts, wake_log

@@ -6,6 +6,7 @@ import socket
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from brainstem.operator.metrics import Metrics
@@ -89,8 +90,6 @@ def test_the_listener_counts_karma_entries():
     m.fire("a", "missed")
     m.watch_spend("a", lambda: (1.25, 5.0))
     m.watch_spend("b", lambda: (_ for _ in ()).throw(OSError("store away")))  # a broken reader: skipped
-    from prometheus_client import generate_latest
-
     found = samples(generate_latest(m.registry).decode())
     assert value(found, "brainstem_llm_calls_total", agent="a", tier="dynamic", model="x/y") == 1
     assert value(found, "brainstem_tool_runs_total", agent="a", result="not_run") == 1
@@ -105,8 +104,6 @@ def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():
     import json
     import re
     from pathlib import Path
-
-    from prometheus_client import generate_latest
 
     m = Metrics()
     m.watch_spend("a", lambda: (0.0, 5.0))

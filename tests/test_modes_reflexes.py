@@ -195,25 +195,25 @@ def test_a_dry_run_needs_no_force_and_leaves_a_sleeping_agent_asleep(st, env, ll
     assert len(llm.requests) == n
 
 
-def test_a_dry_run_takes_no_lock_closes_no_crash_and_repairs_no_counter(st, env, llm):
+def test_a_dry_run_takes_no_lease_closes_no_crash_and_repairs_no_counter(st, env, llm):
     """It changes nothing another wake could trip over: a live wake's lock, a dead session's breadcrumb
     (the next real wake records that crash) and a malformed session counter stay as they are."""
     crumb = {"id": "7-dead01", "started_at": iso_in(-600), "pid": 999999, "host": "elsewhere"}
     st.put(keys.SESSION_CURRENT, crumb)
     st.put(keys.SESSION_COUNTER, "not-a-number")
-    assert st.acquire_lock(keys.WAKE_LOCK, "otherhost:1:x", 60000)
+    assert st.acquire_lease(keys.WAKE_LEASE, "otherhost:1:x", 60000)
     try:
         llm.queue(plan(think("hello")), "hi", reflection())
         sid = dry_id(ok(run_wake(env, "--dry-run")))
         entries = karma.read(st, sid)
         assert entries[-1]["outcome"] == "clean" and events_of(entries, "crash_detected") == []
         assert entries[0]["crashed_session"] is None
-        assert st.lock_owner(keys.WAKE_LOCK) == "otherhost:1:x"
+        assert st.lease_owner(keys.WAKE_LEASE) == "otherhost:1:x"
         assert st.get_json(keys.SESSION_CURRENT) == crumb
         assert st.get(keys.SESSION_COUNTER) == "not-a-number"
         assert history(st) == []
     finally:
-        st.release_lock(keys.WAKE_LOCK, "otherhost:1:x")
+        st.release_lease(keys.WAKE_LEASE, "otherhost:1:x")
     llm.queue(plan(think("hello")), "hi", reflection())
     real, entries = finished(run_wake(env, "--force"), st, "clean")
     assert events_of(entries, "crash_detected")[0]["dead_session"] == "7-dead01"

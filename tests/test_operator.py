@@ -164,13 +164,13 @@ def test_status_reports_where_the_agent_stands(real_store_url, llm):
     assert "running now" not in text
 
     # A wake holding the lock shows as running.
-    assert store.acquire_lock(keys.WAKE_LOCK, "otherhost:4242:abc", 60_000)
+    assert store.acquire_lease(keys.WAKE_LEASE, "otherhost:4242:abc", 60_000)
     try:
         st = status_json(real_store_url)
         assert st["running"]["state"] == "locked" and st["running"]["lock_holder"] == "otherhost:4242:abc"
         assert "otherhost:4242:abc" in field(ok(run_cli("status", env=cli_env(real_store_url))), "running now")
     finally:
-        store.release_lock(keys.WAKE_LOCK, "otherhost:4242:abc")
+        store.release_lease(keys.WAKE_LEASE, "otherhost:4242:abc")
     store.close()
 
 

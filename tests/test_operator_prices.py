@@ -17,7 +17,7 @@ from brainstem.state.budget import daily_spent
 from brainstem.state.config import OPERATOR_MODELS, effective_models, shipped_models
 from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import seed
-from brainstem.state.versions import MAX_VERSIONS, record_write
+from brainstem.state.versions import MAX_VERSIONS, record_write, versions
 from brainstem.store import open_store
 
 from .conftest import run_cli
@@ -119,8 +119,6 @@ def test_pushing_the_operators_version_out_of_the_history_does_not_lower_the_flo
         models = zeroed(store)
         models["note"] = i
         agent_writes(store, models)
-    from brainstem.state.versions import versions
-
     assert not any(v["source"] == "initial" for v in versions(store, keys.CONFIG_MODELS))
     assert effective_models(store, []).prices(HAIKU) == (3.0, 9.0)
     assert keys.is_runtime_owned(OPERATOR_MODELS)  # and the agent cannot write the kept copy

@@ -27,7 +27,7 @@ from brainstem.core.clock import parse_duration
 from brainstem.core.errors import ConfigError
 from brainstem.daemon.scheduler import record_fire
 from brainstem.state import history as history_mod
-from brainstem.store import sqlite_path, sqlite_url
+from brainstem.store import open_store, sqlite_path, sqlite_url
 from brainstem.store.karma import Karma
 
 from .conftest import run_cli
@@ -128,7 +128,7 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
         st.put(keys.SESSION_CURRENT, crumb)
     if state == "lock_holder_gone":
         token = f"{here}:{crumb['pid']}:gone"
-        assert st.acquire_lock(keys.WAKE_LOCK, token, 60_000)
+        assert st.acquire_lease(keys.WAKE_LEASE, token, 60_000)
     try:
         t0 = time.monotonic()
         r = karma_cli(env, "--follow", timeout=30)
@@ -141,7 +141,7 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
         assert [json.loads(x)["event"] for x in json_lines.stdout.splitlines()] == ["session_start", "step_start"]
     finally:
         if token:
-            st.release_lock(keys.WAKE_LOCK, token)
+            st.release_lease(keys.WAKE_LEASE, token)
 
 
 def test_karma_follow_of_a_running_session_stops_when_it_is_killed(st, env, llm):
@@ -415,7 +415,6 @@ def test_wakes_reads_the_daemons_wake_log(st, env, llm):
 
 def test_refusals_json_is_one_object_saying_whether_the_code_is_held(tmp_path):
     from brainstem.state import refusals
-    from brainstem.store import open_store
 
     env = {"BRAINSTEM_KV": sqlite_url(tmp_path / "r.db")}
     assert ok(run_cli("seed", "--example-soul", env=env))

@@ -57,11 +57,11 @@ def test_passthrough_keys_reach_the_store(base):
     assert base.get("wake_config") is None
 
 
-def test_locks_are_held_in_the_overlay_only(base):
+def test_leases_are_held_in_the_overlay_only(base):
     ov = OverlayStore(base)
-    assert ov.acquire_lock("wake", "me", 1000) and not ov.acquire_lock("wake", "other", 1000)
-    assert base.lock_owner("wake") is None
-    assert ov.release_lock("wake", "me") and ov.lock_owner("wake") is None
+    assert ov.acquire_lease("wake", "me", 1000) and not ov.acquire_lease("wake", "other", 1000)
+    assert base.lease_owner("wake") is None
+    assert ov.release_lease("wake", "me") and ov.lease_owner("wake") is None
 
 
 def test_the_overlay_is_confined_as_its_store(tmp_path):

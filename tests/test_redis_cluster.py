@@ -51,16 +51,16 @@ def test_an_agents_keys_share_one_slot_so_its_scripts_and_transactions_work(redi
     store.put("soul", "be useful", metadata={"v": 1})
     store.put("config:defaults", {"a": 1})
     store.append(keys.karma("1-a"), {"event": "session_start"})
-    assert store.acquire_lock(keys.WAKE_LOCK, "me", 5000)
+    assert store.acquire_lease(keys.WAKE_LEASE, "me", 5000)
     found = physical_keys(ports, "{" + name + "}:*")
     tag = "{" + name + "}:"
     assert {tag + "soul", tag + "__meta__:soul", tag + "__lock__:wake"} <= set(found)
     assert len(slots(ports, found)) == 1, "an agent's keys are spread over slots"
     assert store.get_with_metadata("soul") == ("be useful", {"v": 1})  # MGET of a value and its metadata
-    store.lease = (keys.WAKE_LOCK, "me")
+    store.lease = (keys.WAKE_LEASE, "me")
     store.put(keys.WAKE_CONFIG, {"n": 1})  # a fenced write: a Lua script over three keys
-    store.release_lock(keys.WAKE_LOCK, "me")
-    assert store.acquire_lock(keys.WAKE_LOCK, "someone-else", 5000)
+    store.release_lease(keys.WAKE_LEASE, "me")
+    assert store.acquire_lease(keys.WAKE_LEASE, "someone-else", 5000)
     with pytest.raises(LeaseLost):
         store.put(keys.WAKE_CONFIG, {"n": 2})
     assert store.get(keys.WAKE_CONFIG, "json") == {"n": 1}

@@ -19,7 +19,7 @@ from brainstem.core import keys
 from brainstem.core.settings import load_settings
 from brainstem.session import gate
 from brainstem.session.build import SessionDeps, build_session, hardcoded_provider
-from brainstem.session.reflect import run_reflect
+from brainstem.session.reflect import run_deep_reflect, run_reflect
 from brainstem.state.budget import Budget
 from brainstem.state.config import effective_models, load_defaults
 from brainstem.store import karma as karma_mod
@@ -123,8 +123,6 @@ def test_a_deep_reflection_writing_a_gated_key_two_ways_applies_neither(sqlite_s
     """kv_operations put one value of a gated key and the reflection's own field proposes another: the gate
     could replay one while the store is left with the other, so neither is applied."""
     import json
-
-    from brainstem.session.reflect import run_deep_reflect
 
     store = sqlite_seeded
     before = {k: store.get(k) for k in (keys.CONFIG_DEFAULTS, keys.PROMPT_ORIENT)}

@@ -27,7 +27,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.state import history as session_history
-from brainstem.store import karma
+from brainstem.store import karma, open_store
 
 from .conftest import clean_env, run_cli, wait_for
 from .doubles import LLMDouble
@@ -154,8 +154,6 @@ def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, re
     wait_for(lambda: "store is unavailable" in waiting.stderr, 15, "the second daemon to wait for the store", waiting)
     proc, _ = start_redis_server(tmp_path, port, password="hunter2pw")
     try:
-        from brainstem.store import open_store
-
         store = open_store(url)
         seed(store, soul_file=example_soul_path())
         wait_for(lambda: "the store is reachable; starting" in waiting.stderr, 45, "the daemon to start", waiting)
@@ -271,7 +269,7 @@ def test_sigterm_mid_session_interrupts_it_cleanly(redis_url, agents, llm, daemo
     h = history(store)
     assert [x["outcome"] for x in h if x["id"] == sid] == ["interrupted"], h
     assert store.get(keys.SESSION_CURRENT) is None
-    assert store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.lease_owner(keys.WAKE_LEASE) is None
     assert [e for e in fires(store, "ran") if e["session_id"] == sid][0]["outcome"] == "interrupted"
     assert "SIGTERM" in d.stderr
 
@@ -308,7 +306,7 @@ def test_session_that_outlives_the_grace_period_is_recorded_interrupted(redis_ur
     assert store.get(keys.SESSION_CURRENT) is None
     # What it held is let go as a timely stop would: the lease at once, and the agent due a minute on
     # (not at the pessimistic advance the session set when it began).
-    assert store.lock_owner(keys.WAKE_LOCK) is None
+    assert store.lease_owner(keys.WAKE_LEASE) is None
     due = datetime.fromisoformat(store.get_json(keys.WAKE_CONFIG)["next_wake_after"].replace("Z", "+00:00"))
     assert (due - datetime.now(due.tzinfo)).total_seconds() <= 61
 

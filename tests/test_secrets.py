@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from brainstem.core.errors import ConfigError
+from brainstem.core.errors import ConfigError, KVWriteRefused
 from brainstem.core.secrets import grant, parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
 from brainstem.store.sqlite_store import SQLiteStore
@@ -124,8 +124,6 @@ def test_reflection_cannot_rename_a_secret_out_of_secret_space(st, env, llm):
 
 
 def test_a_direct_rename_out_of_secret_space_is_refused(tmp_path):
-    from brainstem.core.errors import KVWriteRefused
-
     store = SQLiteStore(tmp_path / "s.db")
     store.put("secret:k", "v")
     kv = AgentKV(store)

@@ -30,16 +30,16 @@ def test_concurrent_spenders_lose_no_update(real_store_url):
     for t in threads:
         t.join()
     assert daily_spent(stores[0]) == pytest.approx(len(stores) * per_thread * amount)
-    assert stores[0].lock_owner(keys.DAILY_COST) is None  # every holder let go
+    assert stores[0].lease_owner(keys.DAILY_COST) is None  # every holder let go
 
 
-def test_a_dead_spenders_lock_does_not_stop_spend_being_counted(real_store_url):
+def test_a_dead_spenders_lease_does_not_stop_spend_being_counted(real_store_url):
     """Today's spend is one atomic store operation, not a read-modify-write under a lock: a lock left
     under its name (by an older version that died holding it) neither delays nor loses a spend."""
     import time
 
     store = open_store(real_store_url)
-    assert store.acquire_lock(keys.DAILY_COST, "a-dead-process", 60_000)
+    assert store.acquire_lease(keys.DAILY_COST, "a-dead-process", 60_000)
     t0 = time.monotonic()
     assert add_daily(store, 0.5) == pytest.approx(0.5)
     assert time.monotonic() - t0 < 1.0

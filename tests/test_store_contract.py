@@ -108,7 +108,7 @@ def test_list_pagination_visits_every_key_once(store):
 def test_list_includes_logs_and_hides_internals(store):
     store.put("plain", "v", metadata={"x": 1})
     store.append("karma:s1", {"event": "a"})
-    assert store.acquire_lock("wake", "me", 10_000)
+    assert store.acquire_lease("wake", "me", 10_000)
     infos = {k.name: k for k in store.list_all()}
     assert set(infos) == {"plain", "karma:s1"}
     assert infos["karma:s1"].is_log and not infos["plain"].is_log
@@ -138,23 +138,23 @@ def test_delete_log_and_value_delete_do_not_mix(store):
     assert store.delete_log("karma:y") is False
 
 
-def test_lock_owner_token_semantics(store):
-    assert store.acquire_lock("wake", "owner-a", 5_000) is True
-    assert store.acquire_lock("wake", "owner-b", 5_000) is False
-    assert store.lock_owner("wake") == "owner-a"
-    assert store.release_lock("wake", "owner-b") is False  # only the owner releases
-    assert store.refresh_lock("wake", "owner-b", 5_000) is False
-    assert store.refresh_lock("wake", "owner-a", 5_000) is True
-    assert store.release_lock("wake", "owner-a") is True
-    assert store.lock_owner("wake") is None
-    assert store.acquire_lock("wake", "owner-b", 5_000) is True
+def test_lease_owner_token_semantics(store):
+    assert store.acquire_lease("wake", "owner-a", 5_000) is True
+    assert store.acquire_lease("wake", "owner-b", 5_000) is False
+    assert store.lease_owner("wake") == "owner-a"
+    assert store.release_lease("wake", "owner-b") is False  # only the owner releases
+    assert store.renew_lease("wake", "owner-b", 5_000) is False
+    assert store.renew_lease("wake", "owner-a", 5_000) is True
+    assert store.release_lease("wake", "owner-a") is True
+    assert store.lease_owner("wake") is None
+    assert store.acquire_lease("wake", "owner-b", 5_000) is True
 
 
-def test_lock_expires(store):
-    assert store.acquire_lock("wake", "dead-holder", 200)
+def test_lease_expires(store):
+    assert store.acquire_lease("wake", "dead-holder", 200)
     time.sleep(0.35)
-    assert store.lock_owner("wake") is None
-    assert store.acquire_lock("wake", "next", 5_000) is True
+    assert store.lease_owner("wake") is None
+    assert store.acquire_lease("wake", "next", 5_000) is True
 
 
 def test_incr(store):
@@ -185,7 +185,7 @@ def test_prefixes_isolate_agents(store):
     assert store.get("soul") == "mine" and other.get("soul") == "theirs"
     assert other.log_length("karma:1") == 0
     assert [k.name for k in other.list_all()] == ["soul"]
-    assert store.acquire_lock("wake", "a", 5_000) and other.acquire_lock("wake", "b", 5_000)
+    assert store.acquire_lease("wake", "a", 5_000) and other.acquire_lease("wake", "b", 5_000)
 
 
 def _sibling(store, prefix):
@@ -208,10 +208,10 @@ def _appender(url: str, n: int, tag: str) -> None:
         s.incr("counter")
 
 
-def _locker(url: str, owner: str, results) -> None:
+def _try_to_lease(url: str, owner: str, results) -> None:
     from brainstem.store import open_store
 
-    results.put((owner, open_store(url).acquire_lock("wake", owner, 10_000)))
+    results.put((owner, open_store(url).acquire_lease("wake", owner, 10_000)))
 
 
 @pytest.mark.slow
@@ -233,12 +233,12 @@ def test_two_processes_share_one_store(real_store_url):
     assert s.get("counter", "json") == 300
 
     results = ctx.Queue()
-    lockers = [ctx.Process(target=_locker, args=(real_store_url, f"o{i}", results)) for i in range(4)]
-    for p in lockers:
+    contenders = [ctx.Process(target=_try_to_lease, args=(real_store_url, f"o{i}", results)) for i in range(4)]
+    for p in contenders:
         p.start()
-    for p in lockers:
+    for p in contenders:
         p.join(60)
-    got = [results.get(timeout=5) for _ in lockers]
+    got = [results.get(timeout=5) for _ in contenders]
     assert sum(1 for _, ok in got if ok) == 1
 
 

@@ -339,18 +339,18 @@ def test_a_restart_continues_from_the_stored_offset(tg, store):
     assert tg.polls[1]["offset"] == offset and texts(store) == ["one", "two"]
 
 
-def test_a_dead_processs_poll_lock_is_taken_over_and_a_live_one_is_not_shared(tg, store_url):
+def test_a_dead_processs_poll_lease_is_taken_over_and_a_live_one_is_not_shared(tg, store_url):
     store = open_store(store_url)
     dead = f"{host_name()}:999999999:telegram-gone"
-    assert store.acquire_lock(keys.TELEGRAM_LOCK, dead, 600_000)
+    assert store.acquire_lease(keys.TELEGRAM_LEASE, dead, 600_000)
     tg.text(OWNER, "hello")
     p = Poller(config(tg), lambda: open_store(store_url), timeout=1).start()
     try:
         wait_for(lambda: texts(store) == ["hello"], 15, "the poller to take the dead holder's lock")
-        assert store.lock_owner(keys.TELEGRAM_LOCK).startswith(f"{host_name()}:{os.getpid()}:telegram-")
+        assert store.lease_owner(keys.TELEGRAM_LEASE).startswith(f"{host_name()}:{os.getpid()}:telegram-")
     finally:
         p.stop()
-    assert store.lock_owner(keys.TELEGRAM_LOCK) is None  # released on stop
+    assert store.lease_owner(keys.TELEGRAM_LEASE) is None  # released on stop
     store.close()
 
 
@@ -563,7 +563,7 @@ def test_brainstem_run_polls_the_bot_and_the_agent_answers_without_leaking_the_t
     assert f"telegram: polling the bot for messages from chat {OWNER}" in d.stderr
     st = telegram.state(store)
     assert st["last_error"].startswith("Telegram answered HTTP 400") and "[REDACTED" in st["last_error"]
-    assert store.lock_owner(keys.TELEGRAM_LOCK) is None
+    assert store.lease_owner(keys.TELEGRAM_LEASE) is None
     status = run_cli("status", env=env)
     status_json = run_cli("status", "--json", env=env)
     karma = run_cli("karma", "--json", env=env)

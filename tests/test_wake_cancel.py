@@ -41,10 +41,10 @@ def test_a_shutdown_before_orient_is_interrupted_not_a_budget_or_plan_failure(ag
     assert store.get(keys.SESSION_CURRENT) is None  # not left looking like a crash
 
 
-def test_a_lock_left_by_this_same_process_is_reclaimed(agent):
+def test_a_lease_left_by_this_same_process_is_reclaimed(agent):
     # No wake in this process holds that token any more (one that could not release it).
     store, settings, cassette = agent
-    assert store.acquire_lock(keys.WAKE_LOCK, f"{socket.gethostname()}:{os.getpid()}:earlier", 600_000)
+    assert store.acquire_lease(keys.WAKE_LEASE, f"{socket.gethostname()}:{os.getpid()}:earlier", 600_000)
     result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
     assert result.outcome == "clean"
 
@@ -56,20 +56,20 @@ def test_a_live_lock_of_this_same_process_is_respected(agent):
 
     store, settings, cassette = agent
     token = f"{socket.gethostname()}:{os.getpid()}:running"
-    assert store.acquire_lock(keys.WAKE_LOCK, token, 600_000)
+    assert store.acquire_lease(keys.WAKE_LEASE, token, 600_000)
     _LIVE_TOKENS.add(token)
     try:
         with pytest.raises(LockHeld):
             wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
     finally:
         _LIVE_TOKENS.discard(token)
-    assert store.lock_owner(keys.WAKE_LOCK) == token
+    assert store.lease_owner(keys.WAKE_LEASE) == token
 
 
 def test_a_live_lock_of_another_process_is_respected(agent):
     from brainstem.core.errors import LockHeld
 
     store, settings, cassette = agent
-    assert store.acquire_lock(keys.WAKE_LOCK, "another-host:1:x", 600_000)
+    assert store.acquire_lease(keys.WAKE_LEASE, "another-host:1:x", 600_000)
     with pytest.raises(LockHeld):
         wake(settings, store, force=True, providers=[CassetteProvider(cassette)])

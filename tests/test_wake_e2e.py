@@ -136,24 +136,24 @@ def test_due_when_the_schedule_is_unusable_and_never_every_tick(st, env, llm, wa
     assert again.returncode == 0 and len(llm.requests) == n and karma.latest_session_id(st) == sid
 
 
-def test_lock_held_by_a_live_owner(st, env, llm):
-    assert st.acquire_lock(keys.WAKE_LOCK, "otherhost:1:x", 60000)
+def test_lease_held_by_a_live_owner(st, env, llm):
+    assert st.acquire_lease(keys.WAKE_LEASE, "otherhost:1:x", 60000)
     try:
         r = run_wake(env, "--force")
         assert r.returncode == 75
         assert "otherhost:1:x" in one_line(r.stderr)
         assert llm.requests == [] and karma.latest_session_id(st) is None
-        assert st.lock_owner(keys.WAKE_LOCK) == "otherhost:1:x"
+        assert st.lease_owner(keys.WAKE_LEASE) == "otherhost:1:x"
     finally:
-        st.release_lock(keys.WAKE_LOCK, "otherhost:1:x")
+        st.release_lease(keys.WAKE_LEASE, "otherhost:1:x")
 
 
-def test_lock_of_a_dead_process_on_this_host_is_reclaimed(st, env, llm):
+def test_lease_of_a_dead_process_on_this_host_is_reclaimed(st, env, llm):
     owner = f"{socket.gethostname()}:{dead_pid()}:x"
-    assert st.acquire_lock(keys.WAKE_LOCK, owner, 60000)
+    assert st.acquire_lease(keys.WAKE_LEASE, owner, 60000)
     llm.queue(plan(think("hello")), "hi", reflection())
     finished(run_wake(env, "--force"), st, "clean")
-    assert st.lock_owner(keys.WAKE_LOCK) is None
+    assert st.lease_owner(keys.WAKE_LEASE) is None
 
 
 def test_crash_detected_and_shown_to_orient(st, env, llm):

@@ -68,7 +68,7 @@ class LeaseLost(BrainstemError):
 
 
 class LockHeld(BrainstemError):
-    """Another wake holds the agent's lock."""
+    """Another wake holds the agent's wake lease."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
 

@@ -60,8 +60,8 @@ REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting 
 APPROVED_PREFIX = "approved:"
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX, APPROVED_PREFIX)  # never in the agent's key index
 
-WAKE_LOCK = "wake"  # a lock name (the store keeps locks apart from values): the session's lease
-TELEGRAM_LOCK = "telegram"  # a lock name: the one process polling the agent's Telegram bot
+WAKE_LEASE = "wake"  # a lease name (the store keeps leases apart from values): the session's lease
+TELEGRAM_LEASE = "telegram"  # a lease name: the one process polling the agent's Telegram bot
 
 # While a session holds its wake lease, every write it makes through its store view is fenced: it goes
 # through only if the lease is still the session's, checked by the store in the same atomic operation

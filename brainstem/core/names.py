@@ -14,7 +14,7 @@ prefix is the *default agent*, whose keys are stored as they are.
   appends logs under its prefix: an agent from before names were registered)
   or the operator adopts them explicitly.
 * The default agent's view refuses every key whose first segment is a
-  registered name: writes, deletes, appends and locks raise
+  registered name: writes, deletes, appends and leases raise
   :class:`~brainstem.core.errors.ForeignAgentKey`; reads answer "absent"; listings
   leave such keys out. Keys starting with ``__`` are the store's internals and
   are treated the same way in every view.
@@ -38,7 +38,7 @@ from brainstem.core.errors import ConfigError
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9_-]{0,31}"
 _NAME = re.compile(NAME_PATTERN + r"\Z")
-# Keys starting with this are the store's internals (metadata, locks, the registry).
+# Keys starting with this are the store's internals (metadata, leases, the registry).
 INTERNAL = "__"
 ALLOWED_FORM = ("use NAME or NAME: where NAME is 1-32 characters of a-z, 0-9, '_' and '-', "
                 "starting with a letter or a digit")

@@ -2,7 +2,7 @@
 
 APScheduler 3.x fires a job per agent on an interval or a cron expression,
 coalescing missed fires, never running two instances of one agent's job at
-once (and the wake lock keeps two *hosts* apart too), with a misfire grace
+once (and the wake lease keeps two *hosts* apart too), with a misfire grace
 time and optional jitter. Every fire is written to the agent's bounded
 ``wake_log``: ran (with the session's outcome), slept, skipped (locked by another wake, or
 still_running: this daemon's previous fire for the agent has not ended),
@@ -437,7 +437,6 @@ class Runner:
 
     def _force_interrupted(self, agent: Agent) -> None:
         """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from brainstem.core import outcomes
         from brainstem.state import history as session_history
         from brainstem.store import karma as karma_mod
         from brainstem.store.lease import host_name
@@ -457,9 +456,9 @@ class Runner:
                 karma_mod.end_session(store, crumb["id"])
             # Its lease is this process's: let it go now, or the next runtime waits out its time to live
             # (and a call that comes back later finds its writes refused: the lease is no longer its own).
-            owner = store.lock_owner(keys.WAKE_LOCK)
+            owner = store.lease_owner(keys.WAKE_LEASE)
             if owner and owner.startswith(f"{host_name()}:{os.getpid()}:"):
-                store.release_lock(keys.WAKE_LOCK, owner)
+                store.release_lease(keys.WAKE_LEASE, owner)
             log.warning("%s: session still running after the grace period; recorded as interrupted, its "
                         "lease released", agent.name or "default")
         except StoreUnavailable:

@@ -21,7 +21,7 @@ waited out with a growing pause: the poller never stops the daemon. The token
 is in every request's URL, so nothing that could quote a URL or a server's words
 leaves here unredacted: errors are fixed text by kind, and a server's own
 ``description`` passes the redactor first. Only one process polls an agent's bot
-at a time (a store lock), so several daemons on one agent do not take each
+at a time (a store lease), so several daemons on one agent do not take each
 other's updates.
 """
 
@@ -41,6 +41,7 @@ from brainstem.core import keys
 from brainstem.core.clock import now_iso
 from brainstem.core.errors import BrainstemError, StoreUnavailable
 from brainstem.state import inbox
+from brainstem.store import open_store
 from brainstem.store.base import Store
 from brainstem.tools.bot_api import (
     MAX_ERROR_CHARS,
@@ -55,7 +56,7 @@ from brainstem.tools.bot_api import (
 log = logging.getLogger("brainstem.telegram")
 
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
-LOCK_MARGIN = 60.0  # the poll lock outlives one long poll by this much
+LEASE_MARGIN = 60.0  # the poll lease outlives one long poll by this much
 HEARTBEAT_SECONDS = 60.0  # how often a quiet poller notes in the store that it is polling
 URGENT_MARK = "!"
 
@@ -236,7 +237,7 @@ class Poller:
                 try:
                     if store is None:
                         store = self._open_store()
-                    if not self._hold_lock(store):
+                    if not self._hold_lease(store):
                         if not said_waiting:
                             log.info("telegram (%s): another process polls this bot; waiting", self.label)
                             said_waiting = True
@@ -281,26 +282,26 @@ class Poller:
             delay = max(delay, retry_after)
         return delay
 
-    def _hold_lock(self, store: Store) -> bool:
-        """Hold (or renew) the agent's poll lock; False while another live process holds it."""
+    def _hold_lease(self, store: Store) -> bool:
+        """Hold (or renew) the agent's poll lease; False while another live process holds it."""
         from brainstem.store.lease import holder_is_dead
 
-        ttl_ms = int((self.timeout + LOCK_MARGIN) * 1000)
-        if store.refresh_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms) or \
-                store.acquire_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms):
+        ttl_ms = int((self.timeout + LEASE_MARGIN) * 1000)
+        if store.renew_lease(keys.TELEGRAM_LEASE, self._owner, ttl_ms) or \
+                store.acquire_lease(keys.TELEGRAM_LEASE, self._owner, ttl_ms):
             return True
-        holder = store.lock_owner(keys.TELEGRAM_LOCK)
+        holder = store.lease_owner(keys.TELEGRAM_LEASE)
         here = f"{_host()}:{os.getpid()}:"
         if holder and not holder.startswith(here) and holder_is_dead(holder) \
-                and store.release_lock(keys.TELEGRAM_LOCK, holder):
-            return store.acquire_lock(keys.TELEGRAM_LOCK, self._owner, ttl_ms)
+                and store.release_lease(keys.TELEGRAM_LEASE, holder):
+            return store.acquire_lease(keys.TELEGRAM_LEASE, self._owner, ttl_ms)
         return False
 
     def _release(self, store: Store | None) -> None:
         if store is None:
             return
         try:
-            store.release_lock(keys.TELEGRAM_LOCK, self._owner)
+            store.release_lease(keys.TELEGRAM_LEASE, self._owner)
         except Exception:  # noqa: BLE001 - it expires on its own
             pass
         try:
@@ -319,8 +320,6 @@ def start(settings: Any, prefix: str | None, label: str = "default", timeout: fl
           agents: int = 1) -> Poller | None:
     """The poller ``brainstem run`` starts for the agent under ``prefix`` (the first it runs), or None when
     Telegram is not configured: both ``BRAINSTEM_TELEGRAM_BOT_TOKEN`` and ``BRAINSTEM_TELEGRAM_CHAT_ID``."""
-    from brainstem.store import open_store
-
     config = ClientConfig.from_settings(settings)
     if config is None:
         if settings.telegram_bot_token is not None or settings.telegram_chat_id is not None:

@@ -30,21 +30,21 @@ from brainstem.store.karma import unfinished_session
 def _running(store: Store) -> dict[str, Any] | None:
     """The session in progress, if any: its id, when it started, where, and whether it is still alive.
 
-    ``state`` is ``running`` (its lock is held by a live holder), ``died`` (the lock expired or was
+    ``state`` is ``running`` (its lease is held by a live holder), ``died`` (the lease expired or was
     released, or its process on this host is gone: the next wake records it as crashed) or
-    ``locked`` (a wake holds the lock but has not started its session yet).
+    ``locked`` (a wake holds the lease but has not started its session yet).
     """
     from brainstem.store.lease import holder_is_dead
 
     crumb = unfinished_session(store)
-    lock = store.lock_owner(keys.WAKE_LOCK)
-    if crumb is None and lock is None:
+    holder = store.lease_owner(keys.WAKE_LEASE)
+    if crumb is None and holder is None:
         return None
-    alive = lock is not None and not holder_is_dead(lock)
+    alive = holder is not None and not holder_is_dead(holder)
     if crumb is None:
-        return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lock_holder": lock}
+        return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lock_holder": holder}
     out = {"state": "running" if alive else "died", "id": crumb.get("id"), "started_at": crumb.get("started_at"),
-           "pid": crumb.get("pid"), "host": crumb.get("host"), "lock_holder": lock}
+           "pid": crumb.get("pid"), "host": crumb.get("host"), "lock_holder": holder}
     if crumb.get("id") is None:
         out["note"] = "its breadcrumb was unreadable"
     return out
@@ -54,8 +54,8 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
     """Whether the session ``session_id`` has stopped, judged as status judges a running session.
 
     None while it runs: its breadcrumb (``session:current``) is its own and a live holder has the
-    wake lock. Otherwise ``("ended", why)`` when the history has it (it closed, or was closed for
-    it), or ``("died", why)``: its breadcrumb is gone or names another session, or the lock's
+    wake lease. Otherwise ``("ended", why)`` when the history has it (it closed, or was closed for
+    it), or ``("died", why)``: its breadcrumb is gone or names another session, or the lease's
     holder is gone. A ``session_end`` may have been written just before this looked: read its
     karma once more before believing either.
     """
@@ -68,11 +68,11 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
     elif crumb.get("id") != session_id:
         why = f"session:current now belongs to {crumb.get('id') or 'an unreadable breadcrumb'}"
     else:
-        lock = store.lock_owner(keys.WAKE_LOCK)
-        if lock is None:
+        holder = store.lease_owner(keys.WAKE_LEASE)
+        if holder is None:
             why = "no wake holds the lock any more (it expired or was released)"
-        elif holder_is_dead(lock):
-            why = f"the process holding the wake lock ({lock}) is gone"
+        elif holder_is_dead(holder):
+            why = f"the process holding the wake lock ({holder}) is gone"
     if why is None:
         return None
     for h in reversed(session_history.read(store)):

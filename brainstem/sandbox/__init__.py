@@ -5,7 +5,7 @@ RestrictedPython in a fresh worker process forked from a pre-warmed fork
 server and locked down before it was needed (rlimits, an empty environment,
 no inherited fds, the kernel layers), with a wall-clock kill and a ``ctx``
 served from the calling process; ``report()`` says which kernel protections
-its workers have here.  See ``policy``, ``guards`` and ``tool_builtins``
+its workers have here.  See ``restricted``, ``guards`` and ``tool_builtins``
 (what tool code may reach), ``worker`` (the child), ``forkserver``,
 ``kernel`` (the walls behind the interpreter), ``runner``, ``pool``,
 ``fork_client`` and ``ctx`` (the runtime side), ``isolation_report``,

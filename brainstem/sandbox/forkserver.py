@@ -2,7 +2,7 @@
 
 Started by :mod:`brainstem.sandbox.runner` as ``python -I -S -c BOOT`` with an
 empty environment and a SOCK_SEQPACKET control socket.  It imports
-RestrictedPython and the prepared namespaces once (``policy.warm_up``), says
+RestrictedPython and the prepared namespaces once (``restricted.warm_up``), says
 ``ready`` (or ``error: ...`` and exits, if it could not set itself up), then
 loops:
 
@@ -123,7 +123,7 @@ def _kill(pid: int) -> None:
 
 
 def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
-    from brainstem.sandbox import worker  # also imports policy (RestrictedPython, namespaces)
+    from brainstem.sandbox import worker  # also imports restricted (RestrictedPython, namespaces)
 
     parent = os.getppid()
     try:
@@ -188,7 +188,7 @@ def _set_up(disabled: tuple[str, ...], parent: int):
     if parent == 1:
         sys.exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    worker.policy.warm_up()
+    worker.restricted.warm_up()
     try:
         setup = setup_server(tuple(disabled), worker._lock_down)
     except Exception as e:  # noqa: BLE001 - the sandbox must stay usable: run without, and say so

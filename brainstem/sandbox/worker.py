@@ -35,7 +35,7 @@ import types
 from typing import Any, NoReturn
 
 from brainstem.core.errors import one_line
-from brainstem.sandbox import policy, tool_builtins
+from brainstem.sandbox import restricted, tool_builtins
 from brainstem.sandbox.kernel import lockdown
 from brainstem.sandbox.kernel.caps import NOBODY
 from brainstem.sandbox.kernel.libc import LockDownFailed, reason
@@ -178,7 +178,7 @@ def describe_exception(e: BaseException, memory_mb: int) -> str:
     line = None
     tb = e.__traceback__
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == policy.TOOL_FILENAME:
+        if tb.tb_frame.f_code.co_filename == restricted.TOOL_FILENAME:
             line = tb.tb_lineno
         tb = tb.tb_next
     text = f"{name}: {message}" if message else name
@@ -277,7 +277,7 @@ def build_ctx(call, kv_granted: bool, secrets: dict[str, str]):
     return Ctx()
 
 
-def make_caller(fd: int, sink: policy.OutputSink, max_output: int):
+def make_caller(fd: int, sink: restricted.OutputSink, max_output: int):
     calls = 0
 
     def call(op: str, payload: dict) -> Any:
@@ -382,7 +382,7 @@ _memory_frame = b""  # the result a worker that ran out of memory sends
 def _warm_up() -> None:
     """Go once through what a call does, so that the pages it writes are copied from the fork server
     now, while the worker waits, rather than during the call that is waiting for it."""
-    glb = policy.make_globals(policy.OutputSink(1 << 10))
+    glb = restricted.make_globals(restricted.OutputSink(1 << 10))
     exec(_code_from_text(_WARM_UP_CODE), glb)
     encode_frame({"op": "result", "ok": True, "value": to_plain(glb["execute"]({"n": 1}, None), max_bytes=64),
                   "output": ""})
@@ -398,7 +398,7 @@ def _code_from_text(text: str) -> types.CodeType:
 
 
 # Compiled once, in the fork server: the workers' warm-up loads it as a call with cached code does.
-_WARM_UP_CODE = _code_as_text(policy.compile_tool("def execute(args, ctx):\n    return {'n': args['n'] + 1}\n"))
+_WARM_UP_CODE = _code_as_text(restricted.compile_tool("def execute(args, ctx):\n    return {'n': args['n'] + 1}\n"))
 
 
 def _lower_limits(timeout_ms: int, memory_mb: int) -> None:
@@ -433,7 +433,7 @@ def _run(memory_mb: int) -> NoReturn:
             fd, {"op": "result", "ok": False, "error": f"output limit ({max_output} bytes) exceeded"}, 0
         )
 
-    sink = policy.OutputSink(max_output, on_overflow=overflow)
+    sink = restricted.OutputSink(max_output, on_overflow=overflow)
     call = make_caller(fd, sink, max_output)
     ctx = build_ctx(call, bool(init.get("kv")), init.get("secrets") or {})
     entrypoint = init["entrypoint"]
@@ -449,8 +449,8 @@ def _run(memory_mb: int) -> NoReturn:
         code = _code_from_text(compiled)
     else:
         try:
-            code = policy.compile_tool(source)
-        except policy.CompileError as e:
+            code = restricted.compile_tool(source)
+        except restricted.CompileError as e:
             fail(str(e))
         except BaseException as e:  # noqa: BLE001 - e.g. RecursionError on absurdly nested source
             fail("compile failed: " + describe_exception(e, memory_mb))
@@ -458,7 +458,7 @@ def _run(memory_mb: int) -> NoReturn:
             write_all(fd, encode_frame({"op": "compiled", "code": _code_as_text(code)}))
     source = compiled = init = None  # drop the job message
 
-    glb = policy.make_globals(sink)
+    glb = restricted.make_globals(sink)
     error = None
     value = None
     try:

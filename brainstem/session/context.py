@@ -24,7 +24,7 @@ from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.errors import NotText
-from brainstem.core.templates import PLACEHOLDER
+from brainstem.core.templates import PLACEHOLDER, to_text
 from brainstem.core.untrusted import PLAIN_NAME, Untrusted, untrusted
 from brainstem.state import inbox
 from brainstem.store.base import Store
@@ -137,8 +137,6 @@ def with_inbox(template: str, context: dict) -> str:
 
 
 def _capped(value: Any, chars: int) -> Any:
-    from brainstem.core.templates import to_text
-
     text = to_text(value) if value is not None else None
     if text is None or len(text) <= chars:
         return value

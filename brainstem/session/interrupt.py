@@ -28,8 +28,8 @@ class SignalGuard:
     The first signal sets ``cancel`` (the budget's: the session stops at its next step or LLM call)
     and, while the session's work is running, raises :class:`WakeInterrupted` in the main thread
     so a call blocked on the network ends now, not when it times out. While the runtime records
-    the end of the session (or takes or releases the lock) nothing is raised: the signal only
-    sets ``cancel``, and the wake finishes its bookkeeping, releases the lock and returns.
+    the end of the session (or takes or releases the lease) nothing is raised: the signal only
+    sets ``cancel``, and the wake finishes its bookkeeping, releases the lease and returns.
     ``signum`` is the signal received (None: none), for the exit status 128 + signum.
     """
 

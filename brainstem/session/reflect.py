@@ -382,7 +382,7 @@ def _replayed(session, staged: dict[str, str], n: int) -> dict:
     if deps.check_change is None:
         return {**report, "refused": "no replay gate in this session"}
     try:
-        # Within this session's own time (reflection's reserve included; its lock held): the gate never
+        # Within this session's own time (reflection's reserve included; its lease held): the gate never
         # takes more than half of what is left for one replay, and refuses with too little left.
         return deps.check_change(deps.settings, deps.store, staged, n, exclude=deps.id,
                                     time_left=lambda: deps.budget.time_left(use_reserve=True))

@@ -57,7 +57,7 @@ from brainstem.store.base import Store
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.lease import (
     Lease,
-    acquire_wake_lock,
+    acquire_wake_lease,
     forget_token,
     owner_token,
     session_alive_here,
@@ -88,18 +88,18 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         raise LockHeld(f"another wake is running for this agent (session {running_here.get('id')}, pid "
                        f"{running_here.get('pid')} on this host); not waking twice")
     token = owner_token(uuid.uuid4().hex[:8])
-    acquire_wake_lock(store, token, ttl_ms=int(settings.lease_seconds * 1000))
+    acquire_wake_lease(store, token, ttl_ms=int(settings.lease_seconds * 1000))
     lease = Lease(store, token, settings.lease_seconds).start()
-    store.lease = (keys.WAKE_LOCK, token)  # from here the schedule, history and breadcrumb are fenced
+    store.lease = (keys.WAKE_LEASE, token)  # from here the schedule, history and breadcrumb are fenced
     try:
-        # Due is decided again under the lock: a wake that stalled after its first look (while
+        # Due is decided again under the lease: a wake that stalled after its first look (while
         # another ran a session and moved the schedule) must not run a second one.
         wake_config = _read_wake_config(store)
-        until = agent_sleeping_until(store, wake_config, locked=True)
+        until = agent_sleeping_until(store, wake_config, leased=True)
         if until is not None and not force:
             return WakeResult("asleep", message=asleep_message(until), next_wake_after=iso(until))
         woke_for = None
-        if not force and agent_sleeping_until(store, wake_config, locked=True, urgent=False) is not None:
+        if not force and agent_sleeping_until(store, wake_config, leased=True, urgent=False) is not None:
             woke_for = "urgent_inbox"  # the schedule alone says asleep: an urgent message woke it
         return _session(settings, store, wake_config, providers, listeners, cancel, lease, woke_for=woke_for)
     finally:
@@ -107,7 +107,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         lease.stop()
         store.lease = None
         try:
-            store.release_lock(keys.WAKE_LOCK, token)
+            store.release_lease(keys.WAKE_LEASE, token)
         finally:
             forget_token(token)
 
@@ -137,7 +137,7 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
                     cancel: threading.Event | None = None) -> WakeResult:
     """A session in a throwaway overlay of the store: tools do not run (each call is a ``tool_would_do``
     entry), and of everything it writes only its karma (marked ``dry_run``) and today's spend (the LLM
-    calls are real, and so is their cost) reach the store. No lock is taken and no crash is closed:
+    calls are real, and so is their cost) reach the store. No lease is taken and no crash is closed:
     it changes nothing another wake could trip over."""
     from brainstem.store.overlay import OverlayStore
 
@@ -215,7 +215,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     try:
         _open(course, wake_config, left_today, crumb, crash, restored, problems, woke_for)
         interruptible(True)
-        if stop.cancel.is_set():  # a signal arrived while the lock was being taken
+        if stop.cancel.is_set():  # a signal arrived while the lease was being taken
             stop.check()
         context: dict[str, Any] = {"sessionId": sid, "now": iso(course.deps.started), "crashData": crash}
         _live(course, wake_config, context, providers, orient_template, left_today)
@@ -232,7 +232,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
         course.reason = f"{type(exc).__name__}: {exc}"[:300]
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                      traceback=traceback.format_exc(limit=8)[-4000:])
-    except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lock released, no crash
+    except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lease released, no crash
         interruptible(False)
         signal_name = str(exc)
         course.outcome, course.reason, course.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
@@ -247,7 +247,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
 
 
 def _stopped(course: Course, stop: SessionStopped) -> None:
-    """End the session as its stop says (a signal during the lock or ground truth, the store gone...)."""
+    """End the session as its stop says (a signal during the lease or ground truth, the store gone...)."""
     outcome = OUTCOMES[stop.reason]
     if outcome is None:  # a fenced write refused: the lease is gone, and finish() records only that
         return

@@ -90,8 +90,6 @@ def check_value(store: Store, key: str, text: str | None) -> None:
 
 
 def _gate_not_lowered(store: Store, text: str | None) -> None:
-    from pydantic import ValidationError
-
     from brainstem.state.config import Defaults
 
     try:

@@ -24,7 +24,8 @@ from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration, parse_iso
-from brainstem.core.errors import MalformedValue
+from brainstem.core.errors import ConfigError, MalformedValue
+from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
 
@@ -299,8 +300,6 @@ def close_dead_session(store: Store, crumb: dict, outcome: str,
     in the history is left as it is (None is returned); one that recorded its own ``session_end``
     before dying is entered with the outcome it recorded. Its cost is the sum of its ``llm_call``
     entries (and ``spend_settled``: calls answered after it lost its lease)."""
-    from brainstem.store import karma as karma_mod
-
     sid = crumb.get("id")
     if _recorded(store, sid):
         return None
@@ -330,8 +329,6 @@ def close_dead_session(store: Store, crumb: dict, outcome: str,
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: a duration back from now (``30m``, ``12h``, ``7d``, ``2w``) or an ISO date or time
     (``2026-05-01``, ``2026-05-01T12:00:00Z``; UTC when no zone is given) -> the moment it means."""
-    from brainstem.core.errors import ConfigError
-
     when = parse_iso(text)
     if when is not None:
         return when
@@ -388,8 +385,6 @@ def by_day(entries: list[dict]) -> list[dict[str, Any]]:
 def resolve_session(store: Store, ref: str) -> str | None:
     """The id of the session ``ref`` names: an id (``12-a1b2c3``) or a plain session number (``12``).
     None when the store knows no such session (not in the history, not running, no karma)."""
-    from brainstem.store import karma as karma_mod
-
     crumb = karma_mod.unfinished_session(store) or {}
     candidates = [crumb.get("id"), karma_mod.latest_session_id(store)]
     if ref.isdigit():

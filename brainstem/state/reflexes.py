@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from brainstem.core.errors import BrainstemError
+from brainstem.core.errors import BrainstemError, NotText
 
 MAX_RULES = 50
 MAX_TOOLS_PER_RULE = 5
@@ -153,7 +153,6 @@ def load(store) -> tuple[list[Reflex], dict[str, str]]:
     """The stored rules and when each last fired; :class:`ReflexError` when the stored list is invalid
     (written around Brainstem, or not even text): then it is ignored whole, never half-applied."""
     from brainstem.core import keys
-    from brainstem.core.errors import NotText
 
     try:
         raw = store.get(keys.CONFIG_REFLEXES)

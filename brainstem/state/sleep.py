@@ -29,12 +29,12 @@ def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
 PESSIMISTIC = "runtime:pessimistic"  # wake_config.set_by while a session runs: if it is still so later, it died
 
 
-def agent_sleeping_until(store: Store, wake_config: Any, locked: bool = False,
+def agent_sleeping_until(store: Store, wake_config: Any, leased: bool = False,
                          urgent: bool = True) -> datetime | None:
     """When the agent is next due, or None when it is due now.
 
     While a session runs, ``wake_config`` holds its pessimistic advance. Found with no lease held
-    (``locked``: we hold it ourselves), that session died, its host perhaps with it: the agent is due
+    (``leased``: we hold it ourselves), that session died, its host perhaps with it: the agent is due
     again at the advance's ``retry_after`` (at once after a first crash, then backing off), not at
     the end of the whole default sleep.
 
@@ -57,8 +57,8 @@ def agent_sleeping_until(store: Store, wake_config: Any, locked: bool = False,
     now_for_urgent = urgent and urgent_pending(store)
     if retry is None and not now_for_urgent:
         return until
-    if not locked:
-        holder = store.lock_owner(keys.WAKE_LOCK)
+    if not leased:
+        holder = store.lease_owner(keys.WAKE_LEASE)
         if holder is not None and not holder_is_dead(holder):
             return until  # running (here or on another host): its own end will set the schedule
     if now_for_urgent:

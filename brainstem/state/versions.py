@@ -14,7 +14,7 @@ import difflib
 from typing import Any
 
 from brainstem.core import keys, outcomes
-from brainstem.core.clock import now_iso
+from brainstem.core.clock import now_iso, parse_iso
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.state import history as session_history
 from brainstem.store.base import Store
@@ -190,8 +190,6 @@ def changes(store: Store, since: Any = None) -> list[dict]:
     who, source, session_id, deleted, bytes}``. ``since`` (a datetime) keeps the changes made at or
     after it. The value a key had before its history began (version 1, ``initial``) is not a change
     and is left out; values are left out too (``brainstem history KEY --json`` has them)."""
-    from brainstem.core.clock import parse_iso
-
     out = []
     for info in store.list_all(keys.VERSIONS_PREFIX):
         key = info.name[len(keys.VERSIONS_PREFIX):]

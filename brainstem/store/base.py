@@ -2,7 +2,7 @@
 
 It mirrors Cloudflare KV (get, get_with_metadata, put with metadata and TTL,
 delete, list by prefix with a cursor) and adds what Redis gives us: append-only
-logs for karma and an owner-token lock for the wake.
+logs for karma and an owner-token lease for the wake.
 
 Values are text. Anything that is not a ``str`` is stored as JSON text, so a
 value written as ``{"a": 1}`` reads back as ``'{"a": 1}'`` with ``get`` and as
@@ -54,9 +54,9 @@ class ListResult:
 # How each primitive is confined to the view's own agent (see ``Store.__init_subclass__``):
 # a read of a key that is not this agent's answers "absent"; a write raises ForeignAgentKey.
 _READS = {"get_text": lambda: None, "get_with_metadata": lambda: (None, None), "read_log": list,
-          "log_length": lambda: 0, "lock_owner": lambda: None}
+          "log_length": lambda: 0, "lease_owner": lambda: None}
 _WRITES = frozenset({"put", "delete", "incr", "append", "delete_log", "trim_log",
-                     "acquire_lock", "release_lock", "refresh_lock"})
+                     "acquire_lease", "release_lease", "renew_lease"})
 # Today's spend: the keys are fixed (``keys.DAILY_COST`` and its holds), always the view's own.
 _SPEND = {"reserve_spend": True, "settle_spend": True, "daily_spend": False}  # name -> is a write
 
@@ -85,8 +85,8 @@ class Store:
     # Names seen registered, cached for the default agent's refusals. ``agents rm`` may unregister one
     # later; a stale entry only over-refuses (the default agent keeps off keys that nobody owns now).
     _known_agents: frozenset[str] = frozenset()
-    # (lock name, owner) while a session holds its wake lease through this view: every write then goes
-    # through only if the lock is still that owner's, checked atomically with the write, else
+    # (lease name, owner) while a session holds its wake lease through this view: every write then goes
+    # through only if the lease is still that owner's, checked atomically with the write, else
     # :class:`~brainstem.core.errors.LeaseLost` (a session that lost its lease writes nothing: no karma, no
     # key, no spend). None: unfenced (the operator's commands). See :meth:`fence_for`, :meth:`unfenced`.
     lease: tuple[str, str] | None = None
@@ -108,7 +108,7 @@ class Store:
     def _registry_has(self, name: str) -> bool: raise NotImplementedError
     def _registry_names(self) -> set[str]: raise NotImplementedError
     def _registry_add(self, name: str, adopt: bool) -> None: raise NotImplementedError  # ConfigError on a clash
-    # The number of entries (keys, logs, locks, internals) under NAME:; the name is unregistered only at 0.
+    # The number of entries (keys, logs, leases, internals) under NAME:; the name is unregistered only at 0.
     def _registry_remove(self, name: str) -> int: raise NotImplementedError
 
     # --- agents (shared) ---
@@ -214,10 +214,10 @@ class Store:
     def log_length(self, log_key: str) -> int: raise NotImplementedError
     def delete_log(self, log_key: str) -> bool: raise NotImplementedError
     def trim_log(self, log_key: str, keep: int) -> None: raise NotImplementedError  # keep the newest ``keep``
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
-    def release_lock(self, name: str, owner: str) -> bool: raise NotImplementedError
-    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
-    def lock_owner(self, name: str) -> str | None: raise NotImplementedError
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def release_lease(self, name: str, owner: str) -> bool: raise NotImplementedError
+    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def lease_owner(self, name: str) -> str | None: raise NotImplementedError
     def incr(self, key: str, amount: int = 1) -> int: raise NotImplementedError
     def usage(self) -> dict: raise NotImplementedError
 

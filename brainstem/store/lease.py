@@ -1,6 +1,6 @@
 """The wake lease: one session per agent at a time, across processes and hosts.
 
-The lease is a lock in the store (an owner token, ``host:pid:nonce``, with a
+The lease is a name the store holds for one owner (an owner token, ``host:pid:nonce``, with a
 short time to live: the lease period, ``BRAINSTEM_LEASE_SECONDS``, 30 s by
 default) that a heartbeat thread renews every third of a period while the
 session runs. When a host dies its leases run out within one period, and
@@ -9,7 +9,7 @@ as ``crashed``).
 
 A renewal that fails, or finds another owner, loses the lease: the session
 stops at its next step or LLM call and writes nothing that says who ran last
-(``keys.FENCED``): the store refuses those writes unless the lock is still the
+(``keys.FENCED``): the store refuses those writes unless the lease is still the
 session's, in the same atomic step as the write (its fencing). A store that
 cannot be reached is retried until a whole period has passed since the last
 renewal; after that another host may hold the lease, so it is lost.
@@ -30,7 +30,7 @@ from brainstem.core import environment, keys
 from brainstem.core.errors import BrainstemError, LockHeld
 from brainstem.store.base import Store
 
-# Lock tokens held by wakes running in this process (the daemon runs several agents in threads).
+# Lease tokens held by wakes running in this process (the daemon runs several agents in threads).
 _LIVE_TOKENS: set[str] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -54,7 +54,7 @@ def owner_token(session_hint: str) -> str:
 
 
 def holder_is_dead(owner: str) -> bool:
-    """True when the lock holder ran on this host and is gone: its process has exited, or (our own
+    """True when the lease holder ran on this host and is gone: its process has exited, or (our own
     process) no wake here holds that token any more (an earlier wake could not release it because
     the store went away). A live holder is never reclaimed."""
     host, _, rest = owner.partition(":")
@@ -104,15 +104,15 @@ def session_alive_here(crumb: dict) -> bool:
     return recorded is None or recorded == identity
 
 
-def acquire_wake_lock(store: Store, token: str, ttl_ms: int) -> None:
+def acquire_wake_lease(store: Store, token: str, ttl_ms: int) -> None:
     with _LIVE_LOCK:
         _LIVE_TOKENS.add(token)  # ours from before the store has it: never mistaken for a dead holder
     try:
-        if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
+        if store.acquire_lease(keys.WAKE_LEASE, token, ttl_ms):
             return
-        holder = store.lock_owner(keys.WAKE_LOCK)
-        if holder and holder_is_dead(holder) and store.release_lock(keys.WAKE_LOCK, holder):
-            if store.acquire_lock(keys.WAKE_LOCK, token, ttl_ms):
+        holder = store.lease_owner(keys.WAKE_LEASE)
+        if holder and holder_is_dead(holder) and store.release_lease(keys.WAKE_LEASE, holder):
+            if store.acquire_lease(keys.WAKE_LEASE, token, ttl_ms):
                 return
     except BaseException:
         forget_token(token)
@@ -127,10 +127,10 @@ def forget_token(token: str) -> None:
 
 
 class Lease:
-    """A held wake lock, renewed by a heartbeat thread every third of ``period`` seconds.
+    """A held wake lease, renewed by a heartbeat thread every third of ``period`` seconds.
 
     ``lost`` is set (``reason`` says why, ``cause`` is ``taken_over``, ``expired`` or
-    ``store_unavailable``) when a renewal finds the lock another's or gone, or could not reach the
+    ``store_unavailable``) when a renewal finds the lease another's or gone, or could not reach the
     store for a whole period. ``on_lost(lease)`` is called once, from the heartbeat thread.
     """
 
@@ -159,7 +159,7 @@ class Lease:
         last_ok = time.monotonic()
         while not self._stop.wait(self.period / 3):
             try:
-                if self.store.refresh_lock(keys.WAKE_LOCK, self.token, ttl_ms):
+                if self.store.renew_lease(keys.WAKE_LEASE, self.token, ttl_ms):
                     last_ok = time.monotonic()
                     self.renewals += 1
                     continue
@@ -172,7 +172,7 @@ class Lease:
                 return
             holder = None
             try:
-                holder = self.store.lock_owner(keys.WAKE_LOCK)
+                holder = self.store.lease_owner(keys.WAKE_LEASE)
             except BrainstemError:
                 pass
             if holder:

@@ -30,7 +30,7 @@ class OverlayStore(Store):
         self._passthrough = passthrough
         self._values: dict[str, tuple[str, dict | None] | None] = {}  # None: deleted here
         self._logs: dict[str, list[str] | None] = {}  # a log written here (a copy of the base's), None: deleted
-        self._locks: dict[str, str] = {}
+        self._leases: dict[str, str] = {}
         self._holds: dict[str, tuple[float, float]] = {}  # token -> (USD, monotonic deadline)
         self.written: list[tuple[str, str]] = []  # (op, key), in order: what the overlay kept from the base
 
@@ -149,28 +149,28 @@ class OverlayStore(Store):
         log = self._log(log_key)
         del log[:max(0, len(log) - keep)]
 
-    # --- locks: held here only (a passthrough name is the store's: a lock guarding a passthrough key) ---
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+    # --- leases: held here only (a passthrough name is the store's: a lease guarding a passthrough key) ---
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         if self._passthrough(name):
-            return self.base.acquire_lock(name, owner, ttl_ms)
-        if name in self._locks and self._locks[name] != owner:
+            return self.base.acquire_lease(name, owner, ttl_ms)
+        if name in self._leases and self._leases[name] != owner:
             return False
-        self._locks[name] = owner
+        self._leases[name] = owner
         return True
 
-    def release_lock(self, name: str, owner: str) -> bool:
+    def release_lease(self, name: str, owner: str) -> bool:
         if self._passthrough(name):
-            return self.base.release_lock(name, owner)
-        if self._locks.get(name) == owner:
-            del self._locks[name]
+            return self.base.release_lease(name, owner)
+        if self._leases.get(name) == owner:
+            del self._leases[name]
             return True
         return False
 
-    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        return self._locks.get(name) == owner
+    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        return self._leases.get(name) == owner
 
-    def lock_owner(self, name: str) -> str | None:
-        return self._locks.get(name)
+    def lease_owner(self, name: str) -> str | None:
+        return self._leases.get(name)
 
     # --- today's spend: the store's when it passes through (real calls are real money), else kept here ---
     def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:

@@ -6,7 +6,7 @@ Layout under the agent's key prefix (several agents can share one Redis):
     {prefix}{key}              the value, a plain string (``redis-cli GET`` works)
     {prefix}{key}              or, for a log such as karma, a Redis list (RPUSH: O(1))
     {prefix}__meta__:{key}     the metadata of a value, JSON, with the value's TTL
-    {prefix}__lock__:{name}    a lock: SET NX PX with an owner token
+    {prefix}__lock__:{name}    a lease: SET NX PX with an owner token
     {prefix}__holds__:stats:daily_cost  today's spend held by calls in flight: a hash, token -> "USD DEADLINE_MS"
     __agents__                 the registry of agent names: a set, outside every prefix
 
@@ -17,23 +17,23 @@ A script's keys are all the agent's, so on a Redis Cluster they share its hash s
 from __future__ import annotations
 
 META = "__meta__:"
-LOCK = "__lock__:"
+LEASE = "__lock__:"
 HOLDS = "__holds__:"
-INTERNAL = (META, LOCK, HOLDS)
+INTERNAL = (META, LEASE, HOLDS)
 REGISTRY = "__agents__"  # outside every prefix
 DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
 RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
-REFRESH = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) "
+RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) "
             "else return 0 end")
 # A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
 APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
                  "return redis.call('RPUSH', KEYS[1], ARGV[1])")
 
-# A write to a fenced key (see ``Store.lease``): done only if the lease's lock still names its owner,
+# A write to a fenced key (see ``Store.lease``): done only if the lease still names its owner,
 # in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.
-# KEYS: the lock, the key, its metadata; ARGV: owner, op (put | del | append | append_again | incr | dellog
+# KEYS: the lease, the key, its metadata; ARGV: owner, op (put | del | append | append_again | incr | dellog
 # | trim), value (the amount, the entries to keep), PX (0: none), metadata ('' : none). -1: the lease is not
 # the owner's.
 FENCED = """
@@ -103,7 +103,7 @@ local function held(now, drop)
   return total
 end
 """
-# KEYS: the spend, its holds, the session's lease lock; ARGV: day, amount, ceiling, token, ttl_ms, the lease's
+# KEYS: the spend, its holds, the session's lease; ARGV: day, amount, ceiling, token, ttl_ms, the lease's
 # owner ('': unfenced). 1: held; 0: it would pass the ceiling; -1: the lease is not the owner's.
 RESERVE = _SPEND_LIB + """
 if ARGV[6] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[6] then return -1 end  -- fenced: the lease is gone

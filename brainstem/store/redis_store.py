@@ -1,7 +1,7 @@
 """The production store: Redis, through redis-py.
 
 Several agents can share one Redis, each under its own key prefix; how the keys
-are laid out, and the Lua scripts that keep the locks, the fenced writes and
+are laid out, and the Lua scripts that keep the leases, the fenced writes and
 today's spend atomic, are in :mod:`brainstem.store.redis_scripts`; reaching the
 server (URLs, clients) is :mod:`brainstem.store.redis_client`, and its failures
 become the store's in :mod:`brainstem.store.redis_errors`.
@@ -12,7 +12,7 @@ own Redis ACL user restricted to ``~NAME:*`` (and read access to ``__agents__``)
 
 On a Redis Cluster (``redis+cluster://host:port,host:port/``, or
 ``rediss+cluster://`` with TLS) an agent's keys must share one hash slot, so
-that its Lua scripts (the lock, the fenced writes) and MULTI writes stay
+that its Lua scripts (the lease, the fenced writes) and MULTI writes stay
 legal: there the prefix is a hash tag, ``{NAME}:`` for a named agent and
 ``{__default__}:`` for the default one (``{alice}:soul``,
 ``{alice}:__lock__:wake``). The confinement of agents is the same: it is
@@ -47,7 +47,7 @@ from brainstem.store.base import (
 )
 from brainstem.store.redis_client import is_cluster, new_client, redact_url
 from brainstem.store.redis_errors import guard
-from brainstem.store.redis_scripts import DEFAULT_TAG, HOLDS, INTERNAL, LOCK, META, REGISTRY
+from brainstem.store.redis_scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
 
@@ -75,7 +75,7 @@ class RedisStore(Store):
         # same without the false Awaitable, and covers the cluster client, a second class.
         self._r: Any = client if client is not None else new_client(self._url, self._socket_timeout)
         self._release = self._r.register_script(lua.RELEASE)
-        self._refresh = self._r.register_script(lua.REFRESH)
+        self._renew = self._r.register_script(lua.RENEW)
         self._append_again = self._r.register_script(lua.APPEND_AGAIN)
         self._fenced_script = self._r.register_script(lua.FENCED)
         self._reserve_script = self._r.register_script(lua.RESERVE)
@@ -165,7 +165,7 @@ class RedisStore(Store):
     @guard
     def _registry_remove(self, name: str) -> int:
         # SCAN is not atomic with the SREM: the operator removes a name whose agent is not running (a
-        # running one holds its wake lock, which is counted here, as are metadata and today's spend).
+        # running one holds its wake lease, which is counted here, as are metadata and today's spend).
         held = sum(1 for _ in self._scan_all(_glob_escape(self._space(name + ":")) + "*"))
         if held == 0:
             self._registry_call(self._r.srem, REGISTRY, name)
@@ -212,8 +212,8 @@ class RedisStore(Store):
 
     def _fenced(self, fence: tuple[str, str], op: str, key: str, value: str = "", px: int | None = None,
                 meta: str = "") -> int:
-        lock, owner = fence
-        out = int(self._fenced_script(keys=[self._k(LOCK + lock), self._k(key), self._k(META + key)],
+        lease, owner = fence
+        out = int(self._fenced_script(keys=[self._k(LEASE + lease), self._k(key), self._k(META + key)],
                                       args=[owner, op, value, px or 0, meta]))
         if out == -1:
             raise lease_lost(key)
@@ -352,22 +352,22 @@ class RedisStore(Store):
             return
         self._r.ltrim(self._k(log_key), -keep, -1) if keep > 0 else self._r.delete(self._k(log_key))
 
-    # --- locks ---
+    # --- leases ---
     @guard
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        return bool(self._r.set(self._k(LOCK + name), owner, nx=True, px=int(ttl_ms)))
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        return bool(self._r.set(self._k(LEASE + name), owner, nx=True, px=int(ttl_ms)))
 
     @guard
-    def release_lock(self, name: str, owner: str) -> bool:
-        return bool(self._release(keys=[self._k(LOCK + name)], args=[owner]))
+    def release_lease(self, name: str, owner: str) -> bool:
+        return bool(self._release(keys=[self._k(LEASE + name)], args=[owner]))
 
     @guard
-    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
-        return bool(self._refresh(keys=[self._k(LOCK + name)], args=[owner, int(ttl_ms)]))
+    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        return bool(self._renew(keys=[self._k(LEASE + name)], args=[owner, int(ttl_ms)]))
 
     @guard
-    def lock_owner(self, name: str) -> str | None:
-        return self._r.get(self._k(LOCK + name))
+    def lease_owner(self, name: str) -> str | None:
+        return self._r.get(self._k(LEASE + name))
 
     # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
     def _spend_keys(self) -> builtins.list[str]:
@@ -376,8 +376,8 @@ class RedisStore(Store):
     @guard
     def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
         fence = self.fence_for(DAILY_COST)
-        lock = self._k(LOCK + (fence[0] if fence else "wake"))
-        out = int(self._reserve_script(keys=[*self._spend_keys()[:2], lock],
+        lease = self._k(LEASE + (fence[0] if fence else "wake"))
+        out = int(self._reserve_script(keys=[*self._spend_keys()[:2], lease],
                                        args=[day, repr(float(amount)), repr(float(ceiling)), token,
                                              max(1, int(ttl_s * 1000)), fence[1] if fence else ""]))
         if out == -1:

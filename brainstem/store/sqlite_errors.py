@@ -4,6 +4,7 @@ read-only file, a corrupt one; and a connection made usable again after a failed
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -53,8 +54,6 @@ def is_io_error(exc: BaseException) -> bool:
 def no_room(path: Path) -> bool:
     """Whether the store's filesystem is out of space: SQLite says only "disk I/O error" when the journal
     it opens (``-wal``, ``-shm``) cannot grow, which on a full disk is the full disk."""
-    import os
-
     try:
         st = os.statvfs(path.parent)
     except OSError:

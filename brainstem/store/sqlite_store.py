@@ -222,7 +222,7 @@ class SQLiteStore(Store):
         return cur.rowcount > 0
 
     def _check_fence(self, db, fence: tuple[str, str] | None, key: str) -> None:
-        """Inside the write's transaction: LeaseLost unless the lease's lock is still its owner's."""
+        """Inside the write's transaction: LeaseLost unless the lease is still its owner's."""
         if fence is None:
             return
         row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(fence[0]),)).fetchone()
@@ -329,8 +329,8 @@ class SQLiteStore(Store):
                        (key, key))
         self._tx(body)
 
-    # --- locks ---
-    def acquire_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+    # --- leases (the table is called locks) ---
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         def body(db):
             now = time.time()
             row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(name),)).fetchone()
@@ -342,18 +342,18 @@ class SQLiteStore(Store):
             return True
         return self._tx(body)
 
-    def release_lock(self, name: str, owner: str) -> bool:
+    def release_lease(self, name: str, owner: str) -> bool:
         cur = self._run(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND owner = ?",
                                               (self._k(name), owner)))
         return cur.rowcount > 0
 
-    def refresh_lock(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         cur = self._run(lambda db: db.execute(
             "UPDATE locks SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?",
             (time.time() + ttl_ms / 1000, self._k(name), owner, time.time())))
         return cur.rowcount > 0
 
-    def lock_owner(self, name: str) -> str | None:
+    def lease_owner(self, name: str) -> str | None:
         row = self._run(lambda db: db.execute("SELECT owner, expires_at FROM locks WHERE name = ?",
                                               (self._k(name),)).fetchone())
         return row[0] if row and row[1] > time.time() else None

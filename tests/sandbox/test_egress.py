@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from brainstem.sandbox.egress import EgressDenied, FetchError, check_url
+from brainstem.sandbox.egress import EgressDenied, FetchError, _default_resolver, check_url
 from brainstem.sandbox.fetch import fetch
 
 PUBLIC_IP = "93.184.215.14"
@@ -24,8 +24,6 @@ def fake_resolver(table: dict[str, list[str]]):
         if key in table:
             return table[key]
         # literal IPs and odd spellings resolve as the system would
-        from brainstem.sandbox.egress import _default_resolver
-
         return _default_resolver(host, port)
 
     resolve.calls = calls

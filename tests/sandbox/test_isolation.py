@@ -866,7 +866,7 @@ def test_a_worker_that_cannot_start_says_why():
 
 def test_a_fork_server_that_cannot_start_says_why():
     _start_fork_server_with("def boom():\n    raise RuntimeError('no warm-up today')\n"
-                            "worker.policy.warm_up = boom")
+                            "worker.restricted.warm_up = boom")
     try:
         o = run(tool("return 1"), "execute", [{}], services=FakeServices())
         assert not o.ok

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from brainstem.sandbox import Limits, Outcome, run
+from brainstem.sandbox import Limits, Outcome, run, server_pid, shutdown
 
 from .conftest import TRIVIAL, FakeServices, assert_runtime_healthy, tool
 
@@ -290,8 +290,6 @@ def test_fork_server_restarted_after_death():
     import os
     import signal
 
-    from brainstem.sandbox import server_pid
-
     assert go(TRIVIAL).ok
     pid = server_pid()
     assert pid
@@ -480,8 +478,6 @@ def test_server_started_from_short_lived_thread_survives_it():
     # started from a thread that lives as long as the process.
     import threading
 
-    from brainstem.sandbox import server_pid, shutdown
-
     shutdown()
     box = {}
     t = threading.Thread(target=lambda: box.setdefault("o", go(TRIVIAL, [1])))
@@ -495,8 +491,6 @@ def test_server_started_from_short_lived_thread_survives_it():
 
 
 def test_shutdown_stops_the_fork_server():
-    from brainstem.sandbox import server_pid, shutdown
-
     assert go(TRIVIAL).ok
     pid = server_pid()
     shutdown()

@@ -10,7 +10,7 @@ import click
 from brainstem.core import keys
 from brainstem.core.errors import BadArgument, BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import echo_lines, json_lines, print_json, table
+from brainstem.operator.output import echo_lines, json_lines, print_json, short_time, table
 
 
 @click.group()
@@ -190,7 +190,6 @@ def tool_pending(c: Ctx, as_json: bool) -> None:
       brainstem tool pending
       brainstem tool pending --json | jq -r .name
     """
-    from brainstem.operator.output import short_time
     from brainstem.state import approval
 
     rows = approval.pending(c.store)

@@ -34,6 +34,7 @@ from brainstem.core import keys
 from brainstem.core.errors import BadArgument, BrainstemError
 from brainstem.core.secrets import PCHAR_SAFE
 from brainstem.operator.dashboard import auth, charts, views
+from brainstem.store import karma as karma_mod
 from brainstem.store.karma import Redactor
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -239,8 +240,6 @@ async def api_karma(request: Request) -> Response:
     after = max(0, _int(request.query_params.get("after"), 0))
     if not sid:
         return d.json({"session": None, "entries": [], "next": 0})
-    from brainstem.store import karma as karma_mod
-
     entries = karma_mod.read(store, sid, after)
     return d.json({"session": sid, "latest": views.latest_session(store), "next": after + len(entries),
                    "entries": [{"event": e.get("event"), "line": format_entry(d.redact(e))} for e in entries]})

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from brainstem.core import events, keys
-from brainstem.core.clock import parse_iso
+from brainstem.core.clock import iso, now_utc, parse_iso
 from brainstem.state import history as session_history
 from brainstem.store import karma as karma_mod
 
@@ -45,8 +45,6 @@ def sessions_page(store, *, outcome: str | None = None, page: int = 1, per_page:
 def _last_days(rows: list[dict], days: int) -> list[dict]:
     """The sessions of the last ``days`` days: ISO times compare as text, so no date is parsed for the rest."""
     from datetime import timedelta
-
-    from brainstem.core.clock import iso, now_utc
 
     cut = iso(now_utc() - timedelta(days=days))[:10]
     return [h for h in rows if str(h.get("started_at") or "")[:10] >= cut]

@@ -1,4 +1,4 @@
-"""The policy itself, in-process: builtins, prepared modules, what attribute walks reach."""
+"""The RestrictedPython policy, in-process: builtins, prepared modules, what attribute walks reach."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import RestrictedPython
 from RestrictedPython.Guards import full_write_guard, safer_getattr
 
-from brainstem.sandbox import guards, policy, tool_builtins, worker
+from brainstem.sandbox import guards, restricted, tool_builtins, worker
 
 
 def test_restrictedpython_version():
@@ -76,7 +76,7 @@ def test_isinstance_understands_wrappers():
 
 
 def test_guards_are_the_required_ones():
-    g = policy.make_globals(policy.OutputSink(100))
+    g = restricted.make_globals(restricted.OutputSink(100))
     assert g["_write_"] is full_write_guard
     assert g["_getattr_"] is guards.guarded_getattr
     # our getattr is safer_getattr plus a backstop, never Eval.default_guarded_getattr
@@ -170,9 +170,9 @@ def test_ctx_has_methods_only():
 
 
 def test_compile_errors_are_one_line():
-    with pytest.raises(policy.CompileError) as e:
-        policy.compile_tool("def f(:\n  pass\n")
+    with pytest.raises(restricted.CompileError) as e:
+        restricted.compile_tool("def f(:\n  pass\n")
     assert str(e.value) == "SyntaxError: line 1: invalid syntax"
-    with pytest.raises(policy.CompileError) as e:
-        policy.compile_tool("x = y._z\n")
+    with pytest.raises(restricted.CompileError) as e:
+        restricted.compile_tool("x = y._z\n")
     assert str(e.value).startswith("not allowed: line 1:")
