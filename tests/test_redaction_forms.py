@@ -1,5 +1,6 @@
-"""Karma redacts what the runtime holds in every common form, not just the exact value: an LLM endpoint
-that echoes the key base64'd, hex'd, reversed or URL-escaped in its error leaves none of them in karma."""
+"""Karma keeps no form of what the runtime holds, not just the exact value: an LLM endpoint that echoes the
+key base64'd, hex'd, reversed or URL-escaped in its error leaves none of them in karma; and a model's answer
+or a host's error holding one is withheld whole, never masked where it matched."""
 
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def test_an_endpoint_echoing_the_key_encoded_leaves_no_form_of_it_in_karma(real_
     assert r.returncode == 0, r.stderr
     dump = "\n".join(str(v) for k in st.list_all() for v in ([st.get(k.name)] if not k.is_log
                                                               else st.read_log(k.name)))
-    assert "bad request for key" in dump  # the error itself is kept
+    # An error holding the key in any form is withheld whole (masking where it stood would answer a guess
+    # the agent had the host quote), and it is a secret_refused stop.
+    assert "[withheld: the error held secret text]" in dump and "bad request for key" not in dump
     assert not [f for f in secret_forms(API_KEY) if f in dump]
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from brainstem.core import events
 from brainstem.llm.messages import request_chars
-from brainstem.llm.openrouter import LLMResponse, ProviderError
+from brainstem.llm.openrouter import REDACTED, LLMResponse, ProviderError
 from brainstem.llm.overrun import flag_overrun
 from brainstem.llm.pricing import CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
 from brainstem.llm.providers import Provider
@@ -46,6 +46,7 @@ EFFORT_TO_REASONING = {"low": "low", "medium": "medium", "high": "high", "max": 
 
 
 WITHHELD = "[withheld: the answer held secret text]"
+WITHHELD_ERROR = "[withheld: the error held secret text]"
 
 
 class LLMError(Exception):
@@ -106,7 +107,7 @@ class LLM:
                  providers: Sequence[Provider], fallback_model: str | None = None,
                  on_cost: Callable[[float], None] | None = None, call_timeout: float = DEFAULT_CALL_TIMEOUT,
                  meter=None, on_anomaly: Callable[[dict], None] | None = None,
-                 stop: Callable[[], None] | None = None, screen: Callable[[str], bool] | None = None):
+                 stop: Callable[[], None] | None = None, screen: Callable[[str, bool], bool] | None = None):
         self.models = models
         self.budget = budget
         self.record = record
@@ -118,8 +119,9 @@ class LLM:
         self.on_anomaly = on_anomaly  # told of each call whose reported cost exceeds its worst case
         self.meter = meter  # a WireMeter: what sandboxed adapters send to the LLM host, priced and charged
         self.stop = stop  # raises when the session must stop (cancelled, its lease lost) before a call
-        # True when a model's answer holds secret text (the session records the stop and holds the agent):
-        # such an answer is booked, never used or recorded, whoever answered.
+        # True when a model's answer (or a host's error: the second argument says the client already masked
+        # the key in it) holds secret text; the session records the stop and holds the agent. Such an
+        # answer is booked, never used or recorded, whoever answered.
         self.screen = screen
         self._unknown_reported: set[str] = set()
 
@@ -241,12 +243,17 @@ class LLM:
                     resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
             except ProviderError as exc:
                 self.budget.release(hold)
-                self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, str(exc))
-                errors.append(f"{provider.tier}: {exc}")
+                # A host's error may quote the request (a moderation error quoting its input): text the agent
+                # put together, so it is screened as an answer is, never redacted where a guess matched.
+                said = str(exc)
+                if self.screen is not None and self.screen(said, REDACTED in said):
+                    said = WITHHELD_ERROR
+                self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, said)
+                errors.append(f"{provider.tier}: {said}")
                 fault = provider_fault(provider.tier, exc)
                 status = exc.status if provider.tier == "hardcoded" else status
                 self.record(events.PROVIDER_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
-                            tier=provider.tier, error=str(exc),
+                            tier=provider.tier, error=said,
                             duration_ms=int((time.monotonic() - t0) * 1000))
                 continue
             except BudgetExceeded as exc:
@@ -256,7 +263,7 @@ class LLM:
             except BaseException:
                 self.budget.release(hold)
                 raise
-            held = self.screen is not None and self.screen(resp.content + json.dumps(resp.tool_calls))
+            held = self.screen is not None and self.screen(resp.content + json.dumps(resp.tool_calls), False)
             if held:  # a guess the model spelled out, or a leak: never shown, in karma or to the agent
                 resp = dataclasses.replace(resp, content=WITHHELD, tool_calls=[])
             try:

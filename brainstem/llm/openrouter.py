@@ -119,12 +119,17 @@ class ProviderError(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
+REDACTED = "[redacted]"  # what stands where a server echoed the key: the session's screen counts it as the key
+
+
 def _redact(text: str, api_key: str | None) -> str:
-    """Last line of defence: a server that echoes the key back must not make us log it."""
+    """A server echoing the key it was sent (in an auth error, say) must not make us log it. Where it was
+    masked would answer a guess the agent had the server quote, so a session's screen counts a mask as the
+    key itself: the error is withheld whole and the agent stopped."""
     if api_key:
-        text = text.replace(api_key, "[redacted]")
+        text = text.replace(api_key, REDACTED)
         if len(api_key) > 16:  # an echoed prefix of a long key is still most of a secret
-            text = text.replace(api_key[:16], "[redacted]")
+            text = text.replace(api_key[:16], REDACTED)
     return text
 
 

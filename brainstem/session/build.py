@@ -140,7 +140,7 @@ def build_session(deps: SessionDeps, *, context: dict, effort: str = "low", prov
     return session
 
 
-def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str], bool] | None:
+def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str, bool], bool] | None:
     """What looks through every model answer before anything uses or records it: secret text in one (the
     model spelling out a guess it was asked to, or a host leaking) is handled as code's is: recorded
     ``secret_refused``, the agent's code held, and the answer never shown. Marking where a guess matched
@@ -157,8 +157,10 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
         return None
     scrubber = Scrubber(held, opaque=map(placeholder_for, held))
 
-    def screen(text: str) -> bool:
-        found = scrubber.held(text)
+    def screen(text: str, key_masked: bool) -> bool:
+        # The client masks an exact echo of the key in a host's error before it gets here; whether that was
+        # the host repeating its credential or quoting the agent's guess of it, nothing shows which.
+        found = sorted({*scrubber.held(text), *(["OPENROUTER_API_KEY"] if key_masked else [])})
         if not found:
             return False
         deps.karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",

@@ -428,6 +428,9 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     from brainstem.state import approval
 
     t0 = time.monotonic()
+    refused = _refused_input(name, args, store, record, policy, step_id)
+    if refused is not None:
+        return refused
     try:
         code, meta = load_tool(store, name)
     except ToolError as exc:
@@ -467,6 +470,23 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     if enforce_mode and mode == "supervised" and on_supervised is not None:
         on_supervised(outcome)
     return outcome
+
+
+def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy,
+                   step_id: str | None) -> ToolOutcome | None:
+    """A stop, before anything records the input, when it holds secret text: the runtime put it together
+    from the agent's pieces (a plan's ``{{p0}}{{p1}}``), and karma's redaction of it, even for a tool that
+    never runs (missing, manual, a dry run), would mark where a guess matched."""
+    held = Scrubber(policy.held_secrets(store), opaque=map(placeholder_for, policy.held_secrets(store))).holds(args)
+    if not held:
+        return None
+    record(events.SECRET_REFUSED, tool=name, step_id=step_id, secrets=held, direction="in", source="input",
+           reason="secret text in a tool's input, which can only come from a leak or a guess; not run, and the "
+                  "agent's code is held until the operator clears it (brainstem refusals --clear)")
+    policy.withdrawn.setdefault("tool", name)
+    refusals.note(store, name)
+    return ToolOutcome(ok=False, error=f"stopped: secret text in what it was to be handed (secret_refused); "
+                                       f"{refusals.HELD_MESSAGE}", retryable=False)
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,

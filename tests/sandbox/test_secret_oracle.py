@@ -276,7 +276,9 @@ def test_an_input_holding_secret_text_never_starts_the_code(world):
     out = s.run("inp", 'def execute(a, ctx):\n    return ctx.fetch(a["url"])["status"]\n',
                 {"url": attacker.base, "note": "remember " + TOKEN.lower()[2:12]})
     assert not out.ok and out.error.startswith("stopped: secret text in what it was to be handed")
-    assert attacker.seen == [] and s.of("tool_start") and not s.of("fetch")
+    assert attacker.seen == [] and not s.of("tool_start") and not s.of("fetch")  # nothing recorded the input
+    (refused,) = s.of(events.SECRET_REFUSED)
+    assert refused["source"] == "input" and refused["tool"] == "inp"
 
 
 def test_a_cookie_a_bound_host_sets_never_rides_to_another_host(tmp_path, monkeypatch):
