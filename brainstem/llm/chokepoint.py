@@ -243,11 +243,7 @@ class LLM:
                     resp = provider.complete(request, timeout=timeout, deadline=t0 + max(1.0, time_left))
             except ProviderError as exc:
                 self.budget.release(hold)
-                # A host's error may quote the request (a moderation error quoting its input): text the agent
-                # put together, so it is screened as an answer is, never redacted where a guess matched.
-                said = str(exc)
-                if self.screen is not None and self.screen(said, REDACTED in said):
-                    said = WITHHELD_ERROR
+                said = self._screened_error(str(exc))
                 self._record_failed_spend(purpose, step_id, model_id, provider.tier, wire, t0, said)
                 errors.append(f"{provider.tier}: {said}")
                 fault = provider_fault(provider.tier, exc)
@@ -264,8 +260,7 @@ class LLM:
                 self.budget.release(hold)
                 raise
             held = self.screen is not None and self.screen(resp.content + json.dumps(resp.tool_calls), False)
-            if held:  # a guess the model spelled out, or a leak: never shown, in karma or to the agent
-                resp = dataclasses.replace(resp, content=WITHHELD, tool_calls=[])
+            resp = dataclasses.replace(resp, content=WITHHELD, tool_calls=[]) if held else resp  # never shown
             try:
                 result = self._account(purpose, step_id, model_id, provider.tier, request, resp, t0, reduced, wire,
                                        hold)
@@ -278,6 +273,13 @@ class LLM:
                 raise error
             return result
         raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
+
+    def _screened_error(self, said: str) -> str:
+        """A host's error as it may be recorded: it may quote the request (a moderation error quoting its
+        input), text the agent put together, so it is screened as an answer is, never masked where it matched."""
+        if self.screen is not None and self.screen(said, REDACTED in said):
+            return WITHHELD_ERROR
+        return said
 
     def _record_failed_spend(self, purpose, step_id, model_id, tier, wire, t0, error) -> None:
         """An adapter that failed after its requests were billed: the spend is in an llm_call entry too,
