@@ -72,16 +72,29 @@ def test_a_tool_input_joined_from_pieces_is_screened_even_when_the_tool_never_ru
     assert refusals.held(store)
 
 
-def test_a_host_error_quoting_text_joined_from_pieces_is_screened(tmp_path):
+def test_a_host_error_holding_secret_text_is_screened(tmp_path):
+    """A host's error that spells out what it was asked (a moderation error quoting its input, decoded) is
+    screened as an answer is: the guess in it is never masked where it matched."""
     def responder(req):
         text = user_text(req)
-        if "ECHO:" in text and not is_reflect(req):  # a moderation error quoting its input
-            return {"status": 400, "message": "Input was flagged: " + text[text.index("ECHO:") + 5:][:200]}
+        if "SPELL:" in text and not is_reflect(req):  # the host spells the character codes it was sent
+            codes = text[text.index("SPELL:") + 6:].split()[0]
+            return {"status": 400, "message": "Input was flagged: " + "".join(chr(int(c)) for c in codes.split(","))}
         return answers()(req)
 
-    store, entries, reflections = _pieces_then(tmp_path, think("ECHO:JOINED", id="go"), responder=responder)
+    spelled = ",".join(str(ord(c)) for c in KEY)
+    store, entries, reflections = _pieces_then(tmp_path, think("SPELL:" + spelled, id="go"),
+                                               responder=responder)
     assert [e for e in events_of(entries, "secret_refused") if e.get("source") == "llm"]
     dump = json.dumps(entries)
     assert "[withheld: the error held secret text]" in dump
     assert "redacted]" not in dump.lower() and not any("redacted]" in t.lower() for t in reflections)
+    assert refusals.held(store)
+
+
+def test_a_prompt_joined_from_pieces_is_screened_before_it_is_sent_or_recorded(tmp_path):
+    store, entries, reflections = _pieces_then(tmp_path, think("Q:JOINED", id="go"))
+    assert not [e for e in events_of(entries, "llm_call") if e.get("step_id") == "go"]  # never sent
+    assert [e for e in events_of(entries, "secret_refused") if e.get("source") == "llm"]
+    assert "REDACTED" not in json.dumps(entries) and not any("REDACTED" in t for t in reflections)
     assert refusals.held(store)

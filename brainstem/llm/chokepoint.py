@@ -185,6 +185,12 @@ class LLM:
             self.stop()
         model_id = self.resolve(model)
         turn = {"history": history, "prompt": prompt, "tools": list(tools or ()), "tool_choice": tool_choice}
+        # The prompt is put together from the agent's own pieces (a plan's {{p0}}{{p1}}, stored results):
+        # screened before it is sent or recorded, since karma would mask a guess where it matched.
+        if self.screen is not None and self.screen(json.dumps(turn, default=str), False):
+            refused = LLMError(f"the {purpose} call's prompt held secret text; it was not sent (secret_refused)")
+            refused.final = True
+            raise refused
         try:
             return self._call_model(purpose, model_id, turn, max_tokens, effort, use_reserve, step_id)
         except LLMError as first:

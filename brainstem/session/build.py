@@ -164,9 +164,10 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
         if not found:
             return False
         deps.karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",
-                          reason="secret text in a model's answer, which can only come from a leak or a guess; not "
-                                 "used, and the agent's code is held until the operator clears it "
-                                 "(brainstem refusals --clear)")
+                          reason="secret text in a model's answer, a host's error or a prompt put together from "
+                                 "the agent's text, which can only come from a leak or a guess; not used or sent, "
+                                 "and the agent's code is held until the operator clears it (brainstem refusals "
+                                 "--clear)")
         policy.withdrawn.setdefault("tool", "the model")
         refusals.note(deps.store, "the model")
         return True
