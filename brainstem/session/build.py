@@ -146,16 +146,11 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
     ``secret_refused``, the agent's code held, and the answer never shown. Marking where a guess matched
     (as karma's redaction would) would answer the guess, every step of every session."""
     from brainstem.core import events
-    from brainstem.core.scrubber import Scrubber
-    from brainstem.core.secrets import placeholder_for
     from brainstem.state import refusals
 
     if policy is None:
         return None
-    held = policy.held_secrets(deps.store)
-    if not held:
-        return None
-    scrubber = Scrubber(held, opaque=map(placeholder_for, held))
+    scrubber = policy.scrubber(deps.store)
 
     def screen(text: str, key_masked: bool) -> bool:
         # The client masks an exact echo of the key in a host's error before it gets here; whether that was

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brainstem.core.errors import BrainstemError
-from brainstem.core.secrets import NEVER_GRANTED, Binding
+from brainstem.core.scrubber import Scrubber
+from brainstem.core.secrets import NEVER_GRANTED, Binding, placeholder_for
 from brainstem.store.base import Store
 from brainstem.tools.bot_api import ClientConfig
 
@@ -73,6 +74,12 @@ class ToolPolicy:
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
                    session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
                    telegram=ClientConfig.from_settings(settings), **kwargs)
+
+    def scrubber(self, store: Store, granted: Mapping[str, str] | None = None) -> Scrubber:
+        """The one scrubber of what passes between the runtime and the agent's text: every secret value
+        this process holds (and ``granted``, label -> value), the placeholders never taken for a piece."""
+        held = {**self.held_secrets(store), **(granted or {})}
+        return Scrubber(held, opaque=map(placeholder_for, held))
 
     def held_secrets(self, store: Store) -> dict[str, str]:
         """Every secret value the runtime holds: the settings' and each bound ``secret:*`` key's."""

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events, keys
-from brainstem.core.scrubber import Scrubber, put_back
-from brainstem.core.secrets import placeholder_for
+from brainstem.core.scrubber import put_back
 from brainstem.state import refusals
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
@@ -83,8 +82,7 @@ class ToolServices:
         if policy.on_secrets is not None:
             policy.on_secrets(self.grants.values())
         self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
-        held = {**policy.held_secrets(store), **self.grants.values()}
-        self.scrubber = Scrubber(held, opaque=map(placeholder_for, held))
+        self.scrubber = policy.scrubber(store, self.grants.values())
 
     # --- the one way in and out of the sandbox (see brainstem.sandbox.ctx.Services) ---
     def scrub(self, value: Any, sent: Mapping[str, str] | None = None) -> Any:
@@ -477,7 +475,7 @@ def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any
     """A stop, before anything records the input, when it holds secret text: the runtime put it together
     from the agent's pieces (a plan's ``{{p0}}{{p1}}``), and karma's redaction of it, even for a tool that
     never runs (missing, manual, a dry run), would mark where a guess matched."""
-    held = Scrubber(policy.held_secrets(store), opaque=map(placeholder_for, policy.held_secrets(store))).holds(args)
+    held = policy.scrubber(store).holds(args)
     if not held:
         return None
     record(events.SECRET_REFUSED, tool=name, step_id=step_id, secrets=held, direction="in", source="input",
