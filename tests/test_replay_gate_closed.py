@@ -18,8 +18,9 @@ from hypothesis import strategies as st_
 from brainstem.core import keys
 from brainstem.core.settings import load_settings
 from brainstem.session import gate
-from brainstem.session.build import SessionDeps, build_session, hardcoded_provider
+from brainstem.session.build import SessionDeps, SessionSpec, build_session, hardcoded_provider
 from brainstem.session.reflect import run_deep_reflect, run_reflect
+from brainstem.session.state import SessionState
 from brainstem.state.budget import Budget
 from brainstem.state.config import effective_models, load_defaults
 from brainstem.store import karma as karma_mod
@@ -42,7 +43,7 @@ def _session(store, llm, sid: str, *, left: float, max_cost: float = 1.0, spent:
     deps = SessionDeps(id=sid, number=2, settings=cfg, store=store, karma=Karma(store, sid, Redactor({})),
                        budget=budget, defaults=load_defaults(store, []), models=effective_models(store, []),
                        soul=store.get(keys.SOUL), check_change=check_change)
-    return build_session(deps, context={}, providers=[hardcoded_provider(cfg)])
+    return build_session(deps, SessionState(), SessionSpec(providers=[hardcoded_provider(cfg)]))
 
 
 def _reflect_with_change(store, llm, session) -> list[dict]:

@@ -1,20 +1,20 @@
 """What one session carries, and the one place it is put together.
 
-:func:`build_session` assembles a :class:`Session` (store views, tool policy
-and the LLM chokepoint) from its :class:`SessionDeps` (who it is, its store,
-recorder, config, budget and stop signals, fixed for the run) for every kind of session:
-a wake, a dry run, and a replay (including the replays of deep reflection's
-gate). The executor and reflection read from it. It holds no behaviour of its
-own beyond routing a tool run through the sandbox with the session's grants.
+A session is its :class:`SessionDeps` (who it is, its store, recorder, config, budget and stop
+signals: fixed for the run), its :class:`~brainstem.session.state.SessionState` (all that changes
+as it runs) and what is made for it here: :func:`build_session` assembles a :class:`Session` (the
+agent's view of the store, the tool policy and the LLM chokepoint) for every kind of session, a
+wake, a dry run and a replay (including the replays of deep reflection's gate), from a small
+:class:`SessionSpec` saying what sets that kind apart. The executor and reflection read from it. It
+holds no behaviour of its own beyond routing a tool run through the sandbox with the session's grants.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from brainstem.core import keys
@@ -23,6 +23,7 @@ from brainstem.core.errors import ConfigError
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
+from brainstem.session.state import SessionState
 from brainstem.session.stopping import Stopping
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
@@ -57,24 +58,27 @@ class SessionDeps:
     started: datetime = field(default_factory=now_utc)
 
 
-@dataclass
+@dataclass(frozen=True)
+class SessionSpec:
+    """What sets one kind of session apart as it is put together; whatever is left out is made from
+    its deps. A wake gives the views its ground truth ran with, and its meter; a replay, the answers
+    and fetches of its recording."""
+    providers: list | None = None  # who answers its LLM calls (None: the cascade, see cascade())
+    agent_kv: AgentKV | None = None  # the agent's view of the store, when something used it before
+    policy: ToolPolicy | None = None  # the tools' grants and services, when something used them before
+    meter: Any = None  # the wire meter of sandboxed code's requests to the LLM host
+    on_anomaly: Callable | None = None  # told of a call whose cost looks wrong
+
+
+@dataclass(frozen=True)
 class Session:
-    """A session at work: its :class:`SessionDeps`, the views and LLM made for it, and what it reads,
-    shows and queues as it goes."""
+    """A session at work: its deps, the views and LLM made for it (never reassigned), and its state."""
     deps: SessionDeps
+    state: SessionState
     agent_kv: AgentKV
     tool_policy: ToolPolicy
-    llm: LLM = field(init=False)  # made just after the session: its providers' cascade reads the session
-    effort: str = "low"
+    llm: LLM
     tool_registry: Any = None
-    context: dict = field(default_factory=dict)
-    reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
-    # The operator's messages this session's context shows (ids), and whether the model answered the
-    # orient call that showed them: only then does the end of the session mark them read.
-    inbox_ids: list[int] = field(default_factory=list)
-    inbox_answered: bool = False
-    reviews_queued: int = 0  # runs of supervised tools this session has let through for review
-    _review_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, event: str, **fields: Any) -> dict:
         return self.deps.karma.record(event, **fields)
@@ -84,6 +88,7 @@ class Session:
         left_ms = int(deps.budget.time_left() * 1000)
 
         cap = deps.settings.review_max_per_session
+        record = deps.karma.record
 
         def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
             from brainstem.core import events
@@ -94,26 +99,15 @@ class Session:
                               ok=outcome.ok, result=redact(outcome.value), error=redact(outcome.error),
                               max_per_session=cap)
             if item is None:  # only this session queues its items: not reached while review_room() counts
-                self.record(events.REVIEW_DROPPED, tool=name, step_id=step_id, reason="the review inbox is full")
+                record(events.REVIEW_DROPPED, tool=name, step_id=step_id, reason="the review inbox is full")
             else:
-                self.record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
+                record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
 
-        return run_tool(name, args, store=deps.store, agent_kv=self.agent_kv, record=self.record,
+        return run_tool(name, args, store=deps.store, agent_kv=self.agent_kv, record=record,
                         policy=self.tool_policy, attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
-                        on_read=self.reads.update, dry_run=deps.mode == "dry_run", enforce_mode=True,
-                        on_supervised=supervised, review_room=self.review_room,
+                        on_read=self.state.reads.update, dry_run=deps.mode == "dry_run", enforce_mode=True,
+                        on_supervised=supervised, review_room=partial(self.state.review_room, cap),
                         floors=deps.settings.mode_floors())
-
-    def review_room(self) -> str | None:
-        """Why another supervised run may not be queued for review (None: it may, and is counted now, so
-        runs side by side in an agent step cannot pass the cap together)."""
-        cap = self.deps.settings.review_max_per_session
-        with self._review_lock:
-            if self.reviews_queued >= cap:
-                return (f"this session has queued {cap} runs for review, as many as "
-                        f"BRAINSTEM_REVIEW_MAX_PER_SESSION allows")
-            self.reviews_queued += 1
-        return None
 
     def models_for_prompt(self) -> list[dict]:
         return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,
@@ -121,23 +115,18 @@ class Session:
                 for m in self.deps.models.models]
 
 
-def build_session(deps: SessionDeps, *, context: dict, effort: str = "low", providers: list | None = None,
-                  agent_kv: AgentKV | None = None, policy: ToolPolicy | None = None, meter: Any = None,
-                  on_anomaly: Callable | None = None) -> Session:
-    """A session ready to plan: ``providers`` answer its LLM calls (default: the cascade, see
-    :func:`cascade`); ``agent_kv`` and ``policy`` are given when something ran before the session was
-    whole (the wake's ground truth, a replay's recorded fetches), else made here."""
+def build_session(deps: SessionDeps, state: SessionState, spec: SessionSpec = SessionSpec()) -> Session:
+    """A session ready to plan, with ``state`` as it starts (the context orient is shown, the effort)."""
     settings, store, karma = deps.settings, deps.store, deps.karma
-    session = Session(deps=deps, agent_kv=agent_kv or agent_view(store, karma, deps.id),
-                      tool_policy=policy or ToolPolicy.from_settings(settings, on_secrets=learner(karma)),
-                      effort=effort, tool_registry=store.get_json(keys.CONFIG_TOOL_REGISTRY, default={}),
-                      context=context)
-    session.llm = LLM(models=deps.models, budget=deps.budget, record=karma.record, soul=deps.soul,
-                      providers=providers if providers is not None else cascade(settings, session),
-                      fallback_model=deps.defaults.execution.fallback_model or deps.models.fallback_model,
-                      call_timeout=settings.llm_timeout, meter=meter, on_anomaly=on_anomaly, stop=deps.stop.check,
-                      screen=answer_screen(deps, session.tool_policy))
-    return session
+    agent_kv = spec.agent_kv or agent_view(store, karma, deps.id)
+    policy = spec.policy or ToolPolicy.from_settings(settings, on_secrets=learner(karma))
+    registry = store.get_json(keys.CONFIG_TOOL_REGISTRY, default={})
+    providers = spec.providers if spec.providers is not None else cascade(deps, agent_kv, policy)
+    llm = LLM(models=deps.models, budget=deps.budget, record=karma.record, soul=deps.soul, providers=providers,
+              fallback_model=deps.defaults.execution.fallback_model or deps.models.fallback_model,
+              call_timeout=settings.llm_timeout, meter=spec.meter, on_anomaly=spec.on_anomaly, stop=deps.stop.check,
+              screen=answer_screen(deps, policy))
+    return Session(deps=deps, state=state, agent_kv=agent_kv, tool_policy=policy, llm=llm, tool_registry=registry)
 
 
 def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str, bool], bool] | None:
@@ -206,14 +195,15 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
                               backoff_base=settings.llm_backoff)
 
 
-def cascade(settings: Settings, session: Session) -> list:
+def cascade(deps: SessionDeps, agent_kv: AgentKV, policy: ToolPolicy) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     from brainstem.core.secrets import public_url
     from brainstem.tools.adapters import dynamic_providers
 
-    dynamic = dynamic_providers(session.deps.store, session.agent_kv, session.record, session.tool_policy,
+    settings = deps.settings
+    dynamic = dynamic_providers(deps.store, agent_kv, deps.karma.record, policy,
                                 base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),
-                                dry_run=session.deps.mode == "dry_run")
+                                dry_run=deps.mode == "dry_run")
     return [*dynamic, hardcoded_provider(settings)]
 
 

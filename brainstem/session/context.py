@@ -83,10 +83,11 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
     return Untrusted(index, "kv:key-index")
 
 
-def load_session_context(session, context: dict) -> None:
-    """Fill orient's ``context`` for session ``s``: the keys the last reflection asked to load (or the
-    defaults), the last reflection, a bounded index of the store, the effort, the operator's messages."""
-    deps = session.deps
+def load_session_context(session) -> None:
+    """Fill orient's context (the session's ``state.context``): the keys the last reflection asked to load
+    (or the defaults), the last reflection, a bounded index of the store, the effort, the operator's messages."""
+    deps, state = session.deps, session.state
+    context = state.context
     d = deps.defaults.memory
     last = deps.store.get_json(
         keys.LAST_REFLECT, default=None,
@@ -98,19 +99,19 @@ def load_session_context(session, context: dict) -> None:
             names = noc["load_keys"]
     loaded, notes = load_keys(deps.store, names if names is not None else d.default_load_keys,
                               d.max_load_keys, d.max_load_key_bytes)
-    session.reads.update(loaded.keys())
+    state.reads.update(loaded.keys())
     context["additionalContext"] = loaded
     if notes:
         context["additionalContextNotes"] = notes
     context["lastReflect"] = untrusted(_capped(last, 4000), "memory:last_reflect")  # may quote tool output
     context["kvIndex"] = kv_index(deps.store, d.kv_index_max_keys)
-    context["effort"] = session.effort
+    context["effort"] = state.effort
     # The operator's unread messages. Not wrapped as untrusted: they are the operator's own words, to be
     # acted on, not data. Each text is sanitised and quoted (see inbox.prompt_text), and the ids shown are
     # kept, so the end of the session marks read exactly these and no message that arrived meanwhile.
     shown, more = inbox.for_session(deps.store)
     context["inbox"] = inbox.prompt_text(shown, more)
-    session.inbox_ids = [m["id"] for m in shown]
+    state.inbox_ids = [m["id"] for m in shown]
 
 
 INBOX_SECTION = """

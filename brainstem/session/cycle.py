@@ -1,6 +1,6 @@
 """The middle of a session: reflexes, then deep reflection or orient, the plan and reflection.
 
-A session's :class:`Course` is filled in here as it goes; the wake
+A session's :class:`~brainstem.session.state.SessionState` is filled in here as it goes; the wake
 (:mod:`brainstem.session.wake`) starts it, and :mod:`brainstem.session.ending`
 records how it ended. Replay runs :func:`plan_and_execute` on a recorded
 session's context, so a replayed session takes exactly the path a live one does.
@@ -8,14 +8,13 @@ session's context, so a replayed session takes exactly the path a live one does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events, keys, outcomes
 from brainstem.core.clock import iso
 from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import LLM, LLMError
-from brainstem.session.build import Session, SessionDeps
+from brainstem.session.build import Session
 from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
@@ -28,25 +27,10 @@ from brainstem.store import karma as karma_mod
 CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for replay
 
 
-@dataclass
-class Course:
-    """One session's course, filled in as it goes (its outcome, why, what it asks of the next wake);
-    :func:`brainstem.session.ending.finish` records its end from this."""
-    deps: SessionDeps
-    outcome: str = outcomes.CLEAN
-    reason: str | None = None  # why it ended so, when the outcome alone does not say (faults, interruptions)
-    kind: str = "session"
-    next_wake: dict | None = None
-    reflect_wake: dict | None = None  # what reflection asked for; wins over the plan's request
-    executor: Executor | None = None
-    session: Session | None = None
-    clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
-
-
-def think(course: Course, session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
+def think(session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
     """Deep reflection when it is due, else orient, the plan and reflection."""
-    store, context = course.deps.store, session.context
-    load_session_context(session, context)
+    state, context = session.state, session.state.context
+    load_session_context(session)
     due, why = deep
     context["deepReflectDue"] = due
     # What replay needs to run this session again with the context it saw: bounded by the memory caps
@@ -60,15 +44,15 @@ def think(course: Course, session: Session, orient_template: str, left_today: fl
     if due:
         from brainstem.state.memory import summary as memory_summary
 
-        context["memoryStats"] = memory_summary(store, course.deps.number)
-        course.kind = "deep_reflect"
+        context["memoryStats"] = memory_summary(session.deps.store, session.deps.number)
+        state.kind = "deep_reflect"
         session.record(events.DEEP_REFLECT, phase="start", reason=why)
         tally = CallTally(session.llm)
-        course.next_wake = run_deep_reflect(session)
+        state.next_wake = run_deep_reflect(session)
         if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
-            llm_fault(course, session, tally.last, "deep reflection")
+            llm_fault(session, tally.last, "deep reflection")
     else:
-        plan_and_execute(course, session, orient_template, left_today)
+        plan_and_execute(session, orient_template, left_today)
 
 
 class CallTally:
@@ -95,56 +79,57 @@ class CallTally:
         self.last = None
 
 
-def plan_and_execute(course: Course, session: Session, orient_template: str, left_today: float) -> None:
+def plan_and_execute(session: Session, orient_template: str, left_today: float) -> None:
     """Orient, then the plan's steps, then reflection (unless the runtime is shutting down)."""
-    deps = course.deps
+    deps, state = session.deps, session.state
     budget = deps.budget
     tally = CallTally(session.llm)
     try:
         plan = orient(session, orient_template)
     except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-        course.outcome = outcomes.BUDGET_EXHAUSTED
+        state.outcome = outcomes.BUDGET_EXHAUSTED
         return
     except SessionStopped as stop:  # stopped from outside while planning (the wake gives no reason then)
-        course.outcome = OUTCOMES[stop.reason] or course.outcome
+        state.outcome = OUTCOMES[stop.reason] or state.outcome
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
-        llm_fault(course, session, exc, "orient")
+        llm_fault(session, exc, "orient")
         return
     if plan is None:
-        course.outcome = outcomes.NO_PLAN
+        state.outcome = outcomes.NO_PLAN
         return
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, deps.settings, left_today)
     session.record(events.BUDGET, **budget.snapshot())
 
     def reflect() -> None:
-        course.reflect_wake = run_reflect(session, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
+        state.reflect_wake = run_reflect(session, executor.results_for_prompt(), plan.model_dump(exclude_none=True))
 
-    executor = course.executor = Executor(session, plan.mid_session_tripwires, reflect=reflect)
+    executor = Executor(session, plan.mid_session_tripwires, reflect=reflect)
     executor.run(plan.steps)
     if executor.stop is not None:
-        course.outcome = executor.stop.outcome
+        state.outcome = executor.stop.outcome
     # Shutting down: finish fast; the next session reflects on this one's karma.
-    if not executor.reflected and course.outcome != outcomes.INTERRUPTED and not deps.stop.cancel.is_set():
+    if not executor.reflected and state.outcome != outcomes.INTERRUPTED and not deps.stop.cancel.is_set():
         reflect()
-    course.next_wake = course.reflect_wake or plan.next_wake_config
-    if course.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
+    state.next_wake = state.reflect_wake or plan.next_wake_config
+    if state.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
         # Every call after orient failed: the session did nothing it meant to; not clean.
-        llm_fault(course, session, tally.last, "every call after orient")
-        if course.outcome == outcomes.ERROR:
-            course.reason = f"every LLM call after orient failed: {tally.last}"[:300]
+        llm_fault(session, tally.last, "every call after orient")
+        if state.outcome == outcomes.ERROR:
+            state.reason = f"every LLM call after orient failed: {tally.last}"[:300]
 
 
-def llm_fault(course: Course, session: Session, exc: LLMError, during: str) -> None:
+def llm_fault(session: Session, exc: LLMError, during: str) -> None:
     """An LLM failure that ended (or emptied) the session: its fault outcome, or ``error`` when it is
     the agent's own (an unknown model, its adapter)."""
+    state = session.state
     if exc.fault is None:
-        course.outcome, course.reason = outcomes.ERROR, str(exc)[:300]
+        state.outcome, state.reason = outcomes.ERROR, str(exc)[:300]
         return
-    course.outcome, course.reason = exc.fault, f"{during}: {exc}"[:300]
+    state.outcome, state.reason = exc.fault, f"{during}: {exc}"[:300]
     session.record(events.LLM_FAULT, outcome=exc.fault, status=exc.status, during=during, error=str(exc)[:1000],
-             operator_action=outcomes.operator_action(exc.fault))
+                   operator_action=outcomes.operator_action(exc.fault))
 
 
 def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
@@ -155,7 +140,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
     reflex's tools run but it does not put the agent back to sleep."""
     from brainstem.state import reflexes
 
-    store = session.deps.store
+    store, state = session.deps.store, session.state
     try:
         rules, fired_at = reflexes.load(store)
     except reflexes.ReflexError as exc:  # written around Brainstem: ignored whole, never half-applied
@@ -163,7 +148,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
         return None
     if not rules:
         return None
-    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), session.effort, session_history.recent(store, 100),
+    fs = reflexes.facts(facts.get("balances"), facts.get("kvUsage"), state.effort, session_history.recent(store, 100),
                         now)
     sleep_for = None
     for rule in rules:
@@ -179,7 +164,7 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
         store.put(keys.REFLEX_STATE, fired_at)  # before its tools run: a crash mid-reflex still cools it
         ok = reflex_tools(session, rule)
         if rule.do.effort is not None:  # raises the effort; a tripwire's higher effort stands
-            session.effort = session.context["effort"] = max_effort(session.effort, rule.do.effort)
+            state.effort = state.context["effort"] = max_effort(state.effort, rule.do.effort)
         if rule.do.sleep_seconds is not None and ok:
             if deep_due:
                 # A reflex never skips a due deep reflection: the agent must always get to reconsider its

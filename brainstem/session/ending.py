@@ -1,7 +1,8 @@
 """How a session ends: its outcome recorded, the next wake set, its history written.
 
-Whatever happened, :func:`finish` records the end of a :class:`~brainstem.session.cycle.Course`,
-waiting briefly for a store that went away (so the session is closed by itself, as
+Whatever happened, :func:`finish` records the end of a session from its deps and its
+:class:`~brainstem.session.state.SessionState` (all it needs: a session stopped before it was whole
+ends the same way), waiting briefly for a store that went away (so the session is closed by itself, as
 ``store_unavailable``, rather than found dead by the next wake). A session whose lease
 was lost records only that (:func:`lease_lost`).
 """
@@ -16,7 +17,8 @@ from brainstem.core import events, keys, outcomes
 from brainstem.core.backoff import call_with_backoff
 from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import LeaseLost, StoreUnavailable
-from brainstem.session.cycle import Course
+from brainstem.session.build import SessionDeps
+from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state import inbox
 from brainstem.state.config import DEFAULT_SLEEP_SECONDS
@@ -47,23 +49,22 @@ def clamp_sleep(value: Any, default: float) -> float:
     return max(MIN_SLEEP, float(value))
 
 
-def finish(course: Course) -> WakeResult:
+def finish(deps: SessionDeps, state: SessionState) -> WakeResult:
     """Record the end of the session. A store that went away is waited for, briefly, so the
     session is closed by itself (as ``store_unavailable``) rather than found dead by the next wake.
     A session whose lease is lost records only that, in its own karma (see :func:`lease_lost`)."""
-    deps = course.deps
     def attempt() -> WakeResult:
         if deps.lease is not None and deps.lease.lost.is_set():
-            return lease_lost(course)
+            return lease_lost(deps, state)
         try:
-            return record_end(course)
+            return record_end(deps, state)
         except LeaseLost:
-            return lease_lost(course)
+            return lease_lost(deps, state)
 
     def waiting(exc: BaseException) -> None:  # unreachable, full or read-only (a failover's replica): the
         # store's fault, never the agent's; a read-only or full store may pass as soon as an unreachable one
-        if course.outcome not in (outcomes.STORE_UNAVAILABLE, outcomes.INTERRUPTED):
-            course.outcome, course.reason = outcomes.STORE_UNAVAILABLE, str(exc)
+        if state.outcome not in (outcomes.STORE_UNAVAILABLE, outcomes.INTERRUPTED):
+            state.outcome, state.reason = outcomes.STORE_UNAVAILABLE, str(exc)
 
     try:
         return _while_the_store_is_away(attempt, on_retry=waiting)
@@ -91,19 +92,18 @@ def note_store_lost(store: Store, sid: str, lease: Lease) -> None:
         unrecorded.remember(store.display_url, sid, outcomes.STORE_UNAVAILABLE, lease.reason)
 
 
-def lease_lost(course: Course) -> WakeResult:
+def lease_lost(deps: SessionDeps, state: SessionState) -> WakeResult:
     """The session's lease ran out or another wake holds it: it writes no end (the store would refuse
     it), only a ``lease_lost`` entry in its own karma, retried while the store is away as the end of a
     session is. The wake that holds the lease next finds its breadcrumb and closes it with what this
     entry says (``interrupted``, or ``store_unavailable`` when the store was gone), never as a crash
     of the agent's; with the store gone for longer, a note on local disk says so instead."""
-    deps = course.deps
     lease = deps.lease
     reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
     cause = (lease.cause if lease is not None else None) or "taken_over"
     def record() -> None:
         with deps.store.unfenced():  # the one thing a session without its lease still writes
-            deps.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=course.outcome,
+            deps.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=state.outcome,
                                 cost=round(deps.budget.spent, 10), steps=deps.budget.steps)
 
     try:
@@ -115,35 +115,34 @@ def lease_lost(course: Course) -> WakeResult:
                               f"it next records its end")
 
 
-def record_end(course: Course) -> WakeResult:
-    deps = course.deps
+def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
     store, budget = deps.store, deps.budget
-    next_wake = course.next_wake if isinstance(course.next_wake, dict) else {}
+    next_wake = state.next_wake if isinstance(state.next_wake, dict) else {}
     default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
     sleep = clamp_sleep(next_wake.get("sleep_seconds"), deps.defaults.wake.sleep_seconds)
-    action = outcomes.operator_action(course.outcome)
+    action = outcomes.operator_action(state.outcome)
     if action is not None:
         # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
         # it works at the next tick without --force. A clean session ends the streak.
         streak = outcomes.fault_streak(session_history.recent(store, 32)) + 1
         sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
-    elif course.outcome == outcomes.INTERRUPTED:
+    elif state.outcome == outcomes.INTERRUPTED:
         # Stopped from outside, its work cut short: due again as soon as the runtime is back.
         sleep = MIN_SLEEP
     ended = now_utc()
     next_after = iso(ended + timedelta(seconds=sleep))
     wake_cfg: dict[str, Any] = {"next_wake_after": next_after, "sleep_seconds": sleep, "set_by": deps.id}
     if action is not None:
-        wake_cfg["retry_after_fault"] = course.outcome
+        wake_cfg["retry_after_fault"] = state.outcome
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
         wake_cfg["effort"] = next_wake["effort"]
     store.put(keys.WAKE_CONFIG, wake_cfg)
     duration_ms = int((ended - deps.started).total_seconds() * 1000)
-    entry = {"id": deps.id, "number": deps.number, "kind": course.kind, "started_at": iso(deps.started),
-             "ended_at": iso(ended), "outcome": course.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
-             "steps_failed": course.executor.steps_failed if course.executor else 0, "duration_ms": duration_ms}
-    if course.reason:
-        entry["reason"] = course.reason
+    entry = {"id": deps.id, "number": deps.number, "kind": state.kind, "started_at": iso(deps.started),
+             "ended_at": iso(ended), "outcome": state.outcome, "cost": round(budget.spent, 10), "steps": budget.steps,
+             "steps_failed": state.steps_failed, "duration_ms": duration_ms}
+    if state.reason:
+        entry["reason"] = state.reason
     if budget.simulated:  # answered from a cassette: this much of its cost moved no money
         entry["simulated_cost"] = round(budget.simulated, 10)
     if action is not None:
@@ -153,16 +152,16 @@ def record_end(course: Course) -> WakeResult:
         summary = last.get("session_summary") or last.get("reflection")
         if summary:
             entry["summary"] = str(summary)[:300]
-    if course.session is not None and course.session.reads:
+    if state.reads:
         from brainstem.state.memory import flush_reads
 
-        flush_reads(store, course.session.reads, deps.number)
-    if course.outcome == outcomes.CLEAN and course.kind == "session" and course.clean_snapshot is not None:
-        save_clean_snapshot(store, course.clean_snapshot, deps.id)
-    mark_inbox_read(course)
+        flush_reads(store, state.reads, deps.number)
+    if state.outcome == outcomes.CLEAN and state.kind == "session" and state.clean_snapshot is not None:
+        save_clean_snapshot(store, state.clean_snapshot, deps.id)
+    mark_inbox_read(deps, state)
     expired = None
     # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.
-    if course.kind == "reflex" or deps.mode == "dry_run":
+    if state.kind == "reflex" or deps.mode == "dry_run":
         session_history.note_unlisted(store, deps.id, deps.settings.karma_retention_days, now=ended)
     else:
         # Keyed by id: a kill between this write and session_end leaves the session in the history, and
@@ -171,30 +170,30 @@ def record_end(course: Course) -> WakeResult:
                                          on_reject=lambda why: deps.karma.record(
                                              events.CONFIG_REJECTED, key=keys.SESSION_HISTORY, reason=why,
                                              kept_raw_at=keys.REJECTED_SESSION_HISTORY))
-    deps.karma.record(events.SESSION_END, outcome=course.outcome, kind=course.kind, cost=round(budget.spent, 10),
+    deps.karma.record(events.SESSION_END, outcome=state.outcome, kind=state.kind, cost=round(budget.spent, 10),
                      steps=budget.steps, duration_ms=duration_ms, next_wake_after=next_after,
-                     karma_expired=expired or None, reason=course.reason, operator_action=action,
+                     karma_expired=expired or None, reason=state.reason, operator_action=action,
                      dry_run=deps.mode == "dry_run" or None,
                      simulated_cost=round(budget.simulated, 10) if budget.simulated else None)
     karma_mod.end_session(store, deps.id)
-    what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(course.kind, "session")
+    what = {"reflex": "wake", "session": "session", "deep_reflect": "session"}.get(state.kind, "session")
     # As `brainstem sessions` shows it: a cassette's answers moved no money.
     cost = f"${budget.spent:.4f}" + (" (simulated)" if budget.simulated else "")
     if deps.mode == "dry_run":
-        message = (f"dry run {deps.id}: {course.outcome}, {cost}, {budget.steps} steps; nothing was "
+        message = (f"dry run {deps.id}: {state.outcome}, {cost}, {budget.steps} steps; nothing was "
                    f"written but its karma (brainstem karma {deps.id})")
     else:
-        message = (f"{what} {deps.id}: {course.outcome}, {cost}, {budget.steps} steps; "
+        message = (f"{what} {deps.id}: {state.outcome}, {cost}, {budget.steps} steps; "
                    f"next wake {next_after}")
     if action is not None:
         message += f"; operator: {action}"
-    elif course.outcome == outcomes.INTERRUPTED and course.reason:
-        message += f" ({course.reason})"
-    return WakeResult("ran", outcome=course.outcome, session_id=deps.id, next_wake_after=next_after,
+    elif state.outcome == outcomes.INTERRUPTED and state.reason:
+        message += f" ({state.reason})"
+    return WakeResult("ran", outcome=state.outcome, session_id=deps.id, next_wake_after=next_after,
                       message=message)
 
 
-def mark_inbox_read(course: Course) -> None:
+def mark_inbox_read(deps: SessionDeps, state: SessionState) -> None:
     """Mark read the operator's messages this session showed the agent, and only those (the ids its context
     was built with: a message that arrived mid-session stays unread for the next one).
 
@@ -203,13 +202,11 @@ def mark_inbox_read(course: Course) -> None:
     orient, an agent-side failure of the call) leaves them unread, so nothing the operator said is lost:
     the next session shows them again. Whatever happened after orient answered (a failed step, a stop,
     an interruption) the agent has read them. A dry run marks nothing."""
-    deps = course.deps
-    session = course.session
-    if session is None or not session.inbox_ids or not session.inbox_answered or deps.mode != "live":
+    if not state.inbox_ids or not state.inbox_answered or deps.mode != "live":
         return
-    up_to = max(session.inbox_ids)
+    up_to = max(state.inbox_ids)
     inbox.mark_read(deps.store, up_to)
-    deps.karma.record(events.INBOX_READ, ids=session.inbox_ids, up_to=up_to)
+    deps.karma.record(events.INBOX_READ, ids=state.inbox_ids, up_to=up_to)
 
 
 def _try(fn) -> None:

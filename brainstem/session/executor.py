@@ -65,7 +65,8 @@ class StopSession(Exception):
 
 
 class Executor:
-    """Runs a plan's steps for one session. ``s`` is the :class:`~brainstem.session.build.Session`."""
+    """Runs a plan's steps for one :class:`~brainstem.session.build.Session` (its failed steps counted in
+    its state)."""
 
     def __init__(self, session, tripwires: list[MidSessionTripwire] | None = None,
                  reflect: Callable[[], Any] | None = None):
@@ -79,7 +80,6 @@ class Executor:
         self.failed_names: set[str] = set()
         self.failed_ids: set[str] = set()
         self.done_ids: set[str] = set()
-        self.steps_failed = 0
         self.reflected = False
         self.stop: StopSession | None = None
         self._auto_id = 0
@@ -259,7 +259,7 @@ class Executor:
 
     def _failed(self, step, sid: str, error: str, cascade_only: bool = False) -> None:
         self.failed_ids.add(sid)
-        self.steps_failed += 1
+        self.session.state.steps_failed += 1
         if step.store_result_as:
             self.failed_names.add(step.store_result_as)
         if not cascade_only:

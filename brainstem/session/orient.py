@@ -24,12 +24,12 @@ from brainstem.state.budget import Budget, BudgetExceeded, clamp
 
 def orient(session: Session, template: str) -> Plan | None:
     """Ask for a plan; one repair attempt with the validation error; None when there is none."""
-    deps = session.deps
+    deps, state = session.deps, session.state
     missing: list[str] = []
     variables = {"soul": deps.soul, "models": session.models_for_prompt(), "resources": deps.store.get_json(
         keys.CONFIG_RESOURCES, default={}), "config": deps.defaults.model_dump(), "tools": session.tool_registry,
-        "context": session.context}
-    prompt = render(with_inbox(template, session.context), variables, on_missing=missing.append)
+        "context": state.context}
+    prompt = render(with_inbox(template, state.context), variables, on_missing=missing.append)
     # {{page}}-style names are plan references the prompt may show as examples; only a path
     # into a real template variable that does not resolve is a mistake worth recording.
     missing = [m for m in missing if m.split(".")[0] in variables]
@@ -38,16 +38,16 @@ def orient(session: Session, template: str) -> Plan | None:
     cfg = deps.defaults.orient
     turns: list[dict] = []  # the failed answer and its repair request
     ask = prompt
-    if session.inbox_ids:
+    if state.inbox_ids:
         # Put before the model: an urgent one among them wakes the agent no more, answered or not. They
         # stay unread until the model answers (below) and the session ends (see ending.record_end).
-        inbox.note_shown(deps.store, max(session.inbox_ids))
-        session.record(events.INBOX_SHOWN, ids=session.inbox_ids)
+        inbox.note_shown(deps.store, max(state.inbox_ids))
+        session.record(events.INBOX_SHOWN, ids=state.inbox_ids)
     for attempt in (1, 2):
         try:
             result = session.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
-                                effort=session.effort if session.effort != "low" else cfg.effort, history=turns)
-            session.inbox_answered = True  # the model has read the prompt that showed them
+                                effort=state.effort if state.effort != "low" else cfg.effort, history=turns)
+            state.inbox_answered = True  # the model has read the prompt that showed them
         except (BudgetExceeded, SessionStopped) as exc:
             if attempt == 1:
                 raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted

@@ -126,12 +126,12 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     # results come marked from the executor (results_for_prompt); the plan and the last reflection are
     # model output that may quote what the model read.
     # The last reflection as orient saw it (the context a replay reproduces), else as stored.
-    shown = (session.context["lastReflect"] if "lastReflect" in session.context
+    shown = (session.state.context["lastReflect"] if "lastReflect" in session.state.context
              else untrusted(previous, "memory:last_reflect"))
     variables = {"karma": karma_digest(deps.store, deps.id), "sessionCost": round(deps.budget.spent, 6),
                  "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
                  "context": {"lastReflect": shown,
-                             "balances": session.context.get("balances")}}
+                             "balances": session.state.context.get("balances")}}
     raw, error = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
@@ -204,7 +204,7 @@ def run_deep_reflect(session) -> dict | None:
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
     from brainstem.state.review import tool_records
 
-    context = {**session.context, "notes": notes_for_prompt(store),
+    context = {**session.state.context, "notes": notes_for_prompt(store),
                # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
                "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
                "replayGate": untrusted(store.get_json(keys.REPLAY_GATE, default=None), "memory:replay-gate")}

@@ -41,8 +41,17 @@ from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse
-from brainstem.session.build import SessionDeps, build_session, check_ready, hardcoded_provider, learner, make_budget
-from brainstem.session.cycle import Course, plan_and_execute
+from brainstem.session.build import (
+    SessionDeps,
+    SessionSpec,
+    build_session,
+    check_ready,
+    hardcoded_provider,
+    learner,
+    make_budget,
+)
+from brainstem.session.cycle import plan_and_execute
+from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state.budget import DailyLedger, daily_spent
 from brainstem.state.config import effective_models, load_defaults
@@ -329,9 +338,8 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     budget = make_budget(defaults, settings, left_today)
     if max_seconds is not None:
         budget.max_duration = min(budget.max_duration, max(0.0, max_seconds))
-    context = dict(recording.context)
-    effort = context.get("effort")
-    effort = effort if isinstance(effort, str) else "low"
+    effort = recording.context.get("effort")
+    state = SessionState(context=dict(recording.context), effort=effort if isinstance(effort, str) else "low")
     number = int(finite_or(recording.start.get("number"), 0))
     answers = RecordedAnswers(recording, karma.record, assume=assume,
                               live=(cassette or hardcoded_provider(settings)) if live else None)
@@ -340,13 +348,12 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     deps = SessionDeps(id=sid, number=number, settings=settings, store=overlay, karma=karma, budget=budget,
                        defaults=defaults, models=models, soul=soul, mode="replay")
     policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
-    session = build_session(deps, context=context, effort=effort, providers=[answers], policy=policy)
+    session = build_session(deps, state, SessionSpec(providers=[answers], policy=policy))
     _track_place(session.llm, answers)
-    course = Course(deps=deps, session=session)
     try:
-        plan_and_execute(course, session, orient_template, left_today)
+        plan_and_execute(session, orient_template, left_today)
     except Exception as exc:  # the one try/except of a replay, as of a session: an outcome, never a traceback
-        course.outcome = outcomes.ERROR
+        state.outcome = outcomes.ERROR
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
     entries = karma_mod.read(overlay, sid)[len(recording.prefix):]
     karma_id = None
@@ -355,7 +362,7 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
         for e in karma_mod.read(overlay, sid):
             store.append(keys.karma(karma_id), karma_mod.encode_entry({**e, "replay_of": sid}))
         session_history.note_unlisted(store, karma_id, settings.karma_retention_days)
-    return Replayed(recording=recording, entries=entries, outcome=course.outcome, cost=round(budget.spent, 10),
+    return Replayed(recording=recording, entries=entries, outcome=state.outcome, cost=round(budget.spent, 10),
                     answers=dict(answers.used), karma_id=karma_id, problems=problems)
 
 

@@ -37,14 +37,23 @@ from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
 from brainstem.sandbox import pool
-from brainstem.session.build import SessionDeps, agent_view, build_session, check_ready, learner, make_budget
+from brainstem.session.build import (
+    SessionDeps,
+    SessionSpec,
+    agent_view,
+    build_session,
+    check_ready,
+    learner,
+    make_budget,
+)
 from brainstem.session.crash import close_dead, sweep_notes
-from brainstem.session.cycle import Course, check_reflexes, max_effort, think
+from brainstem.session.cycle import check_reflexes, max_effort, think
 from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, note_store_lost
 from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.state import SessionState
 from brainstem.session.stopping import OUTCOMES, STORE_UNAVAILABLE, SessionStopped, Stopping, stop_of
 from brainstem.state import history as session_history
 from brainstem.state import inbox
@@ -210,60 +219,59 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
     deps = SessionDeps(id=sid, number=number, settings=settings, store=store, karma=karma, budget=budget,
                        defaults=defaults, models=models, soul=soul, mode=mode, stop=stop, check_change=check_change,
                        lease=lease)
-    course = Course(deps=deps, clean_snapshot=snapshot(store))
+    state = SessionState(context={"sessionId": sid, "now": iso(deps.started), "crashData": crash},
+                         clean_snapshot=snapshot(store))
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
-        _open(course, wake_config, left_today, crumb, crash, restored, problems, woke_for)
+        _open(deps, wake_config, left_today, crumb, crash, restored, problems, woke_for)
         interruptible(True)
         if stop.cancel.is_set():  # a signal arrived while the lease was being taken
             stop.check()
-        context: dict[str, Any] = {"sessionId": sid, "now": iso(course.deps.started), "crashData": crash}
-        _live(course, wake_config, context, providers, orient_template, left_today)
+        _live(deps, state, wake_config, providers, orient_template, left_today)
         interruptible(False)
-        if stop.cancel.is_set() and course.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
+        if stop.cancel.is_set() and state.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
             # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
-            course.outcome, course.reason = outcomes.INTERRUPTED, course.reason or stop_reason()
+            state.outcome, state.reason = outcomes.INTERRUPTED, state.reason or stop_reason()
     except (SessionStopped, BudgetExceeded, LeaseLost, StoreUnavailable) as exc:  # stopped: see stopping.OUTCOMES
         interruptible(False)
-        _stopped(course, stop_of(exc))
+        _stopped(deps, state, stop_of(exc))
     except Exception as exc:  # the one try/except: always an outcome, never a silent death
         interruptible(False)
-        course.outcome = outcomes.ERROR
-        course.reason = f"{type(exc).__name__}: {exc}"[:300]
+        state.outcome = outcomes.ERROR
+        state.reason = f"{type(exc).__name__}: {exc}"[:300]
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}",
                      traceback=traceback.format_exc(limit=8)[-4000:])
     except WakeInterrupted as exc:  # SIGTERM/SIGINT to `brainstem wake`: recorded, the lease released, no crash
         interruptible(False)
         signal_name = str(exc)
-        course.outcome, course.reason, course.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
+        state.outcome, state.reason, state.clean_snapshot = outcomes.INTERRUPTED, f"received {signal_name}", None
         _try(lambda: karma.record(events.SIGNAL, signal=signal_name))
     except BaseException as exc:  # KeyboardInterrupt with no guard installed (in-process callers): record, let through
         interruptible(False)
-        course.outcome, course.reason = outcomes.INTERRUPTED, type(exc).__name__
-        course.next_wake = course.clean_snapshot = None
-        finish(course)
+        state.outcome, state.reason = outcomes.INTERRUPTED, type(exc).__name__
+        state.next_wake = state.clean_snapshot = None
+        finish(deps, state)
         raise
-    return finish(course)
+    return finish(deps, state)
 
 
-def _stopped(course: Course, stop: SessionStopped) -> None:
+def _stopped(deps: SessionDeps, state: SessionState, stop: SessionStopped) -> None:
     """End the session as its stop says (a signal during the lease or ground truth, the store gone...)."""
     outcome = OUTCOMES[stop.reason]
     if outcome is None:  # a fenced write refused: the lease is gone, and finish() records only that
         return
-    course.outcome, course.reason = outcome, stop_reason() if outcome == outcomes.INTERRUPTED else str(stop)
+    state.outcome, state.reason = outcome, stop_reason() if outcome == outcomes.INTERRUPTED else str(stop)
     if stop.reason == STORE_UNAVAILABLE:  # the infrastructure's, not the agent's: said so in its karma
-        _try(lambda: course.deps.karma.record(events.STORE_ERROR, error=course.reason))
+        _try(lambda: deps.karma.record(events.STORE_ERROR, error=state.reason))
 
 
-def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
+def _open(deps: SessionDeps, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
           restored: dict | None, problems: list[str], woke_for: str | None = None) -> None:
     """Advance the schedule before doing anything that could die, then record how the session starts.
 
     If it dies, its agent is due again at retry_after once no lease is held (its host may have died
     with it): at once after a first crash, then backing off, so a crash loop never spends every tick.
     The whole default sleep stays the advance for wakes that cannot tell."""
-    deps = course.deps
     store, karma, sid, dry = deps.store, deps.karma, deps.id, deps.mode == "dry_run"
     default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
     crashes = outcomes.crash_streak(session_history.recent(store, 32))
@@ -292,10 +300,9 @@ def _open(course: Course, wake_config: Any, left_today: float, crumb: dict | Non
         karma.record(events.CONFIG_REJECTED, key=keys.WAKE_CONFIG, reason="wake_config was not a JSON object; repaired")
 
 
-def _live(course: Course, wake_config: Any, context: dict, providers: list | None, orient_template: str,
+def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: list | None, orient_template: str,
           left_today: float) -> None:
     """Ground truth and effort, the session put together, then reflexes and the session's thinking."""
-    deps = course.deps
     settings, store, karma, budget, sid = deps.settings, deps.store, deps.karma, deps.budget, deps.id
     defaults = deps.defaults
     agent_kv = agent_view(store, karma, sid)
@@ -312,18 +319,18 @@ def _live(course: Course, wake_config: Any, context: dict, providers: list | Non
     # Ground truth is part of the session's time: at most a quarter of it.
     facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run",
                        timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
-    context["balances"] = facts["balances"]
-    context["kvUsage"] = facts["kvUsage"]
+    state.context["balances"] = facts["balances"]
+    state.context["kvUsage"] = facts["kvUsage"]
     fired = fired_tripwires(defaults.tripwires, facts)
     for tw in fired:
         karma.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
     requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
-    effort = effort_for(max_effort(defaults.wake.default_effort, requested), fired)
-    karma.record(events.EFFORT, effort=effort, tripwires_fired=len(fired),
+    state.effort = effort_for(max_effort(defaults.wake.default_effort, requested), fired)
+    karma.record(events.EFFORT, effort=state.effort, tripwires_fired=len(fired),
                  requested=requested if isinstance(requested, str) else None)
 
-    session = course.session = build_session(deps, context=context, effort=effort, providers=providers,
-                                             agent_kv=agent_kv, policy=policy, meter=meter, on_anomaly=on_anomaly)
+    session = build_session(deps, state, SessionSpec(providers=providers, agent_kv=agent_kv, policy=policy,
+                                                     meter=meter, on_anomaly=on_anomaly))
     deep = deep_reflect_due(store, defaults, deps.number)  # (due, why): asked once, for reflexes and below
     urgent = inbox.urgent_pending(store)
     if deep[0] and urgent:
@@ -334,7 +341,7 @@ def _live(course: Course, wake_config: Any, context: dict, providers: list | Non
         deep = (False, deep[1])
     sleep_for = check_reflexes(session, facts, deps.started, deep_due=deep[0], urgent_inbox=urgent)
     if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
-        course.kind, course.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
-        course.next_wake = {"sleep_seconds": sleep_for}
+        state.kind, state.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
+        state.next_wake = {"sleep_seconds": sleep_for}
     else:
-        think(course, session, orient_template, left_today, deep)
+        think(session, orient_template, left_today, deep)
