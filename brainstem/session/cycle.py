@@ -19,7 +19,7 @@ from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
 from brainstem.session.reflect import run_deep_reflect, run_reflect
-from brainstem.session.stopping import OUTCOMES, SessionStopped
+from brainstem.session.stopping import OUTCOMES, SessionStopped, stop_of
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
 from brainstem.store import karma as karma_mod
@@ -86,11 +86,10 @@ def plan_and_execute(session: Session, orient_template: str, left_today: float) 
     tally = CallTally(session.llm)
     try:
         plan = orient(session, orient_template)
-    except BudgetExceeded:  # no money (or time) left to plan with: a budget outcome, not a bad plan
-        state.outcome = outcomes.BUDGET_EXHAUSTED
-        return
-    except SessionStopped as stop:  # stopped from outside while planning (the wake gives no reason then)
-        state.outcome = OUTCOMES[stop.reason] or state.outcome
+    except (BudgetExceeded, SessionStopped) as exc:
+        # No money (or time) left to plan with: a budget outcome, not a bad plan. Stopped from outside
+        # while planning: interrupted (the wake gives no reason then).
+        state.outcome = OUTCOMES[stop_of(exc).reason] or state.outcome
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
         llm_fault(session, exc, "orient")

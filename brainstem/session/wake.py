@@ -230,8 +230,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
         _live(deps, state, wake_config, providers, orient_template, left_today)
         interruptible(False)
         if stop.cancel.is_set() and state.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
-            # the daemon or a signal is stopping it: say so, rather than blame the plan or budget
-            state.outcome, state.reason = outcomes.INTERRUPTED, state.reason or stop_reason()
+            stop.check()  # cancelled by the daemon or a signal: it ends interrupted, not blamed on the plan or budget
     except (SessionStopped, BudgetExceeded, LeaseLost, StoreUnavailable) as exc:  # stopped: see stopping.OUTCOMES
         interruptible(False)
         _stopped(deps, state, stop_of(exc))
