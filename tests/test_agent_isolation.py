@@ -28,8 +28,8 @@ from brainstem.session.context import kv_index, load_keys
 from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import open_store
-from brainstem.store.redis_store import RedisStore
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.redis.store import RedisStore
+from brainstem.store.sqlite.store import SQLiteStore
 
 from .conftest import run_cli
 from .test_guarded import Recorder

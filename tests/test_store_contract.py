@@ -189,8 +189,8 @@ def test_prefixes_isolate_agents(store):
 
 
 def _sibling(store, prefix):
-    from brainstem.store.redis_store import RedisStore
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.redis.store import RedisStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, prefix=prefix)
@@ -262,7 +262,7 @@ def test_a_trimmed_log_counts_from_its_oldest_kept_entry(store):
 def test_an_sqlite_file_from_before_trimmed_logs_were_renumbered_opens_as_it_was(tmp_path):
     import sqlite3
 
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)

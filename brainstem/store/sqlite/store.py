@@ -3,8 +3,8 @@
 Two processes may use one file at once (SQLite's own locking, a busy timeout,
 and ``BEGIN IMMEDIATE`` for read-modify-write); a file another process keeps
 locked beyond the busy timeout is waited out for a while. The tables are in
-:mod:`brainstem.store.sqlite_schema`; the file is owner-only
-(:mod:`brainstem.store.sqlite_file`). Agents sharing the file are confined as
+:mod:`brainstem.store.sqlite.schema`; the file is owner-only
+(:mod:`brainstem.store.sqlite.file`). Agents sharing the file are confined as
 described in :mod:`brainstem.core.names`; the registry of their names is the
 ``agents`` table. Today's spend held by calls in flight is the ``spend_holds``
 table, keyed like the spend itself.
@@ -37,9 +37,9 @@ from brainstem.store.base import (
     spend_record,
     spent_on,
 )
-from brainstem.store.sqlite_errors import abandon, is_busy, is_full, reason, store_error
-from brainstem.store.sqlite_file import make_private, not_writable, open_read_only, tighten
-from brainstem.store.sqlite_schema import has_column, set_up
+from brainstem.store.sqlite.errors import abandon, is_busy, is_full, reason, store_error
+from brainstem.store.sqlite.file import make_private, not_writable, open_read_only, tighten
+from brainstem.store.sqlite.schema import has_column, set_up
 
 RETRY_SECONDS = 5.0  # how long a statement keeps retrying a database locked beyond the busy timeout
 

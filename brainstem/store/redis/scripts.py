@@ -11,7 +11,7 @@ Layout under the agent's key prefix (several agents can share one Redis):
     __agents__                 the registry of agent names: a set, outside every prefix
 
 A script's keys are all the agent's, so on a Redis Cluster they share its hash slot
-(see :mod:`brainstem.store.redis_store`) and the script stays legal there.
+(see :mod:`brainstem.store.redis.store`) and the script stays legal there.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Several agents can share one Redis, each under its own key prefix; how the keys
 are laid out, and the Lua scripts that keep the leases, the fenced writes and
-today's spend atomic, are in :mod:`brainstem.store.redis_scripts`; reaching the
-server (URLs, clients) is :mod:`brainstem.store.redis_client`, and its failures
-become the store's in :mod:`brainstem.store.redis_errors`.
+today's spend atomic, are in :mod:`brainstem.store.redis.scripts`; reaching the
+server (URLs, clients) is :mod:`brainstem.store.redis.client`, and its failures
+become the store's in :mod:`brainstem.store.redis.errors`.
 
 The default agent's prefix is empty; its view refuses keys under a registered
 ``NAME:`` (see :mod:`brainstem.core.names`). In production give each agent its
@@ -33,7 +33,6 @@ import redis
 from brainstem.core.errors import ConfigError, MalformedValue, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
-from brainstem.store import redis_scripts as lua
 from brainstem.store.base import (
     KeyInfo,
     ListResult,
@@ -45,9 +44,10 @@ from brainstem.store.base import (
     lease_lost,
     listed_metadata,
 )
-from brainstem.store.redis_client import is_cluster, new_client, redact_url
-from brainstem.store.redis_errors import guard
-from brainstem.store.redis_scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
+from brainstem.store.redis import scripts as lua
+from brainstem.store.redis.client import is_cluster, new_client, redact_url
+from brainstem.store.redis.errors import guard
+from brainstem.store.redis.scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
 
