@@ -107,7 +107,7 @@ def own_redis(tmp_path):
 
 @pytest.fixture
 def redis_store(redis_url):
-    from brainstem.store.redis_store import RedisStore
+    from brainstem.store.redis.store import RedisStore
 
     store = RedisStore(redis_url, prefix=unique_prefix())
     yield store
@@ -120,7 +120,7 @@ def redis_store(redis_url):
 def fake_store():
     import fakeredis
 
-    from brainstem.store.redis_store import RedisStore
+    from brainstem.store.redis.store import RedisStore
 
     client = fakeredis.FakeRedis(decode_responses=True)
     store = RedisStore("redis://fake/0", prefix="agent:", client=client)
@@ -129,7 +129,7 @@ def fake_store():
 
 @pytest.fixture
 def sqlite_store(tmp_path):
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "store.db")
     yield store

@@ -22,14 +22,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from brainstem.core import events
+from brainstem.core import events, keys
 from brainstem.core.errors import ConfigError, ForeignAgentKey, KVWriteRefused
 from brainstem.session.context import kv_index, load_keys
 from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import open_store
-from brainstem.store.redis_store import RedisStore
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.fenced import FencedStore
+from brainstem.store.redis.store import RedisStore
+from brainstem.store.sqlite.store import SQLiteStore
 
 from .conftest import run_cli
 from .test_guarded import Recorder
@@ -108,8 +109,12 @@ BOB_KEYS = ["bob:soul", "bob:secret:x", "bob:anything", "bob:notes:plan"]
 
 # --- the default agent cannot reach a named agent ---------------------------------------------
 
-def test_default_agent_store_view_cannot_read_list_write_or_delete_bobs_keys(world):
+@pytest.mark.parametrize("view", ["plain", "fenced"])
+def test_default_agent_store_view_cannot_read_list_write_or_delete_bobs_keys(world, view):
     d = world["default"]
+    if view == "fenced":  # a session's view: its wake lease held, each write fenced; confined as its store is
+        assert d.acquire_lease(keys.WAKE_LEASE, "host:1:me", 30_000)
+        d = FencedStore(d, keys.WAKE_LEASE, "host:1:me")
     for key in BOB_KEYS:
         assert d.get(key) is None
         assert d.get_with_metadata(key) == (None, None)

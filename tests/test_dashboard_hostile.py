@@ -40,7 +40,7 @@ from brainstem.operator.dashboard import auth, charts
 from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.sqlite.store import SQLiteStore
 
 from .dashboard_client import TOKEN, TestClient, app_for, client
 

@@ -23,9 +23,10 @@ import pytest
 
 from brainstem.core import events, keys, outcomes
 from brainstem.core.clock import parse_iso
-from brainstem.core.errors import LeaseLost
+from brainstem.core.errors import ForeignAgentKey, LeaseLost
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
+from brainstem.store.fenced import FencedStore
 from brainstem.store.lease import Lease
 
 from .conftest import run_cli, wait_for
@@ -49,58 +50,106 @@ OWNER, OTHER = "host-a:1:aaaa", "host-b:2:bbbb"
 
 # --- fencing in the store's write path ---------------------------------------------
 
+# Every kind of write a session makes: the schedule, the breadcrumb, history, karma, memory, a tool's data,
+# a counter, trimming and deleting logs, and new spend.
+def _every_write(view):
+    return (lambda: view.put(keys.WAKE_CONFIG, {"by": "a again"}),
+            lambda: view.put(keys.SESSION_LAST_COMPLETED, "1-a"),
+            lambda: view.delete(keys.SESSION_CURRENT),
+            lambda: view.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a", "again": True})),
+            lambda: view.append(keys.karma("1-a"), json.dumps({"event": "llm_call"})),
+            lambda: view.put(keys.LAST_REFLECT, {"summary": "stale"}),
+            lambda: view.put("tooldata:t:x", "1"), lambda: view.put("notes", "still mine"),
+            lambda: view.incr(keys.SESSION_COUNTER), lambda: view.trim_log(keys.SESSION_HISTORY, 0),
+            lambda: view.delete_log(keys.SESSION_HISTORY),
+            lambda: view.reserve_spend("2026-01-01", 0.01, 5.0, "t1", 60))
+
+
+def _everything(view):
+    return {k.name: view.get(k.name) if not k.is_log else view.read_log(k.name) for k in view.list_all("")}
+
+
 def test_every_write_is_made_only_while_the_lease_is_the_writers(st):
-    st.lease = (keys.WAKE_LEASE, OWNER)
+    session = FencedStore(st, keys.WAKE_LEASE, OWNER)
     with pytest.raises(LeaseLost, match="wake_config"):  # no lock at all
-        st.put(keys.WAKE_CONFIG, {"next_wake_after": "x"})
+        session.put(keys.WAKE_CONFIG, {"next_wake_after": "x"})
     assert st.get(keys.WAKE_CONFIG) is None
 
     assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 30_000)
-    st.put(keys.WAKE_CONFIG, {"by": "a"})
-    st.put(keys.SESSION_CURRENT, {"id": "1-a"})
-    st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a"}))
-    assert st.delete(keys.SESSION_CURRENT)
+    session.put(keys.WAKE_CONFIG, {"by": "a"})
+    session.put(keys.SESSION_CURRENT, {"id": "1-a"})
+    session.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a"}))
+    assert session.delete(keys.SESSION_CURRENT)
 
     # Another wake takes the lease over: every fenced write is refused, and nothing is changed.
     assert st.release_lease(keys.WAKE_LEASE, OWNER) and st.acquire_lease(keys.WAKE_LEASE, OTHER, 30_000)
-    st.lease = None
     st.put(keys.SESSION_CURRENT, {"id": "2-b"})  # the new holder's breadcrumb (written unfenced here)
-    st.lease = (keys.WAKE_LEASE, OWNER)
-    before = {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")}
-    # Every kind of write: the schedule, the breadcrumb, history, karma, memory, a tool's data, a counter,
-    # trimming and deleting logs, and new spend. None goes through, and nothing changes.
-    for write in (lambda: st.put(keys.WAKE_CONFIG, {"by": "a again"}),
-                  lambda: st.put(keys.SESSION_LAST_COMPLETED, "1-a"),
-                  lambda: st.delete(keys.SESSION_CURRENT),
-                  lambda: st.append(keys.SESSION_HISTORY, json.dumps({"id": "1-a", "again": True})),
-                  lambda: st.append(keys.karma("1-a"), json.dumps({"event": "llm_call"})),
-                  lambda: st.put(keys.LAST_REFLECT, {"summary": "stale"}),
-                  lambda: st.put("tooldata:t:x", "1"), lambda: st.put("notes", "still mine"),
-                  lambda: st.incr(keys.SESSION_COUNTER), lambda: st.trim_log(keys.SESSION_HISTORY, 0),
-                  lambda: st.delete_log(keys.SESSION_HISTORY),
-                  lambda: st.reserve_spend("2026-01-01", 0.01, 5.0, "t1", 60)):
+    before = _everything(st)
+    for write in _every_write(session):
         with pytest.raises(LeaseLost):
             write()
-    assert {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")} == before
+    assert _everything(st) == before
     assert st.daily_spend("2026-01-01") == (0.0, 0.0)
-    # The one write a session without its lease makes: unfenced, from its own thread, on purpose.
-    with st.unfenced():
-        st.append(keys.karma("1-a"), json.dumps({"event": "lease_lost"}))
+    # The one write a session without its lease makes: through the plain store under its view, by name.
+    session.unfenced.append(keys.karma("1-a"), json.dumps({"event": "lease_lost"}))
     assert st.read_log(keys.karma("1-a")) == [json.dumps({"event": "lease_lost"})]
-    st.append(keys.WAKE_LOG, json.dumps({"fire": "lease_lost"}))  # the daemon's own log is not the session's
-    # A write with no lease (the operator's) is not fenced.
-    st.lease = None
+    session.append(keys.WAKE_LOG, json.dumps({"fire": "lease_lost"}))  # the daemon's own log is not the session's
+    # A write through the plain store (the operator's) is not fenced.
     st.put(keys.WAKE_CONFIG, {"by": "operator"})
     assert st.get(keys.WAKE_CONFIG, "json") == {"by": "operator"}
 
 
+def test_a_write_the_fenced_view_refuses_goes_through_the_plain_store(st):
+    """The fence is the view's, not the store's: with the lease gone, each write through the session's view
+    is refused while the same write through the plain store is made."""
+    session = FencedStore(st, keys.WAKE_LEASE, OWNER)
+    assert st.acquire_lease(keys.WAKE_LEASE, OTHER, 30_000)
+    st.put(keys.SESSION_CURRENT, {"id": "2-b"})
+    st.append(keys.SESSION_HISTORY, json.dumps({"id": "2-b"}))
+    for fenced, plain in zip(_every_write(session), _every_write(st), strict=True):
+        before = _everything(st)
+        with pytest.raises(LeaseLost):
+            fenced()
+        assert _everything(st) == before
+        plain()
+    assert st.get(keys.WAKE_CONFIG, "json") == {"by": "a again"} and st.get("notes") == "still mine"
+    assert st.get(keys.SESSION_COUNTER, "json") == 1 and st.log_length(keys.SESSION_HISTORY) == 0
+    assert st.daily_spend("2026-01-01") == (0.0, 0.01)
+
+
+def test_reads_through_the_fenced_view_see_the_store(st):
+    """Reads pass through the view as they are, held lease or not, and confined as the store is."""
+    session = FencedStore(st, keys.WAKE_LEASE, OWNER)
+    st.put("notes", "mine", metadata={"v": 1})
+    st.append(keys.karma("1-a"), json.dumps({"event": "session_start"}))
+    st.settle_spend("2026-01-01", None, 0.5)
+    for holder in (None, OTHER):  # no lease held, then another wake's
+        if holder is not None:
+            assert st.acquire_lease(keys.WAKE_LEASE, holder, 30_000)
+        assert session.get("notes") == st.get("notes") == "mine"
+        assert session.get_with_metadata("notes") == st.get_with_metadata("notes") == ("mine", {"v": 1})
+        assert session.get(keys.SOUL) == st.get(keys.SOUL) and session.get(keys.SOUL)
+        assert _everything(session) == _everything(st)
+        assert [k.name for k in session.list("karma:").keys] == [k.name for k in st.list("karma:").keys]
+        assert session.read_log(keys.karma("1-a"), -1) == st.read_log(keys.karma("1-a"), -1)
+        assert session.log_length(keys.karma("1-a")) == st.log_length(keys.karma("1-a")) == 1
+        assert session.daily_spend("2026-01-01") == st.daily_spend("2026-01-01") == (0.5, 0.0)
+        assert session.lease_owner(keys.WAKE_LEASE) == st.lease_owner(keys.WAKE_LEASE)
+        assert session.usage()["keys"] == st.usage()["keys"]
+    assert session.display_url == st.display_url and session.agent == st.agent
+    # Confined as the store is: the store's internals are neither readable nor writable through the view.
+    assert session.get("__agents__") is None
+    with pytest.raises(ForeignAgentKey):
+        session.put("__meta__:notes", "x")
+
+
 def test_an_expired_lease_fences_too(st):
-    st.lease = (keys.WAKE_LEASE, OWNER)
+    session = FencedStore(st, keys.WAKE_LEASE, OWNER)
     assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 150)
-    st.put(keys.WAKE_CONFIG, {"n": 1})
+    session.put(keys.WAKE_CONFIG, {"n": 1})
     wait_for(lambda: st.lease_owner(keys.WAKE_LEASE) is None, 5, "the 150 ms lease to run out")
     with pytest.raises(LeaseLost):
-        st.put(keys.WAKE_CONFIG, {"n": 2})
+        session.put(keys.WAKE_CONFIG, {"n": 2})
     assert st.get(keys.WAKE_CONFIG, "json") == {"n": 1}
 
 
@@ -113,7 +162,7 @@ def test_a_call_answered_after_the_lease_is_lost_is_booked_and_recorded_as_spend
     from brainstem.state.budget import Budget, DailyLedger, daily_spent
     from brainstem.state.config import shipped_models
 
-    st.lease = (keys.WAKE_LEASE, OWNER)
+    session = FencedStore(st, keys.WAKE_LEASE, OWNER)
     assert st.acquire_lease(keys.WAKE_LEASE, OWNER, 30_000)
 
     def taken_over(req):
@@ -121,8 +170,8 @@ def test_a_call_answered_after_the_lease_is_lost_is_booked_and_recorded_as_spend
         return {"content": "done", "cost": 0.0021}
 
     llm.responder = taken_over
-    recorder = karma.Karma(st, "1-a")
-    budget = Budget(max_cost=1.0, max_steps=5, max_duration=60, daily=DailyLedger(st, 5.0))
+    recorder = karma.Karma(session, "1-a")
+    budget = Budget(max_cost=1.0, max_steps=5, max_duration=60, daily=DailyLedger(session, 5.0))
     chokepoint = LLM(models=shipped_models(), budget=budget, record=recorder.record, soul="soul",
                      providers=[OpenRouterProvider(llm.base_url, "sk-test", max_attempts=1)])
     with pytest.raises(LeaseLost):

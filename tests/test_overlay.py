@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from brainstem.core.errors import ForeignAgentKey
+from brainstem.core import keys
+from brainstem.core.errors import ForeignAgentKey, LeaseLost
 from brainstem.store import open_store
+from brainstem.store.fenced import FencedStore
 from brainstem.store.overlay import OverlayStore
 
 
@@ -55,6 +57,21 @@ def test_passthrough_keys_reach_the_store(base):
     ov.put("wake_config", "thrown away")
     assert base.read_log("karma:dry-1") == ["kept"] and base.get("stats:daily_cost") == "1"
     assert base.get("wake_config") is None
+
+
+def test_over_a_fenced_view_only_the_passthrough_writes_are_fenced(base):
+    """An overlay over a session's fenced view: what it keeps needs no lease, and what reaches the store
+    goes through the view's fence."""
+    session = FencedStore(base, keys.WAKE_LEASE, "host:1:me")
+    ov = OverlayStore(session, passthrough={"karma:dry-1"}.__contains__)
+    assert base.acquire_lease(keys.WAKE_LEASE, "host:1:me", 30_000)
+    ov.append("karma:dry-1", "kept")
+    assert base.release_lease(keys.WAKE_LEASE, "host:1:me") and base.acquire_lease(keys.WAKE_LEASE, "other", 30_000)
+    with pytest.raises(LeaseLost):
+        ov.append("karma:dry-1", "refused")
+    ov.put("wake_config", "kept here")
+    assert ov.get("wake_config") == "kept here" and ov.get("a") == "base-a"
+    assert base.read_log("karma:dry-1") == ["kept"] and base.get("wake_config") is None
 
 
 def test_leases_are_held_in_the_overlay_only(base):

@@ -15,6 +15,7 @@ from brainstem.core import keys
 from brainstem.core.errors import ConfigError, LeaseLost
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
+from brainstem.store.fenced import FencedStore
 
 from .conftest import run_cli, unique_prefix
 from .wake_helpers import finished, plan, reflection, run_wake, seeded, think, wake_env
@@ -57,14 +58,13 @@ def test_an_agents_keys_share_one_slot_so_its_scripts_and_transactions_work(redi
     assert {tag + "soul", tag + "__meta__:soul", tag + "__lock__:wake"} <= set(found)
     assert len(slots(ports, found)) == 1, "an agent's keys are spread over slots"
     assert store.get_with_metadata("soul") == ("be useful", {"v": 1})  # MGET of a value and its metadata
-    store.lease = (keys.WAKE_LEASE, "me")
-    store.put(keys.WAKE_CONFIG, {"n": 1})  # a fenced write: a Lua script over three keys
+    session = FencedStore(store, keys.WAKE_LEASE, "me")
+    session.put(keys.WAKE_CONFIG, {"n": 1})  # a fenced write: a Lua script over three keys
     store.release_lease(keys.WAKE_LEASE, "me")
     assert store.acquire_lease(keys.WAKE_LEASE, "someone-else", 5000)
     with pytest.raises(LeaseLost):
-        store.put(keys.WAKE_CONFIG, {"n": 2})
+        session.put(keys.WAKE_CONFIG, {"n": 2})
     assert store.get(keys.WAKE_CONFIG, "json") == {"n": 1}
-    store.lease = None
     assert store.delete("config:defaults") and store.get("config:defaults") is None
     store.close()
 

@@ -10,7 +10,7 @@ import pytest
 from brainstem.core.errors import ConfigError, KVWriteRefused
 from brainstem.core.secrets import grant, parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.sqlite.store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolServices
 from brainstem.tools.tool import ToolMeta

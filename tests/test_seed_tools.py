@@ -56,7 +56,7 @@ from brainstem.core import keys
 from brainstem.core.secrets import parse_bindings
 from brainstem.sandbox import egress
 from brainstem.state.guarded import AgentKV
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.sqlite.store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool as run_in_runtime
 

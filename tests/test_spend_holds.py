@@ -181,7 +181,7 @@ def test_on_a_cluster_the_spend_and_its_holds_share_the_agents_slot(redis_cluste
 def test_a_dry_runs_overlay_holds_against_the_real_store(tmp_path):
     """A dry run's overlay passes today's spend through: its real calls are real money."""
     from brainstem.store.overlay import OverlayStore
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     base = SQLiteStore(tmp_path / "s.db")
     through = OverlayStore(base, passthrough={keys.DAILY_COST}.__contains__)

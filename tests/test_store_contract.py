@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from brainstem.core.errors import MalformedValue
+from brainstem.core.errors import LeaseLost, MalformedValue
 
 from .conftest import unique_prefix
 
@@ -157,6 +157,30 @@ def test_lease_expires(store):
     assert store.acquire_lease("wake", "next", 5_000) is True
 
 
+def test_a_write_with_a_fence_is_made_only_while_its_lease_is_the_owners(store):
+    """Each write takes its fence explicitly: refused (and nothing changed) unless the lease names the owner."""
+    fence = ("wake", "owner-a")
+    writes = (lambda f: store.put("k", "v", fence=f), lambda f: store.delete("k", fence=f),
+              lambda f: store.incr("n", fence=f), lambda f: store.append("lg", "e", fence=f),
+              lambda f: store.trim_log("lg", 0, fence=f), lambda f: store.delete_log("lg", fence=f),
+              lambda f: store.reserve_spend("2026-01-01", 0.01, 1.0, "t", 60, fence=f))
+    assert store.acquire_lease("wake", "owner-b", 5_000)
+    for write in writes:
+        with pytest.raises(LeaseLost):
+            write(fence)
+    assert store.list_all() == [] and store.daily_spend("2026-01-01") == (0.0, 0.0)
+    assert store.release_lease("wake", "owner-b") and store.acquire_lease("wake", "owner-a", 5_000)
+    store.put("k", "v", fence=fence)
+    assert store.incr("n", fence=fence) == 1 and store.append("lg", "e", fence=fence) == 1
+    assert store.get("k") == "v" and store.delete("k", fence=fence) and store.get("k") is None
+    store.append("lg", "e2", fence=fence)
+    store.trim_log("lg", 1, fence=fence)
+    assert store.read_log("lg") == ["e2"] and store.delete_log("lg", fence=fence) and store.log_length("lg") == 0
+    assert store.reserve_spend("2026-01-01", 0.01, 1.0, "t", 60, fence=fence)
+    for write in writes:  # no fence: made whoever holds the lease
+        write(None)
+
+
 def test_incr(store):
     assert store.incr("session_counter") == 1
     assert store.incr("session_counter") == 2
@@ -189,8 +213,8 @@ def test_prefixes_isolate_agents(store):
 
 
 def _sibling(store, prefix):
-    from brainstem.store.redis_store import RedisStore
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.redis.store import RedisStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         return SQLiteStore(store.path, prefix=prefix)
@@ -262,7 +286,7 @@ def test_a_trimmed_log_counts_from_its_oldest_kept_entry(store):
 def test_an_sqlite_file_from_before_trimmed_logs_were_renumbered_opens_as_it_was(tmp_path):
     import sqlite3
 
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "old.db"
     db = sqlite3.connect(path)

@@ -271,7 +271,7 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
         one_line(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}), 2, "no agent 'bob'")
         one_line(run_cli("kv", "put", "notes:x", "y", env=env), 3, "read-only")
         one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
-        from brainstem.store.redis_store import RedisStore
+        from brainstem.store.redis.store import RedisStore
 
         with RedisStore(env["BRAINSTEM_KV"]) as store, pytest.raises(StoreReadOnly):
             store.put("notes:x", "y")  # not retried: a replica stays one
@@ -281,7 +281,7 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
 
 
 def test_a_full_sqlite_store_is_store_full_naming_the_disk(tmp_path):
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "s.db")
     store.put("a", "x")
@@ -424,7 +424,7 @@ def _rows(path: Path, key: str) -> int:
 
 
 def test_expired_rows_are_deleted_when_a_key_with_a_ttl_is_written(tmp_path):
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "s.db"
     store = SQLiteStore(path)
@@ -446,7 +446,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
     """The command ran, then the connection dropped before the reply: the retry must not push it again."""
     import redis as redis_lib
 
-    from brainstem.store.redis_store import RedisStore
+    from brainstem.store.redis.store import RedisStore
 
     store = RedisStore(redis_url, prefix=unique_prefix())
     try:
@@ -470,7 +470,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
 
 @pytest.mark.redis
 def test_a_redis_restart_during_a_write_is_survived(tmp_path):
-    from brainstem.store.redis_store import RedisStore
+    from brainstem.store.redis.store import RedisStore
 
     from .redis_server import RedisServerError, free_port, start_redis_server, stop
 
@@ -514,7 +514,7 @@ def test_a_redis_restart_during_a_write_is_survived(tmp_path):
 
 
 def test_sqlite_locked_beyond_the_busy_timeout_is_retried(tmp_path):
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "s.db"
     store = SQLiteStore(path, busy_timeout_ms=100)

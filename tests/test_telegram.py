@@ -27,7 +27,7 @@ from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
 from brainstem.store.lease import host_name
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.sqlite.store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
 

@@ -25,7 +25,7 @@ from brainstem.core import keys
 from brainstem.core.secrets import parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import seed
-from brainstem.store.sqlite_store import SQLiteStore
+from brainstem.store.sqlite.store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
 

@@ -65,8 +65,8 @@ TELEGRAM_LEASE = "telegram"  # a lease name: the one process polling the agent's
 
 # While a session holds its wake lease, every write it makes through its store view is fenced: it goes
 # through only if the lease is still the session's, checked by the store in the same atomic operation
-# (``Store.lease``). A session whose lease ran out, or was taken over by another host, so writes nothing
-# at all. These keys are not the session's to fence: the daemon's log of its fires.
+# (``brainstem.store.fenced.FencedStore``). A session whose lease ran out, or was taken over by another
+# host, so writes nothing at all. These keys are not the session's to fence: the daemon's log of its fires.
 UNFENCED = frozenset({WAKE_LOG})
 
 

@@ -102,9 +102,9 @@ def lease_lost(deps: SessionDeps, state: SessionState) -> WakeResult:
     reason = (lease.reason if lease is not None else None) or "the store refused a fenced write"
     cause = (lease.cause if lease is not None else None) or "taken_over"
     def record() -> None:
-        with deps.store.unfenced():  # the one thing a session without its lease still writes
-            deps.karma.record(events.LEASE_LOST, reason=reason, cause=cause, outcome=state.outcome,
-                                cost=round(deps.budget.spent, 10), steps=deps.budget.steps)
+        # the one thing a session without its lease still writes
+        deps.karma.record_unfenced(events.LEASE_LOST, reason=reason, cause=cause, outcome=state.outcome,
+                                   cost=round(deps.budget.spent, 10), steps=deps.budget.steps)
 
     try:
         _while_the_store_is_away(record)

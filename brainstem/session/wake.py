@@ -63,6 +63,7 @@ from brainstem.state.sleep import PESSIMISTIC, agent_sleeping_until, asleep_mess
 from brainstem.state.versions import auto_restore, snapshot
 from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
+from brainstem.store.fenced import FencedStore
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.lease import (
     Lease,
@@ -99,7 +100,7 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
     token = owner_token(uuid.uuid4().hex[:8])
     acquire_wake_lease(store, token, ttl_ms=int(settings.lease_seconds * 1000))
     lease = Lease(store, token, settings.lease_seconds).start()
-    store.lease = (keys.WAKE_LEASE, token)  # from here the schedule, history and breadcrumb are fenced
+    fenced = FencedStore(store, keys.WAKE_LEASE, token)  # the session's every write is fenced by the lease
     try:
         # Due is decided again under the lease: a wake that stalled after its first look (while
         # another ran a session and moved the schedule) must not run a second one.
@@ -110,11 +111,10 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
         woke_for = None
         if not force and agent_sleeping_until(store, wake_config, leased=True, urgent=False) is not None:
             woke_for = "urgent_inbox"  # the schedule alone says asleep: an urgent message woke it
-        return _session(settings, store, wake_config, providers, listeners, cancel, lease, woke_for=woke_for)
+        return _session(settings, fenced, wake_config, providers, listeners, cancel, lease, woke_for=woke_for)
     finally:
         interruptible(False)
         lease.stop()
-        store.lease = None
         try:
             store.release_lease(keys.WAKE_LEASE, token)
         finally:

@@ -12,11 +12,8 @@ value written as ``{"a": 1}`` reads back as ``'{"a": 1}'`` with ``get`` and as
 from __future__ import annotations
 
 import builtins
-import functools
 import json
 import math
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,7 +27,6 @@ from brainstem.core.errors import (
     StoreReadOnly,
     UnknownAgent,
 )
-from brainstem.core.keys import UNFENCED
 
 
 @dataclass
@@ -51,31 +47,30 @@ class ListResult:
         return self.cursor is None
 
 
-# How each primitive is confined to the view's own agent (see ``Store.__init_subclass__``):
-# a read of a key that is not this agent's answers "absent"; a write raises ForeignAgentKey.
-_READS = {"get_text": lambda: None, "get_with_metadata": lambda: (None, None), "read_log": list,
-          "log_length": lambda: 0, "lease_owner": lambda: None}
-_WRITES = frozenset({"put", "delete", "incr", "append", "delete_log", "trim_log",
-                     "acquire_lease", "release_lease", "renew_lease"})
-# Today's spend: the keys are fixed (``keys.DAILY_COST`` and its holds), always the view's own.
-_SPEND = {"reserve_spend": True, "settle_spend": True, "daily_spend": False}  # name -> is a write
+# A write's fence: (lease name, owner token). The write goes through only if that lease is still that
+# owner's, checked by the backend atomically with the write; else LeaseLost.
+Fence = tuple[str, str]
 
 
 class Store:
     """What every backend offers. Keys are plain strings; backends add their own prefix.
 
-    Subclasses implement the primitives; the JSON helpers live here once, and so
-    does confinement: every primitive a backend defines is wrapped so that a view
-    never reaches another agent's keys (see :mod:`brainstem.core.names`). A named
-    agent's view is confined by its prefix; the default agent's view refuses keys
-    whose first segment is a registered name. Backends provide the registry
-    (``_registry_*``).
+    The public methods are defined here once, and each confines the view before it calls the
+    backend's primitive of the same name (``get_text`` calls ``_get_text``, ``put`` calls ``_put``; a
+    backend implements only the primitives): a read of a key that is not this view's answers "absent",
+    a write of one raises :class:`ForeignAgentKey` (see :mod:`brainstem.core.names`). A named agent's
+    view is confined by its prefix; the default agent's view refuses keys whose first segment is a
+    registered name. Backends provide the registry (``_registry_*``).
 
     A named view built with ``registers`` (the default for a view made directly) registers its name
     before its first operation. One opened by the commands (``open_store(register=False)``) does
     not: an agent exists once ``brainstem seed`` or ``brainstem agents register`` has registered it,
     and any operation through a view of a name that is not registered is :class:`UnknownAgent`, so
     a mistyped ``BRAINSTEM_KV_PREFIX`` neither becomes an agent nor reads the default agent's keys.
+
+    Every write takes a ``fence`` (see :data:`Fence`); None, the default, is an unfenced write (the
+    operator's commands). A session writes through a :class:`~brainstem.store.fenced.FencedStore`,
+    which fences each of its writes with the session's wake lease.
     """
 
     display_url: str = ""  # the URL with any password removed, safe to print
@@ -85,24 +80,6 @@ class Store:
     # Names seen registered, cached for the default agent's refusals. ``agents rm`` may unregister one
     # later; a stale entry only over-refuses (the default agent keeps off keys that nobody owns now).
     _known_agents: frozenset[str] = frozenset()
-    # (lease name, owner) while a session holds its wake lease through this view: every write then goes
-    # through only if the lease is still that owner's, checked atomically with the write, else
-    # :class:`~brainstem.core.errors.LeaseLost` (a session that lost its lease writes nothing: no karma, no
-    # key, no spend). None: unfenced (the operator's commands). See :meth:`fence_for`, :meth:`unfenced`.
-    lease: tuple[str, str] | None = None
-    _unfenced_here: threading.local | None = None
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        for name, fn in list(vars(cls).items()):
-            if name in _READS:
-                setattr(cls, name, _confined_read(fn, _READS[name]))
-            elif name in _WRITES:
-                setattr(cls, name, _confined_write(fn))
-            elif name == "list":
-                setattr(cls, name, _confined_list(fn))
-            elif name in _SPEND:
-                setattr(cls, name, _readied(fn, _SPEND[name]))
 
     # --- registry (each backend) ---
     def _registry_has(self, name: str) -> bool: raise NotImplementedError
@@ -200,69 +177,140 @@ class Store:
                 # A read-only store can still be read: the view's own keys are under its prefix whether or
                 # not the name is registered; registration is tried again before the first write.
 
-    # --- primitives (each backend) ---
-    def get_text(self, key: str) -> str | None: raise NotImplementedError
-    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]: raise NotImplementedError
-    def put(self, key: str, value: Any, metadata: dict | None = None,
-            ttl: float | None = None) -> None: raise NotImplementedError
-    def delete(self, key: str) -> bool: raise NotImplementedError
-    def list(self, prefix: str = "", limit: int = 1000,
-             cursor: str | None = None) -> ListResult: raise NotImplementedError
-    def append(self, log_key: str, entry: Any) -> int: raise NotImplementedError
-    def read_log(self, log_key: str, start: int = 0,
-                 stop: int | None = None) -> builtins.list[str]: raise NotImplementedError
-    def log_length(self, log_key: str) -> int: raise NotImplementedError
-    def delete_log(self, log_key: str) -> bool: raise NotImplementedError
-    def trim_log(self, log_key: str, keep: int) -> None: raise NotImplementedError  # keep the newest ``keep``
-    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
-    def release_lease(self, name: str, owner: str) -> bool: raise NotImplementedError
-    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
-    def lease_owner(self, name: str) -> str | None: raise NotImplementedError
-    def incr(self, key: str, amount: int = 1) -> int: raise NotImplementedError
-    def usage(self) -> dict: raise NotImplementedError
+    def _readable(self, key: Any) -> bool:
+        """Ready the view for a read of ``key``; False when the key is not this view's (it reads as absent)."""
+        self._ready(write=False)
+        return self.owner_of(key) is None
 
-    # --- today's spend, shared by every process of the agent (each backend, atomically) ---
-    # The day's actual spend is ``keys.DAILY_COST`` (``{"date": DAY, "usd": N}``, readable with ``get``);
-    # the holds live beside it, as the store's internals. A hold counts until it is settled or its
-    # deadline passes, so a process that dies between reserve and settle blocks nothing for long.
-    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str,
-                      ttl_s: float) -> bool:
+    # --- the protocol: each method confines the view, then calls the backend's primitive ---
+    def get_text(self, key: str) -> str | None:
+        return self._get_text(key) if self._readable(key) else None
+
+    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+        return self._get_with_metadata(key) if self._readable(key) else (None, None)
+
+    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None, *,
+            fence: Fence | None = None) -> None:
+        self._ready()
+        self.check_writable(key)
+        self._put(key, encode(value), metadata, ttl, fence)
+
+    def delete(self, key: str, *, fence: Fence | None = None) -> bool:
+        self._ready()
+        self.check_writable(key)
+        return self._delete(key, fence)
+
+    def incr(self, key: str, amount: int = 1, *, fence: Fence | None = None) -> int:
+        self._ready()
+        self.check_writable(key)
+        return self._incr(key, amount, fence)
+
+    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+        """One page of the keys under ``prefix`` this view may see: never the store's internals, and for
+        the default agent never a registered agent's."""
+        self._ready(write=False)
+        prefix = prefix or ""
+        if prefix.startswith(names.INTERNAL) or (":" in prefix and self.owner_of(prefix) is not None):
+            return ListResult()  # wholly another agent's (or the internals): nothing to scan
+        res = self._list(prefix, limit, cursor)
+        keys = [k for k in res.keys if not k.name.startswith(names.INTERNAL)]
+        if not self.prefix and any(names.candidate(k.name) for k in keys):
+            agents = self.registered_agents()  # one lookup for the whole page
+            keys = [k for k in keys if names.candidate(k.name) not in agents]
+        res.keys = keys
+        return res
+
+    def append(self, log_key: str, entry: Any, *, fence: Fence | None = None) -> int:
+        self._ready()
+        self.check_writable(log_key)
+        return self._append(log_key, encode(entry), fence)
+
+    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
+        """Entries ``start`` .. ``stop`` (exclusive, Python slice semantics incl. negatives)."""
+        return self._read_log(log_key, start, stop) if self._readable(log_key) else []
+
+    def log_length(self, log_key: str) -> int:
+        return self._log_length(log_key) if self._readable(log_key) else 0
+
+    def delete_log(self, log_key: str, *, fence: Fence | None = None) -> bool:
+        self._ready()
+        self.check_writable(log_key)
+        return self._delete_log(log_key, fence)
+
+    def trim_log(self, log_key: str, keep: int, *, fence: Fence | None = None) -> None:
+        """Keep the newest ``keep`` entries."""
+        self._ready()
+        self.check_writable(log_key)
+        self._trim_log(log_key, keep, fence)
+
+    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        self._ready()
+        self.check_writable(name)
+        return self._acquire_lease(name, owner, ttl_ms)
+
+    def release_lease(self, name: str, owner: str) -> bool:
+        self._ready()
+        self.check_writable(name)
+        return self._release_lease(name, owner)
+
+    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        self._ready()
+        self.check_writable(name)
+        return self._renew_lease(name, owner, ttl_ms)
+
+    def lease_owner(self, name: str) -> str | None:
+        return self._lease_owner(name) if self._readable(name) else None
+
+    # Today's spend, shared by every process of the agent (each backend, atomically). The day's actual
+    # spend is ``keys.DAILY_COST`` (``{"date": DAY, "usd": N}``, readable with ``get``); the holds live
+    # beside it, as the store's internals. A hold counts until it is settled or its deadline passes, so
+    # a process that dies between reserve and settle blocks nothing for long. The keys are fixed, always
+    # the view's own.
+    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float, *,
+                      fence: Fence | None = None) -> bool:
         """Hold ``amount`` USD under ``token`` for ``ttl_s`` seconds, if ``day``'s actual spend plus
         every live hold plus ``amount`` stays within ``ceiling``; False (and nothing held) otherwise."""
-        raise NotImplementedError
+        self._ready()
+        return self._reserve_spend(day, amount, ceiling, token, ttl_s, fence)
 
     def settle_spend(self, day: str, token: str | None, actual: float) -> float:
         """Drop the hold ``token`` (None: none) and add ``actual`` (may be negative: a correction) to
-        ``day``'s spend, never below 0; returns the day's spend after."""
-        raise NotImplementedError
+        ``day``'s spend, never below 0; returns the day's spend after. Never fenced: the money is spent."""
+        self._ready()
+        return self._settle_spend(day, token, actual)
 
     def daily_spend(self, day: str) -> tuple[float, float]:
         """(``day``'s actual spend, USD held now by live holds)."""
-        raise NotImplementedError
+        self._ready(write=False)
+        return self._daily_spend(day)
+
+    def usage(self) -> dict:
+        return self._usage()
 
     def close(self) -> None: pass
 
-    def fence_for(self, key: str) -> tuple[str, str] | None:
-        """The lease a write to ``key`` must hold (see ``lease``), or None when the write is unfenced: no
-        lease, a key that is not the session's (the daemon's ``wake_log``), or inside :meth:`unfenced`."""
-        lease = self.lease
-        if lease is None or key in UNFENCED:
-            return None
-        here = self._unfenced_here
-        return None if here is not None and getattr(here, "on", False) else lease
-
-    @contextmanager
-    def unfenced(self):
-        """Writes from this thread, inside the block, are not fenced: the one entry a session that lost
-        its lease still writes (``lease_lost``), and the settling of money already spent."""
-        if self._unfenced_here is None:
-            self._unfenced_here = threading.local()
-        here = self._unfenced_here
-        before, here.on = getattr(here, "on", False), True
-        try:
-            yield self
-        finally:
-            here.on = before
+    # --- primitives (each backend): the key is this view's; text is already encoded ---
+    def _get_text(self, key: str) -> str | None: raise NotImplementedError
+    def _get_with_metadata(self, key: str) -> tuple[str | None, dict | None]: raise NotImplementedError
+    def _put(self, key: str, text: str, metadata: dict | None, ttl: float | None,
+             fence: Fence | None) -> None: raise NotImplementedError
+    def _delete(self, key: str, fence: Fence | None) -> bool: raise NotImplementedError
+    def _incr(self, key: str, amount: int, fence: Fence | None) -> int: raise NotImplementedError
+    def _list(self, prefix: str, limit: int, cursor: str | None) -> ListResult: raise NotImplementedError
+    def _append(self, log_key: str, text: str, fence: Fence | None) -> int: raise NotImplementedError
+    def _read_log(self, log_key: str, start: int, stop: int | None) -> builtins.list[str]: raise NotImplementedError
+    def _log_length(self, log_key: str) -> int: raise NotImplementedError
+    def _delete_log(self, log_key: str, fence: Fence | None) -> bool: raise NotImplementedError
+    def _trim_log(self, log_key: str, keep: int, fence: Fence | None) -> None: raise NotImplementedError
+    def _acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def _release_lease(self, name: str, owner: str) -> bool: raise NotImplementedError
+    def _renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool: raise NotImplementedError
+    def _lease_owner(self, name: str) -> str | None: raise NotImplementedError
+    def _reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float,
+                       fence: Fence | None) -> bool: raise NotImplementedError
+    def _settle_spend(self, day: str, token: str | None, actual: float) -> float: raise NotImplementedError
+    def _daily_spend(self, day: str) -> tuple[float, float]: raise NotImplementedError
+    def _usage(self) -> dict: raise NotImplementedError
 
     # --- shared on top of the primitives ---
     def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
@@ -329,63 +377,6 @@ def _refusal(key: str, owner: str) -> str:
         return f"key {key!r} is reserved for the store's internals"
     return (f"key {key!r} belongs to agent {owner!r}, which shares this store; the default agent cannot "
             f"write, delete or lock it (act as that agent with BRAINSTEM_KV_PREFIX={owner}: or --agent {owner})")
-
-
-def _key_param(fn) -> str:
-    """The name of the key argument: (self, key | log_key | name, ...). No ``inspect``: the sleep path
-    imports this module and ``inspect`` would cost it milliseconds."""
-    while hasattr(fn, "__wrapped__"):
-        fn = fn.__wrapped__
-    return fn.__code__.co_varnames[1]
-
-
-def _confined_read(fn, absent):
-    param = _key_param(fn)
-
-    @functools.wraps(fn)
-    def read(self, *args, **kwargs):
-        self._ready(write=False)
-        key = args[0] if args else kwargs.get(param)
-        if self.owner_of(key) is not None:
-            return absent()
-        return fn(self, *args, **kwargs)
-    return read
-
-
-def _confined_write(fn):
-    param = _key_param(fn)
-
-    @functools.wraps(fn)
-    def write(self, *args, **kwargs):
-        self._ready()
-        self.check_writable(args[0] if args else kwargs.get(param))
-        return fn(self, *args, **kwargs)
-    return write
-
-
-def _readied(fn, write: bool):
-    @functools.wraps(fn)
-    def op(self, *args, **kwargs):
-        self._ready(write=write)
-        return fn(self, *args, **kwargs)
-    return op
-
-
-def _confined_list(fn):
-    @functools.wraps(fn)
-    def list_(self, *args, **kwargs):
-        self._ready(write=False)
-        prefix = (args[0] if args else kwargs.get("prefix")) or ""
-        if prefix.startswith(names.INTERNAL) or (":" in prefix and self.owner_of(prefix) is not None):
-            return ListResult()  # wholly another agent's (or the internals): nothing to scan
-        res = fn(self, *args, **kwargs)
-        keys = [k for k in res.keys if not k.name.startswith(names.INTERNAL)]
-        if not self.prefix and any(names.candidate(k.name) for k in keys):
-            agents = self.registered_agents()  # one lookup for the whole page
-            keys = [k for k in keys if names.candidate(k.name) not in agents]
-        res.keys = keys
-        return res
-    return list_
 
 
 def spent_on(day: str, text: str | None) -> float:

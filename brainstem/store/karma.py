@@ -23,6 +23,7 @@ from brainstem.core.clock import now_iso
 from brainstem.core.errors import LeaseLost
 from brainstem.core.secrets import replacer, secret_forms
 from brainstem.store.base import Store
+from brainstem.store.fenced import unfenced
 from brainstem.store.lease import host_name, process_identity
 
 MAX_FIELD_CHARS = 100_000  # one string field of one entry; keeps a runaway answer from bloating karma
@@ -115,11 +116,20 @@ class Karma:
 
     def record(self, event: str, **fields: Any) -> dict:
         """Append one entry; durable when this returns. Returns the entry as written."""
+        return self._record(self.store, event, fields)
+
+    def record_unfenced(self, event: str, **fields: Any) -> dict:
+        """Append one entry through the plain store under the session's fenced one (see
+        :func:`~brainstem.store.fenced.unfenced`): ``lease_lost`` and ``spend_settled``, the only entries a
+        session that lost its lease still writes."""
+        return self._record(unfenced(self.store), event, fields)
+
+    def _record(self, store: Store, event: str, fields: dict[str, Any]) -> dict:
         entry = {"t": now_iso(ms=True), "elapsed_ms": self.elapsed_ms, "event": event}
         entry.update(fields)
         entry = self.redact(_cap(entry))
         try:
-            self.store.append(self.key, encode_entry(entry))
+            store.append(self.key, encode_entry(entry))
         except LeaseLost:
             if event == events.LLM_CALL and entry.get("cost"):
                 self._settled_without_lease(entry)
@@ -135,9 +145,8 @@ class Karma:
         """A call answered after the session lost its lease: its cost is in today's spend already (money
         spent is settled unfenced), so it is recorded too, unfenced, as ``spend_settled``: the one entry
         besides ``lease_lost`` a session without its lease still writes."""
-        with self.store.unfenced():
-            self.record(events.SPEND_SETTLED, **{k: call[k] for k in SETTLED_FIELDS if call.get(k) is not None},
-                        reason="answered after this session's wake lease was lost")
+        self.record_unfenced(events.SPEND_SETTLED, **{k: call[k] for k in SETTLED_FIELDS if call.get(k) is not None},
+                             reason="answered after this session's wake lease was lost")
 
 
 # What a spend_settled entry keeps of the llm_call it stands for.

@@ -8,9 +8,9 @@ another daemon's wake takes the agent over (the dead session is then recorded
 as ``crashed``).
 
 A renewal that fails, or finds another owner, loses the lease: the session
-stops at its next step or LLM call and writes nothing that says who ran last
-(``keys.FENCED``): the store refuses those writes unless the lease is still the
-session's, in the same atomic step as the write (its fencing). A store that
+stops at its next step or LLM call and writes nothing: its view of the store
+(:class:`~brainstem.store.fenced.FencedStore`) has the store refuse each write unless the
+lease is still the session's, in the same atomic step as the write (its fencing). A store that
 cannot be reached is retried until a whole period has passed since the last
 renewal; after that another host may hold the lease, so it is lost.
 

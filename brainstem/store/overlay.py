@@ -19,7 +19,7 @@ from typing import Any
 
 from brainstem.core import keys
 from brainstem.core.errors import MalformedValue
-from brainstem.store.base import KeyInfo, ListResult, Store, encode, spend_record, spent_on
+from brainstem.store.base import Fence, KeyInfo, ListResult, Store, spend_record, spent_on
 
 
 class OverlayStore(Store):
@@ -51,45 +51,45 @@ class OverlayStore(Store):
         pass  # registering is a write; the overlay keeps none
 
     # --- values ---
-    def get_text(self, key: str) -> str | None:
+    def _get_text(self, key: str) -> str | None:
         if key in self._values:
             held = self._values[key]
             return None if held is None else held[0]
         return self.base.get_text(key)
 
-    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+    def _get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
         if key in self._values:
             held = self._values[key]
             return (None, None) if held is None else held
         return self.base.get_with_metadata(key)
 
-    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
+    def _put(self, key: str, text: str, metadata: dict | None, ttl: float | None, fence: Fence | None) -> None:
         if self._passthrough(key):
-            self.base.put(key, value, metadata=metadata, ttl=ttl)
+            self.base.put(key, text, metadata=metadata, ttl=ttl, fence=fence)
             return
-        self._values[key] = (encode(value), metadata)
+        self._values[key] = (text, metadata)
         self.written.append(("put", key))
 
-    def delete(self, key: str) -> bool:
+    def _delete(self, key: str, fence: Fence | None) -> bool:
         if self._passthrough(key):
-            return self.base.delete(key)
-        existed = self.get_text(key) is not None
+            return self.base.delete(key, fence=fence)
+        existed = self._get_text(key) is not None
         self._values[key] = None
         self.written.append(("delete", key))
         return existed
 
-    def incr(self, key: str, amount: int = 1) -> int:
+    def _incr(self, key: str, amount: int, fence: Fence | None) -> int:
         if self._passthrough(key):
-            return self.base.incr(key, amount)
-        held = self.get_text(key)
+            return self.base.incr(key, amount, fence=fence)
+        held = self._get_text(key)
         try:
             value = int(held or 0) + amount
         except ValueError:  # as every store says it: the caller repairs a malformed counter
             raise MalformedValue(f"value of {key!r} is not an integer") from None
-        self.put(key, str(value))
+        self._put(key, str(value), None, None, fence)
         return value
 
-    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+    def _list(self, prefix: str, limit: int, cursor: str | None) -> ListResult:
         found = {k.name: k for k in self.base.list_all(prefix)}
         for key, held in self._values.items():
             if key.startswith(prefix):
@@ -117,40 +117,40 @@ class OverlayStore(Store):
         """Start ``key`` empty here, whatever the base holds (a replay's own karma, under the old id)."""
         self._logs[key] = []
 
-    def append(self, log_key: str, entry: Any) -> int:
+    def _append(self, log_key: str, text: str, fence: Fence | None) -> int:
         if self._passthrough(log_key):
-            return self.base.append(log_key, entry)
+            return self.base.append(log_key, text, fence=fence)
         log = self._log(log_key)
-        log.append(entry if isinstance(entry, str) else encode(entry))
+        log.append(text)
         return len(log)
 
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
+    def _read_log(self, log_key: str, start: int, stop: int | None) -> builtins.list[str]:
         if self._passthrough(log_key) or log_key not in self._logs:
             return self.base.read_log(log_key, start, stop)
         return list((self._logs[log_key] or [])[start:stop])  # Python slice semantics, as every backend
 
-    def log_length(self, log_key: str) -> int:
+    def _log_length(self, log_key: str) -> int:
         if self._passthrough(log_key) or log_key not in self._logs:
             return self.base.log_length(log_key)
         return len(self._logs[log_key] or [])
 
-    def delete_log(self, log_key: str) -> bool:
+    def _delete_log(self, log_key: str, fence: Fence | None) -> bool:
         if self._passthrough(log_key):
-            return self.base.delete_log(log_key)
-        existed = self.log_length(log_key) > 0
+            return self.base.delete_log(log_key, fence=fence)
+        existed = self._log_length(log_key) > 0
         self._logs[log_key] = None
         self.written.append(("delete_log", log_key))
         return existed
 
-    def trim_log(self, log_key: str, keep: int) -> None:
+    def _trim_log(self, log_key: str, keep: int, fence: Fence | None) -> None:
         if self._passthrough(log_key):
-            self.base.trim_log(log_key, keep)
+            self.base.trim_log(log_key, keep, fence=fence)
             return
         log = self._log(log_key)
         del log[:max(0, len(log) - keep)]
 
     # --- leases: held here only (a passthrough name is the store's: a lease guarding a passthrough key) ---
-    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         if self._passthrough(name):
             return self.base.acquire_lease(name, owner, ttl_ms)
         if name in self._leases and self._leases[name] != owner:
@@ -158,7 +158,7 @@ class OverlayStore(Store):
         self._leases[name] = owner
         return True
 
-    def release_lease(self, name: str, owner: str) -> bool:
+    def _release_lease(self, name: str, owner: str) -> bool:
         if self._passthrough(name):
             return self.base.release_lease(name, owner)
         if self._leases.get(name) == owner:
@@ -166,38 +166,39 @@ class OverlayStore(Store):
             return True
         return False
 
-    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         return self._leases.get(name) == owner
 
-    def lease_owner(self, name: str) -> str | None:
+    def _lease_owner(self, name: str) -> str | None:
         return self._leases.get(name)
 
     # --- today's spend: the store's when it passes through (real calls are real money), else kept here ---
-    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+    def _reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float,
+                       fence: Fence | None) -> bool:
         if self._passthrough(keys.DAILY_COST):
-            return self.base.reserve_spend(day, amount, ceiling, token, ttl_s)
+            return self.base.reserve_spend(day, amount, ceiling, token, ttl_s, fence=fence)
         now = time.monotonic()
         self._holds = {t: h for t, h in self._holds.items() if h[1] > now}
-        if spent_on(day, self.get_text(keys.DAILY_COST)) + sum(h[0] for h in self._holds.values()) + amount \
+        if spent_on(day, self._get_text(keys.DAILY_COST)) + sum(h[0] for h in self._holds.values()) + amount \
                 > ceiling + 1e-12:
             return False
         self._holds[token] = (amount, now + ttl_s)
         return True
 
-    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+    def _settle_spend(self, day: str, token: str | None, actual: float) -> float:
         if self._passthrough(keys.DAILY_COST):
             return self.base.settle_spend(day, token, actual)
         if token is not None:
             self._holds.pop(token, None)
-        total = max(0.0, spent_on(day, self.get_text(keys.DAILY_COST)) + actual)
-        self.put(keys.DAILY_COST, spend_record(day, total))
+        total = max(0.0, spent_on(day, self._get_text(keys.DAILY_COST)) + actual)
+        self._put(keys.DAILY_COST, spend_record(day, total), None, None, None)
         return round(total, 10)
 
-    def daily_spend(self, day: str) -> tuple[float, float]:
+    def _daily_spend(self, day: str) -> tuple[float, float]:
         if self._passthrough(keys.DAILY_COST):
             return self.base.daily_spend(day)
         now = time.monotonic()
-        return spent_on(day, self.get_text(keys.DAILY_COST)), sum(h[0] for h in self._holds.values() if h[1] > now)
+        return spent_on(day, self._get_text(keys.DAILY_COST)), sum(h[0] for h in self._holds.values() if h[1] > now)
 
-    def usage(self) -> dict:
+    def _usage(self) -> dict:
         return self.base.usage()

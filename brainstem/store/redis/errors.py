@@ -1,7 +1,7 @@
 """Redis's failures as the store's: one operator-readable line naming the server, and a lost
 connection waited out for a while.
 
-Every command of :class:`~brainstem.store.redis_store.RedisStore` goes through :func:`guard`. A
+Every command of :class:`~brainstem.store.redis.store.RedisStore` goes through :func:`guard`. A
 lost connection (a restart, a failover, a cluster answering CLUSTERDOWN / TRYAGAIN for a moment)
 is retried with growing pauses for up to the store's ``retry_seconds``, so a restart or a failover
 of a few seconds is survived; a refused password, a read-only replica, a full server and a refused
@@ -23,8 +23,8 @@ from brainstem.core.errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
-from brainstem.store.redis_client import reason
-from brainstem.store.redis_scripts import REGISTRY
+from brainstem.store.redis.client import reason
+from brainstem.store.redis.scripts import REGISTRY
 
 _LOST = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError, redis.exceptions.TryAgainError,
          redis.exceptions.RedisClusterException)

@@ -2,9 +2,9 @@
 
 Several agents can share one Redis, each under its own key prefix; how the keys
 are laid out, and the Lua scripts that keep the leases, the fenced writes and
-today's spend atomic, are in :mod:`brainstem.store.redis_scripts`; reaching the
-server (URLs, clients) is :mod:`brainstem.store.redis_client`, and its failures
-become the store's in :mod:`brainstem.store.redis_errors`.
+today's spend atomic, are in :mod:`brainstem.store.redis.scripts`; reaching the
+server (URLs, clients) is :mod:`brainstem.store.redis.client`, and its failures
+become the store's in :mod:`brainstem.store.redis.errors`.
 
 The default agent's prefix is empty; its view refuses keys under a registered
 ``NAME:`` (see :mod:`brainstem.core.names`). In production give each agent its
@@ -33,21 +33,21 @@ import redis
 from brainstem.core.errors import ConfigError, MalformedValue, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
-from brainstem.store import redis_scripts as lua
 from brainstem.store.base import (
+    Fence,
     KeyInfo,
     ListResult,
     Store,
     decode_log_entry,
     decode_metadata,
     decode_text,
-    encode,
     lease_lost,
     listed_metadata,
 )
-from brainstem.store.redis_client import is_cluster, new_client, redact_url
-from brainstem.store.redis_errors import guard
-from brainstem.store.redis_scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
+from brainstem.store.redis import scripts as lua
+from brainstem.store.redis.client import is_cluster, new_client, redact_url
+from brainstem.store.redis.errors import guard
+from brainstem.store.redis.scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
 
@@ -200,17 +200,17 @@ class RedisStore(Store):
 
     # --- values ---
     @guard
-    def get_text(self, key: str) -> str | None:
+    def _get_text(self, key: str) -> str | None:
         return decode_text(key, self._raw("GET", self._k(key)))
 
     @guard
-    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+    def _get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
         value, meta = self._raw("MGET", self._k(key), self._k(META + key))
         if value is None:
             return None, None
         return decode_text(key, value), decode_metadata(key, meta)
 
-    def _fenced(self, fence: tuple[str, str], op: str, key: str, value: str = "", px: int | None = None,
+    def _fenced(self, fence: Fence, op: str, key: str, value: str = "", px: int | None = None,
                 meta: str = "") -> int:
         lease, owner = fence
         out = int(self._fenced_script(keys=[self._k(LEASE + lease), self._k(key), self._k(META + key)],
@@ -220,14 +220,13 @@ class RedisStore(Store):
         return out
 
     @guard
-    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
+    def _put(self, key: str, text: str, metadata: dict | None, ttl: float | None, fence: Fence | None) -> None:
         px = int(ttl * 1000) if ttl else None
-        fence = self.fence_for(key)
         if fence is not None:
-            self._fenced(fence, "put", key, encode(value), px, json.dumps(metadata) if metadata is not None else "")
+            self._fenced(fence, "put", key, text, px, json.dumps(metadata) if metadata is not None else "")
             return
         pipe = self._r.pipeline(transaction=True)
-        pipe.set(self._k(key), encode(value), px=px)
+        pipe.set(self._k(key), text, px=px)
         if metadata is not None:
             pipe.set(self._k(META + key), json.dumps(metadata), px=px)
         else:
@@ -235,9 +234,8 @@ class RedisStore(Store):
         pipe.execute()
 
     @guard
-    def delete(self, key: str) -> bool:
+    def _delete(self, key: str, fence: Fence | None) -> bool:
         # A log is deleted through delete_log, so a value delete never drops karma by accident.
-        fence = self.fence_for(key)
         if fence is not None:
             return self._fenced(fence, "del", key) > 0
         if self._r.type(self._k(key)) == "list":
@@ -249,9 +247,8 @@ class RedisStore(Store):
         return n > 0
 
     @guard
-    def incr(self, key: str, amount: int = 1) -> int:
+    def _incr(self, key: str, amount: int, fence: Fence | None) -> int:
         try:
-            fence = self.fence_for(key)
             if fence is not None:
                 return self._fenced(fence, "incr", key, str(int(amount)))
             return self._r.incrby(self._k(key), amount)
@@ -261,7 +258,7 @@ class RedisStore(Store):
             raise
 
     @guard
-    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+    def _list(self, prefix: str, limit: int, cursor: str | None) -> ListResult:
         # SCAN is cursor-based and unordered; a page is sorted, list_all sorts the whole.
         scan_cursor = int(cursor) if cursor else 0
         names: list[str] = []
@@ -298,15 +295,14 @@ class RedisStore(Store):
         return ListResult(keys=keys, cursor=str(scan_cursor) if scan_cursor else None)
 
     # --- logs ---
-    def append(self, log_key: str, entry: Any) -> int:
-        return self._append(log_key, encode(entry), [0])
+    def _append(self, log_key: str, text: str, fence: Fence | None) -> int:
+        return self._rpush(log_key, text, fence, [0])
 
     @guard
-    def _append(self, log_key: str, text: str, tries: builtins.list[int]) -> int:
+    def _rpush(self, log_key: str, text: str, fence: Fence | None, tries: builtins.list[int]) -> int:
         # Retried after a lost connection, an entry is pushed only if it is not already the last one:
         # a karma entry (an llm_call and its cost) is never recorded twice.
         tries[0] += 1
-        fence = self.fence_for(log_key)
         if fence is not None:
             return self._fenced(fence, "append" if tries[0] == 1 else "append_again", log_key, text)
         key = self._k(log_key)
@@ -315,7 +311,7 @@ class RedisStore(Store):
         return int(self._append_again(keys=[key], args=[text]))
 
     @guard
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
+    def _read_log(self, log_key: str, start: int, stop: int | None) -> builtins.list[str]:
         # Python slice semantics on top of LRANGE's inclusive end.
         if stop is None:
             end = -1
@@ -332,12 +328,11 @@ class RedisStore(Store):
         return [decode_log_entry(e) for e in self._raw("LRANGE", self._k(log_key), start, end)]
 
     @guard
-    def log_length(self, log_key: str) -> int:
+    def _log_length(self, log_key: str) -> int:
         return self._r.llen(self._k(log_key))
 
     @guard
-    def delete_log(self, log_key: str) -> bool:
-        fence = self.fence_for(log_key)
+    def _delete_log(self, log_key: str, fence: Fence | None) -> bool:
         if fence is not None:
             return self._fenced(fence, "dellog", log_key) > 0
         if self._r.type(self._k(log_key)) != "list":
@@ -345,8 +340,7 @@ class RedisStore(Store):
         return self._r.delete(self._k(log_key)) > 0
 
     @guard
-    def trim_log(self, log_key: str, keep: int) -> None:
-        fence = self.fence_for(log_key)
+    def _trim_log(self, log_key: str, keep: int, fence: Fence | None) -> None:
         if fence is not None:
             self._fenced(fence, "trim", log_key, str(max(0, int(keep))))
             return
@@ -354,19 +348,19 @@ class RedisStore(Store):
 
     # --- leases ---
     @guard
-    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         return bool(self._r.set(self._k(LEASE + name), owner, nx=True, px=int(ttl_ms)))
 
     @guard
-    def release_lease(self, name: str, owner: str) -> bool:
+    def _release_lease(self, name: str, owner: str) -> bool:
         return bool(self._release(keys=[self._k(LEASE + name)], args=[owner]))
 
     @guard
-    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         return bool(self._renew(keys=[self._k(LEASE + name)], args=[owner, int(ttl_ms)]))
 
     @guard
-    def lease_owner(self, name: str) -> str | None:
+    def _lease_owner(self, name: str) -> str | None:
         return self._r.get(self._k(LEASE + name))
 
     # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
@@ -374,8 +368,8 @@ class RedisStore(Store):
         return [self._k(DAILY_COST), self._k(HOLDS + DAILY_COST), self._k(META + DAILY_COST)]
 
     @guard
-    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
-        fence = self.fence_for(DAILY_COST)
+    def _reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float,
+                       fence: Fence | None) -> bool:
         lease = self._k(LEASE + (fence[0] if fence else "wake"))
         out = int(self._reserve_script(keys=[*self._spend_keys()[:2], lease],
                                        args=[day, repr(float(amount)), repr(float(ceiling)), token,
@@ -385,17 +379,17 @@ class RedisStore(Store):
         return bool(out)
 
     @guard
-    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+    def _settle_spend(self, day: str, token: str | None, actual: float) -> float:
         return float(self._settle_script(keys=self._spend_keys(), args=[day, token or "", repr(float(actual))]))
 
     @guard
-    def daily_spend(self, day: str) -> tuple[float, float]:
+    def _daily_spend(self, day: str) -> tuple[float, float]:
         spent, held = self._daily_script(keys=self._spend_keys()[:2], args=[day])
         return float(spent), float(held)
 
     # --- housekeeping ---
     @guard
-    def usage(self) -> dict:
+    def _usage(self) -> dict:
         try:
             used = self._r.info("memory").get("used_memory")
         except redis.ResponseError:  # servers (and fakes) without INFO

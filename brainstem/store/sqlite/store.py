@@ -3,8 +3,8 @@
 Two processes may use one file at once (SQLite's own locking, a busy timeout,
 and ``BEGIN IMMEDIATE`` for read-modify-write); a file another process keeps
 locked beyond the busy timeout is waited out for a while. The tables are in
-:mod:`brainstem.store.sqlite_schema`; the file is owner-only
-(:mod:`brainstem.store.sqlite_file`). Agents sharing the file are confined as
+:mod:`brainstem.store.sqlite.schema`; the file is owner-only
+(:mod:`brainstem.store.sqlite.file`). Agents sharing the file are confined as
 described in :mod:`brainstem.core.names`; the registry of their names is the
 ``agents`` table. Today's spend held by calls in flight is the ``spend_holds``
 table, keyed like the spend itself.
@@ -18,28 +18,27 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from brainstem.core.backoff import call_with_backoff
 from brainstem.core.errors import ConfigError, MalformedValue, StoreFull, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
 from brainstem.store.base import (
+    Fence,
     KeyInfo,
     ListResult,
     Store,
     decode_log_entry,
     decode_metadata,
     decode_text,
-    encode,
     lease_lost,
     listed_metadata,
     spend_record,
     spent_on,
 )
-from brainstem.store.sqlite_errors import abandon, is_busy, is_full, reason, store_error
-from brainstem.store.sqlite_file import make_private, not_writable, open_read_only, tighten
-from brainstem.store.sqlite_schema import has_column, set_up
+from brainstem.store.sqlite.errors import abandon, is_busy, is_full, reason, store_error
+from brainstem.store.sqlite.file import make_private, not_writable, open_read_only, tighten
+from brainstem.store.sqlite.schema import has_column, set_up
 
 RETRY_SECONDS = 5.0  # how long a statement keeps retrying a database locked beyond the busy timeout
 
@@ -176,14 +175,14 @@ class SQLiteStore(Store):
         return self._tx(body)
 
     # --- values ---
-    def get_text(self, key: str) -> str | None:
+    def _get_text(self, key: str) -> str | None:
         row = self._run(lambda db: db.execute(
             "SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?", (self._k(key),)).fetchone())
         if row is None or (row[1] is not None and row[1] <= time.time()):
             return None
         return decode_text(key, row[0])
 
-    def get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
+    def _get_with_metadata(self, key: str) -> tuple[str | None, dict | None]:
         # As bytes, decoded here: text that is not UTF-8 (or a BLOB) is a NotText naming the key.
         row = self._run(lambda db: db.execute(
             "SELECT CAST(value AS BLOB), CAST(metadata AS BLOB), expires_at FROM kv WHERE key = ?",
@@ -192,14 +191,12 @@ class SQLiteStore(Store):
             return None, None
         return decode_text(key, row[0]), decode_metadata(key, row[1])
 
-    def put(self, key: str, value: Any, metadata: dict | None = None, ttl: float | None = None) -> None:
-        text = encode(value)
+    def _put(self, key: str, text: str, metadata: dict | None, ttl: float | None, fence: Fence | None) -> None:
         meta = json.dumps(metadata) if metadata is not None else None
         expires = time.time() + ttl if ttl else None
         upsert = ("INSERT INTO kv (key, value, metadata, expires_at) VALUES (?, ?, ?, ?) "
                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value, metadata = excluded.metadata, "
                   "expires_at = excluded.expires_at")
-        fence = self.fence_for(key)
         if not ttl and fence is None:
             self._run(lambda db: db.execute(upsert, (self._k(key), text, meta, expires)))
             return
@@ -211,8 +208,7 @@ class SQLiteStore(Store):
             db.execute(upsert, (self._k(key), text, meta, expires))
         self._tx(body)
 
-    def delete(self, key: str) -> bool:
-        fence = self.fence_for(key)
+    def _delete(self, key: str, fence: Fence | None) -> bool:
         if fence is not None:
             def body(db):
                 self._check_fence(db, fence, key)
@@ -221,7 +217,7 @@ class SQLiteStore(Store):
         cur = self._run(lambda db: db.execute("DELETE FROM kv WHERE key = ?", (self._k(key),)))
         return cur.rowcount > 0
 
-    def _check_fence(self, db, fence: tuple[str, str] | None, key: str) -> None:
+    def _check_fence(self, db, fence: Fence | None, key: str) -> None:
         """Inside the write's transaction: LeaseLost unless the lease is still its owner's."""
         if fence is None:
             return
@@ -229,9 +225,7 @@ class SQLiteStore(Store):
         if row is None or row[0] != fence[1] or row[1] <= time.time():
             raise lease_lost(key)
 
-    def incr(self, key: str, amount: int = 1) -> int:
-        fence = self.fence_for(key)
-
+    def _incr(self, key: str, amount: int, fence: Fence | None) -> int:
         def body(db):
             self._check_fence(db, fence, key)
             row = db.execute("SELECT CAST(value AS BLOB), expires_at FROM kv WHERE key = ?",
@@ -248,7 +242,7 @@ class SQLiteStore(Store):
             return new
         return self._tx(body)
 
-    def list(self, prefix: str = "", limit: int = 1000, cursor: str | None = None) -> ListResult:
+    def _list(self, prefix: str, limit: int, cursor: str | None) -> ListResult:
         full = self._k(prefix)
         after = self._k(cursor) if cursor is not None else None
         upper = _prefix_upper_bound(full)
@@ -271,11 +265,8 @@ class SQLiteStore(Store):
         return ListResult(keys=keys, cursor=keys[-1].name if more and keys else None)
 
     # --- logs ---
-    def append(self, log_key: str, entry: Any) -> int:
-        text = encode(entry)
+    def _append(self, log_key: str, text: str, fence: Fence | None) -> int:
         key = self._k(log_key)
-
-        fence = self.fence_for(log_key)
 
         def body(db):
             self._check_fence(db, fence, log_key)
@@ -287,11 +278,10 @@ class SQLiteStore(Store):
             return length - base
         return self._tx(body)
 
-    def read_log(self, log_key: str, start: int = 0, stop: int | None = None) -> builtins.list[str]:
-        """Entries ``start`` .. ``stop`` (exclusive, Python slice semantics incl. negatives)."""
+    def _read_log(self, log_key: str, start: int, stop: int | None) -> builtins.list[str]:
         key = self._k(log_key)
         if start < 0 or (stop is not None and stop < 0):
-            n = self.log_length(log_key)
+            n = self._log_length(log_key)
             start, stop, _ = slice(start, stop).indices(n)
         hi = stop if stop is not None else 2**62
         base = f"(SELECT {self._base} FROM log_keys WHERE key = ?)"
@@ -300,14 +290,13 @@ class SQLiteStore(Store):
             "ORDER BY seq", (key, key, start, key, hi)).fetchall())
         return [decode_log_entry(r[0]) for r in rows]
 
-    def log_length(self, log_key: str) -> int:
+    def _log_length(self, log_key: str) -> int:
         row = self._run(lambda db: db.execute(f"SELECT length - {self._base} FROM log_keys WHERE key = ?",
                                               (self._k(log_key),)).fetchone())
         return row[0] if row else 0
 
-    def delete_log(self, log_key: str) -> bool:
+    def _delete_log(self, log_key: str, fence: Fence | None) -> bool:
         key = self._k(log_key)
-        fence = self.fence_for(log_key)
 
         def body(db):
             self._check_fence(db, fence, log_key)
@@ -315,10 +304,9 @@ class SQLiteStore(Store):
             return db.execute("DELETE FROM log_keys WHERE key = ?", (key,)).rowcount > 0
         return self._tx(body)
 
-    def trim_log(self, log_key: str, keep: int) -> None:
+    def _trim_log(self, log_key: str, keep: int, fence: Fence | None) -> None:
         # Sequence numbers keep counting from the log's length, so trimming never reuses one.
         key = self._k(log_key)
-        fence = self.fence_for(log_key)
 
         def body(db):
             self._check_fence(db, fence, log_key)
@@ -330,7 +318,7 @@ class SQLiteStore(Store):
         self._tx(body)
 
     # --- leases (the table is called locks) ---
-    def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         def body(db):
             now = time.time()
             row = db.execute("SELECT owner, expires_at FROM locks WHERE name = ?", (self._k(name),)).fetchone()
@@ -342,18 +330,18 @@ class SQLiteStore(Store):
             return True
         return self._tx(body)
 
-    def release_lease(self, name: str, owner: str) -> bool:
+    def _release_lease(self, name: str, owner: str) -> bool:
         cur = self._run(lambda db: db.execute("DELETE FROM locks WHERE name = ? AND owner = ?",
                                               (self._k(name), owner)))
         return cur.rowcount > 0
 
-    def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+    def _renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         cur = self._run(lambda db: db.execute(
             "UPDATE locks SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?",
             (time.time() + ttl_ms / 1000, self._k(name), owner, time.time())))
         return cur.rowcount > 0
 
-    def lease_owner(self, name: str) -> str | None:
+    def _lease_owner(self, name: str) -> str | None:
         row = self._run(lambda db: db.execute("SELECT owner, expires_at FROM locks WHERE name = ?",
                                               (self._k(name),)).fetchone())
         return row[0] if row and row[1] > time.time() else None
@@ -367,9 +355,9 @@ class SQLiteStore(Store):
             return 0.0
         return spent_on(day, bytes(row[0]).decode("utf-8", errors="replace"))
 
-    def reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float) -> bool:
+    def _reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float,
+                       fence: Fence | None) -> bool:
         key = self._k(DAILY_COST)
-        fence = self.fence_for(DAILY_COST)
 
         def body(db):
             self._check_fence(db, fence, DAILY_COST)  # a session that lost its lease spends nothing more
@@ -384,7 +372,7 @@ class SQLiteStore(Store):
             return True
         return self._tx(body)
 
-    def settle_spend(self, day: str, token: str | None, actual: float) -> float:
+    def _settle_spend(self, day: str, token: str | None, actual: float) -> float:
         key = self._k(DAILY_COST)
 
         def body(db):
@@ -397,7 +385,7 @@ class SQLiteStore(Store):
             return round(total, 10)
         return self._tx(body)
 
-    def daily_spend(self, day: str) -> tuple[float, float]:
+    def _daily_spend(self, day: str) -> tuple[float, float]:
         key = self._k(DAILY_COST)
 
         def body(db):
@@ -412,7 +400,7 @@ class SQLiteStore(Store):
         return self._run(body)
 
     # --- housekeeping ---
-    def usage(self) -> dict:
+    def _usage(self) -> dict:
         def body(db):
             p = self.prefix
             hi = _prefix_upper_bound(p)

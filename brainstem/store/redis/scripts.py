@@ -11,7 +11,7 @@ Layout under the agent's key prefix (several agents can share one Redis):
     __agents__                 the registry of agent names: a set, outside every prefix
 
 A script's keys are all the agent's, so on a Redis Cluster they share its hash slot
-(see :mod:`brainstem.store.redis_store`) and the script stays legal there.
+(see :mod:`brainstem.store.redis.store`) and the script stays legal there.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPI
 APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
                  "return redis.call('RPUSH', KEYS[1], ARGV[1])")
 
-# A write to a fenced key (see ``Store.lease``): done only if the lease still names its owner,
+# A fenced write (see :mod:`brainstem.store.fenced`): done only if the lease still names its owner,
 # in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.
 # KEYS: the lease, the key, its metadata; ARGV: owner, op (put | del | append | append_again | incr | dellog
 # | trim), value (the amount, the entries to keep), PX (0: none), metadata ('' : none). -1: the lease is not
