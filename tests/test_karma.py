@@ -68,20 +68,20 @@ def test_listeners_see_entries_and_a_broken_listener_is_harmless(store):
     assert karma.read(store, "s5")[0]["step_id"] == "a"
 
 
-def test_breadcrumbs_detect_an_unfinished_session(store):
-    assert karma.unfinished_session(store) is None
+def test_breadcrumbs_detect_an_breadcrumb(store):
+    assert karma.read_breadcrumb(store) is None
     karma.begin_session(store, "42-abc", effort="low")
-    crumb = karma.unfinished_session(store)
-    assert crumb["id"] == "42-abc" and crumb["pid"] == os.getpid()
+    breadcrumb = karma.read_breadcrumb(store)
+    assert breadcrumb["id"] == "42-abc" and breadcrumb["pid"] == os.getpid()
     assert karma.latest_session_id(store) == "42-abc"
     karma.end_session(store, "42-abc")
-    assert karma.unfinished_session(store) is None
+    assert karma.read_breadcrumb(store) is None
     assert store.get(keys.SESSION_LAST_COMPLETED) == "42-abc"
 
 
 def test_a_corrupt_breadcrumb_still_means_a_crash(store):
     store.put(keys.SESSION_CURRENT, "garbage{")
-    assert karma.unfinished_session(store) == {"id": None, "raw": "garbage{"}
+    assert karma.read_breadcrumb(store) == {"id": None, "raw": "garbage{"}
 
 
 def test_follow_stops_at_session_end(store):

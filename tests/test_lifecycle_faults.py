@@ -235,8 +235,8 @@ def test_a_session_killed_after_its_history_entry_is_not_also_crashed(st, env, l
     llm.queue(plan(think("hi")), "ok", reflection())
     sid, _ = finished(run_wake(env, "--force"), st, "clean")
     # As if killed between writing the history and clearing the breadcrumb (its process gone).
-    crumb = karma.begin_session(st, sid)
-    st.put(keys.SESSION_CURRENT, {**crumb, "pid": dead_pid(), "proc": None})
+    breadcrumb = karma.begin_session(st, sid)
+    st.put(keys.SESSION_CURRENT, {**breadcrumb, "pid": dead_pid(), "proc": None})
     llm.queue(plan(think("next")), "ok", reflection())
     sid2, entries2 = finished(run_wake(env, "--force"), st, "clean")
     assert [(h["id"], h["outcome"]) for h in history(st)] == [(sid, "clean"), (sid2, "clean")]

@@ -198,8 +198,8 @@ def test_a_dry_run_needs_no_force_and_leaves_a_sleeping_agent_asleep(st, env, ll
 def test_a_dry_run_takes_no_lease_closes_no_crash_and_repairs_no_counter(st, env, llm):
     """It changes nothing another wake could trip over: a live wake's lock, a dead session's breadcrumb
     (the next real wake records that crash) and a malformed session counter stay as they are."""
-    crumb = {"id": "7-dead01", "started_at": iso_in(-600), "pid": 999999, "host": "elsewhere"}
-    st.put(keys.SESSION_CURRENT, crumb)
+    breadcrumb = {"id": "7-dead01", "started_at": iso_in(-600), "pid": 999999, "host": "elsewhere"}
+    st.put(keys.SESSION_CURRENT, breadcrumb)
     st.put(keys.SESSION_COUNTER, "not-a-number")
     assert st.acquire_lease(keys.WAKE_LEASE, "otherhost:1:x", 60000)
     try:
@@ -209,7 +209,7 @@ def test_a_dry_run_takes_no_lease_closes_no_crash_and_repairs_no_counter(st, env
         assert entries[-1]["outcome"] == "clean" and events_of(entries, "crash_detected") == []
         assert entries[0]["crashed_session"] is None
         assert st.lease_owner(keys.WAKE_LEASE) == "otherhost:1:x"
-        assert st.get_json(keys.SESSION_CURRENT) == crumb
+        assert st.get_json(keys.SESSION_CURRENT) == breadcrumb
         assert st.get(keys.SESSION_COUNTER) == "not-a-number"
         assert history(st) == []
     finally:

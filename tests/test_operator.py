@@ -167,7 +167,8 @@ def test_status_reports_where_the_agent_stands(real_store_url, llm):
     assert store.acquire_lease(keys.WAKE_LEASE, "otherhost:4242:abc", 60_000)
     try:
         st = status_json(real_store_url)
-        assert st["running"]["state"] == "locked" and st["running"]["lock_holder"] == "otherhost:4242:abc"
+        assert st["running"]["state"] == "locked"
+        assert st["running"]["lease_holder"] == st["running"]["lock_holder"] == "otherhost:4242:abc"
         assert "otherhost:4242:abc" in field(ok(run_cli("status", env=cli_env(real_store_url))), "running now")
     finally:
         store.release_lease(keys.WAKE_LEASE, "otherhost:4242:abc")

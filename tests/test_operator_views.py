@@ -120,14 +120,14 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
     _fake_session(st, sid)
     st.put(keys.SESSION_LAST_STARTED, sid)
     here = socket.gethostname()
-    crumb = {"id": sid, "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(), "host": here}
+    breadcrumb = {"id": sid, "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(), "host": here}
     token = None
     if state == "another_session":
-        st.put(keys.SESSION_CURRENT, {**crumb, "id": "6-other1"})
+        st.put(keys.SESSION_CURRENT, {**breadcrumb, "id": "6-other1"})
     elif state in ("lock_holder_gone", "lock_released"):
-        st.put(keys.SESSION_CURRENT, crumb)
+        st.put(keys.SESSION_CURRENT, breadcrumb)
     if state == "lock_holder_gone":
-        token = f"{here}:{crumb['pid']}:gone"
+        token = f"{here}:{breadcrumb['pid']}:gone"
         assert st.acquire_lease(keys.WAKE_LEASE, token, 60_000)
     try:
         t0 = time.monotonic()
@@ -404,7 +404,7 @@ def test_wakes_reads_the_daemons_wake_log(st, env, llm):
     assert lines[0].split() == ["TIME", "FIRE", "DETAIL"]
     assert [line.split()[1] for line in lines[1:]] == ["ran", "skipped", "missed", "error"]
     assert f"session {sid}  clean" in lines[1]
-    assert "another wake held the lock" in lines[2] and "scheduled 2026-05-01T10:00:00Z" in lines[3]
+    assert "another wake held the lease" in lines[2] and "scheduled 2026-05-01T10:00:00Z" in lines[3]
     assert lines[4].endswith("config:defaults is invalid")
     fires = [json.loads(x) for x in ok(run_cli("wakes", "--json", env=env)).splitlines()]
     assert fires[0]["fire"] == "ran" and fires[0]["session_id"] == sid and fires[0]["outcome"] == "clean"

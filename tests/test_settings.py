@@ -59,11 +59,11 @@ def clean_env(monkeypatch, tmp_path):
 def test_the_agent_comes_from_the_prefix_variable_else_the_url(clean_env, tmp_path):
     url = f"sqlite:///{tmp_path / 'a.db'}?prefix=alice"
     clean_env.setenv("BRAINSTEM_KV", url)
-    assert load_settings().agent == "alice:"
+    assert load_settings().prefix == "alice:"
     clean_env.setenv("BRAINSTEM_KV_PREFIX", "bob")
-    assert load_settings().agent == "bob:"  # the variable wins over the URL
+    assert load_settings().prefix == "bob:"  # the variable wins over the URL
     clean_env.setenv("BRAINSTEM_KV_PREFIX", "")
-    assert load_settings().agent == ""  # set but empty: the default agent, whatever the URL says
+    assert load_settings().prefix == ""  # set but empty: the default agent, whatever the URL says
     clean_env.setenv("BRAINSTEM_KV_PREFIX", "Not A Name")
     with pytest.raises(ConfigError, match="BRAINSTEM_KV_PREFIX 'Not A Name' is not a valid agent name"):
         load_settings()
@@ -93,7 +93,7 @@ def test_settings_and_the_sleep_path_open_the_same_agent(clean_env, tmp_path):
     url = f"sqlite:///{tmp_path / 'a.db'}?prefix=alice"
     clean_env.setenv("BRAINSTEM_KV", url)
     settings = load_settings()
-    with open_store(settings.kv, prefix=settings.agent) as a, open_store() as b:
+    with open_store(settings.kv, prefix=settings.prefix) as a, open_store() as b:
         assert a.prefix == b.prefix == "alice:"
 
 
@@ -141,7 +141,7 @@ def test_a_secret_set_in_the_env_file_is_granted(clean_env, tmp_path):
     def record(event: str, **fields) -> None:
         recorded.append((event, fields))
 
-    with open_store(settings.kv, prefix=settings.agent) as store:
+    with open_store(settings.kv, prefix=settings.prefix) as store:
         store.put("tool:show:code", TOOL)
         store.put("tool:show:meta", json.dumps(META))
         out = run_tool("show", {}, store=store, agent_kv=AgentKV(store, record), record=record,

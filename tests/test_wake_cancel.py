@@ -51,7 +51,7 @@ def test_a_lease_left_by_this_same_process_is_reclaimed(agent):
 
 def test_a_live_lock_of_this_same_process_is_respected(agent):
     # The daemon runs agents in threads of one process: a wake still running here keeps its lock.
-    from brainstem.core.errors import LockHeld
+    from brainstem.core.errors import LeaseHeld
     from brainstem.store.lease import _LIVE_TOKENS
 
     store, settings, cassette = agent
@@ -59,7 +59,7 @@ def test_a_live_lock_of_this_same_process_is_respected(agent):
     assert store.acquire_lease(keys.WAKE_LEASE, token, 600_000)
     _LIVE_TOKENS.add(token)
     try:
-        with pytest.raises(LockHeld):
+        with pytest.raises(LeaseHeld):
             wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
     finally:
         _LIVE_TOKENS.discard(token)
@@ -67,9 +67,9 @@ def test_a_live_lock_of_this_same_process_is_respected(agent):
 
 
 def test_a_live_lock_of_another_process_is_respected(agent):
-    from brainstem.core.errors import LockHeld
+    from brainstem.core.errors import LeaseHeld
 
     store, settings, cassette = agent
     assert store.acquire_lease(keys.WAKE_LEASE, "another-host:1:x", 600_000)
-    with pytest.raises(LockHeld):
+    with pytest.raises(LeaseHeld):
         wake(settings, store, force=True, providers=[CassetteProvider(cassette)])

@@ -67,10 +67,13 @@ class LeaseLost(BrainstemError):
     store refuses the session's writes to the keys that say who ran last (``keys.FENCED``)."""
 
 
-class LockHeld(BrainstemError):
+class LeaseHeld(BrainstemError):
     """Another wake holds the agent's wake lease."""
 
     exit_code = 75  # EX_TEMPFAIL: try again later
+
+
+LockHeld = LeaseHeld  # the name it had when the lease was called a lock
 
 
 class NotText(MalformedValue, ConfigError):

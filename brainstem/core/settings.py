@@ -153,14 +153,19 @@ class Settings(BaseSettings):
         self._check_bot_token_unbound()
         self._check_secret_values()
         self.mode_floors()
-        self.agent  # noqa: B018 -- a bad agent name is one line at startup too
+        self.prefix  # noqa: B018 -- a bad agent name is one line at startup too
         return self
 
     @property
-    def agent(self) -> str:
-        """The agent these settings select, as its key prefix (``"NAME:"``, or ``""`` for the default
+    def prefix(self) -> str:
+        """The key prefix of the agent these settings select (``"NAME:"``, or ``""`` for the default
         agent): ``BRAINSTEM_KV_PREFIX``, else the store URL's ``?prefix=``."""
         return names.selected(self.kv, self.kv_prefix)
+
+    @property
+    def agent(self) -> str | None:
+        """The name of the agent these settings select; None for the default agent."""
+        return self.prefix[:-1] or None
 
     def mode_floors(self) -> dict[str, str]:
         """The operator's floor on each tool's mode (``*``: every tool), from ``BRAINSTEM_TOOL_MODES``."""

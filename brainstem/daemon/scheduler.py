@@ -47,7 +47,7 @@ from datetime import timedelta
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
-from brainstem.core.errors import BrainstemError, ConfigError, LockHeld, StoreUnavailable
+from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, StoreUnavailable
 from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
 from brainstem.store import open_store
@@ -107,7 +107,7 @@ class Agent:
 def _agent(name: str | None, settings: Settings) -> Agent:
     """``--agent NAME`` (or ``NAME:``) -> its Agent; a bad name is a one-line ConfigError. None: the default."""
     if name is None:
-        return Agent(name=None, prefix=settings.agent or None)
+        return Agent(name=None, prefix=settings.prefix or None)
     prefix = agent_prefix(name, "--agent")
     if not prefix:
         raise ConfigError(f"--agent {name!r} is empty: give an agent name, or leave --agent out for the default agent")
@@ -216,7 +216,7 @@ class Runner:
             self._record(agent, entry)
             if result.status == "ran":
                 self._session_ran(agent, label, result.outcome)
-        except LockHeld as exc:
+        except LeaseHeld as exc:
             self._recovered(agent, label)
             log.info("%s: skipped: %s", label, exc)
             self._record(agent, {"fire": "skipped", "reason": "locked"})
@@ -445,15 +445,15 @@ class Runner:
         if store is None:  # never opened: no session ran
             return
         try:
-            crumb = karma_mod.unfinished_session(store)
-            if crumb and crumb.get("id"):
-                session_history.close_dead_session(store, crumb, outcomes.INTERRUPTED,
+            breadcrumb = karma_mod.read_breadcrumb(store)
+            if breadcrumb and breadcrumb.get("id"):
+                session_history.close_dead_session(store, breadcrumb, outcomes.INTERRUPTED,
                                            reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 # As a session interrupted in time would leave it: due again a minute on, not at the
                 # pessimistic advance it set when it began.
                 store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
-                                             "sleep_seconds": 60, "set_by": crumb["id"]})
-                karma_mod.end_session(store, crumb["id"])
+                                             "sleep_seconds": 60, "set_by": breadcrumb["id"]})
+                karma_mod.end_session(store, breadcrumb["id"])
             # Its lease is this process's: let it go now, or the next runtime waits out its time to live
             # (and a call that comes back later finds its writes refused: the lease is no longer its own).
             owner = store.lease_owner(keys.WAKE_LEASE)

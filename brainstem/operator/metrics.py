@@ -38,7 +38,7 @@ class Metrics:
                                  registry=r)
         self.tool_runs = Counter("brainstem_tool_runs", "Tool runs by result (ok, error, not_run)",
                                  ["agent", "result"], registry=r)
-        self.lease_lost = Counter("brainstem_lease_lost", "Sessions stopped because their wake lock was lost",
+        self.lease_lost = Counter("brainstem_lease_lost", "Sessions stopped because their wake lease was lost",
                                   ["agent"], registry=r)
         self._spend: dict[str, Callable[[], tuple[float, float]]] = {}
         r.register(_SpendCollector(self._spend))

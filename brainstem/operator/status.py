@@ -24,7 +24,7 @@ from brainstem.state.review import items as review_items
 from brainstem.state.sleep import agent_sleeping_until
 from brainstem.state.versions import failing_streak
 from brainstem.store.base import Store
-from brainstem.store.karma import unfinished_session
+from brainstem.store.karma import read_breadcrumb
 
 
 def _running(store: Store) -> dict[str, Any] | None:
@@ -32,20 +32,23 @@ def _running(store: Store) -> dict[str, Any] | None:
 
     ``state`` is ``running`` (its lease is held by a live holder), ``died`` (the lease expired or was
     released, or its process on this host is gone: the next wake records it as crashed) or
-    ``locked`` (a wake holds the lease but has not started its session yet).
+    ``locked`` (a wake holds the lease but has not started its session yet). ``lease_holder`` is the
+    lease's owner; ``lock_holder`` is the same, under the name it had when the lease was called a lock.
     """
     from brainstem.store.lease import holder_is_dead
 
-    crumb = unfinished_session(store)
+    breadcrumb = read_breadcrumb(store)
     holder = store.lease_owner(keys.WAKE_LEASE)
-    if crumb is None and holder is None:
+    if breadcrumb is None and holder is None:
         return None
     alive = holder is not None and not holder_is_dead(holder)
-    if crumb is None:
-        return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lock_holder": holder}
-    out = {"state": "running" if alive else "died", "id": crumb.get("id"), "started_at": crumb.get("started_at"),
-           "pid": crumb.get("pid"), "host": crumb.get("host"), "lock_holder": holder}
-    if crumb.get("id") is None:
+    if breadcrumb is None:
+        return {"state": "locked" if alive else "died", "id": None, "started_at": None, "lease_holder": holder,
+                "lock_holder": holder}
+    out = {"state": "running" if alive else "died", "id": breadcrumb.get("id"),
+           "started_at": breadcrumb.get("started_at"), "pid": breadcrumb.get("pid"), "host": breadcrumb.get("host"),
+           "lease_holder": holder, "lock_holder": holder}
+    if breadcrumb.get("id") is None:
         out["note"] = "its breadcrumb was unreadable"
     return out
 
@@ -61,18 +64,18 @@ def session_gone(store: Store, session_id: str) -> tuple[str, str] | None:
     """
     from brainstem.store.lease import holder_is_dead
 
-    crumb = unfinished_session(store)
+    breadcrumb = read_breadcrumb(store)
     why = None
-    if crumb is None:
+    if breadcrumb is None:
         why = "its breadcrumb (session:current) is gone"
-    elif crumb.get("id") != session_id:
-        why = f"session:current now belongs to {crumb.get('id') or 'an unreadable breadcrumb'}"
+    elif breadcrumb.get("id") != session_id:
+        why = f"session:current now belongs to {breadcrumb.get('id') or 'an unreadable breadcrumb'}"
     else:
         holder = store.lease_owner(keys.WAKE_LEASE)
         if holder is None:
-            why = "no wake holds the lock any more (it expired or was released)"
+            why = "no wake holds the lease any more (it expired or was released)"
         elif holder_is_dead(holder):
-            why = f"the process holding the wake lock ({holder}) is gone"
+            why = f"the process holding the wake lease ({holder}) is gone"
     if why is None:
         return None
     for h in reversed(session_history.read(store)):
@@ -207,12 +210,12 @@ def _running_lines(report: dict[str, Any]) -> list[str]:
             out.append(labelled("running now", f"session {as_text(running.get('id'))} since "
                                                f"{as_text(running.get('started_at'))}{where}"))
         elif running["state"] == "locked":
-            out.append(labelled("running now", f"a wake holds the lock ({as_text(running.get('lock_holder'))}), "
+            out.append(labelled("running now", f"a wake holds the lease ({as_text(running.get('lease_holder'))}), "
                                                f"no session begun yet"))
         else:
             out.append(labelled("died", f"session {as_text(running.get('id'), '(unknown id)')} started "
                                         f"{as_text(running.get('started_at'), 'at an unknown time')}{where} and is "
-                                        f"gone (its lock expired or its process exited); the next wake records "
+                                        f"gone (its lease expired or its process exited); the next wake records "
                                         f"it as crashed"))
     if report.get("session_history_rejected"):
         r = report["session_history_rejected"]

@@ -31,7 +31,7 @@ from typing import Any
 from brainstem import __version__
 from brainstem.core import events, keys, outcomes
 from brainstem.core.clock import iso, now_utc
-from brainstem.core.errors import LeaseLost, LockHeld, MalformedValue, NotText, StoreUnavailable
+from brainstem.core.errors import LeaseHeld, LeaseLost, MalformedValue, NotText, StoreUnavailable
 from brainstem.core.settings import Settings
 from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import is_simulated
@@ -79,7 +79,7 @@ from brainstem.tools.policy import ToolPolicy
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
          listeners=(), cancel: threading.Event | None = None, dry_run: bool = False) -> WakeResult:
-    """One wake cycle. Raises only for misconfiguration (ConfigError, LockHeld, StoreUnavailable).
+    """One wake cycle. Raises only for misconfiguration (ConfigError, LeaseHeld, StoreUnavailable).
 
     ``dry_run``: one whole session now, whatever the schedule, with the real LLM and no side effect
     beyond its own karma (see :func:`dry_run_session`)."""
@@ -92,11 +92,11 @@ def wake(settings: Settings, store: Store, *, force: bool = False, providers: li
 
     check_ready(store, settings, need_key=providers is None)  # misconfigured: fail before changing anything
     use_host_name(settings.hostname)
-    running_here = karma_mod.unfinished_session(store)
-    if running_here is not None and session_alive_here(running_here):
-        # Its process is alive on this host: whatever the lock's clock says, it is not dead.
-        raise LockHeld(f"another wake is running for this agent (session {running_here.get('id')}, pid "
-                       f"{running_here.get('pid')} on this host); not waking twice")
+    breadcrumb = karma_mod.read_breadcrumb(store)
+    if breadcrumb is not None and session_alive_here(breadcrumb):
+        # Its process is alive on this host: whatever the lease's clock says, it is not dead.
+        raise LeaseHeld(f"another wake is running for this agent (session {breadcrumb.get('id')}, pid "
+                       f"{breadcrumb.get('pid')} on this host); not waking twice")
     token = owner_token(uuid.uuid4().hex[:8])
     acquire_wake_lease(store, token, ttl_ms=int(settings.lease_seconds * 1000))
     lease = Lease(store, token, settings.lease_seconds).start()
@@ -188,17 +188,17 @@ def _session(settings, store, wake_config, providers, listeners, cancel, lease: 
 def _whole_session(settings, store, wake_config, providers, listeners, cancel, lease: Lease | None, mode: str,
                    sid: str | None, woke_for: str | None) -> WakeResult:
     dry = mode == "dry_run"
-    crumb = None if dry else karma_mod.unfinished_session(store)  # a dry run closes nothing
+    breadcrumb = None if dry else karma_mod.read_breadcrumb(store)  # a dry run closes nothing
     number = _next_number(store)
     sid = sid or f"{number}-{uuid.uuid4().hex[:6]}"
     crash = None
     problems: list[str] = []  # recorded as config_rejected once the session's karma begins
     if not dry:
         sweep_notes(store)  # notes here about sessions a wake on another host closed
-    if crumb is not None:
-        crash = close_dead(store, crumb, detected_by=sid, on_reject=problems.append)
+    if breadcrumb is not None:
+        crash = close_dead(store, breadcrumb, detected_by=sid, on_reject=problems.append)
         if crash is None:
-            crumb = None
+            breadcrumb = None
     # Restore before anything below reads the keys it may put back, so this session runs with them.
     restored = None if dry else auto_restore(store, sid)
     soul, orient_template = check_ready(store, settings, need_key=providers is None)
@@ -223,7 +223,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
                          clean_snapshot=snapshot(store))
     # From here on every way out records the end (or, with the store gone, leaves a note of it).
     try:
-        _open(deps, wake_config, left_today, crumb, crash, restored, problems, woke_for)
+        _open(deps, wake_config, left_today, breadcrumb, crash, restored, problems, woke_for)
         interruptible(True)
         if stop.cancel.is_set():  # a signal arrived while the lease was being taken
             stop.check()
@@ -264,7 +264,7 @@ def _stopped(deps: SessionDeps, state: SessionState, stop: SessionStopped) -> No
         _try(lambda: deps.karma.record(events.STORE_ERROR, error=state.reason))
 
 
-def _open(deps: SessionDeps, wake_config: Any, left_today: float, crumb: dict | None, crash: dict | None,
+def _open(deps: SessionDeps, wake_config: Any, left_today: float, breadcrumb: dict | None, crash: dict | None,
           restored: dict | None, problems: list[str], woke_for: str | None = None) -> None:
     """Advance the schedule before doing anything that could die, then record how the session starts.
 
@@ -283,9 +283,9 @@ def _open(deps: SessionDeps, wake_config: Any, left_today: float, crumb: dict | 
         why = {"woke_for": woke_for, "urgent_message": inbox.waiting_urgent(store) or None}
     karma.record(events.SESSION_START, session_id=sid, number=deps.number, store=store.display_url,
                  version=__version__, budget=deps.budget.snapshot(), daily_budget_left=round(left_today, 6),
-                 crashed_session=crumb.get("id") if crumb else None, dry_run=dry or None, **why)
+                 crashed_session=breadcrumb.get("id") if breadcrumb else None, dry_run=dry or None, **why)
     if crash is not None:
-        karma.record(events.CRASH_DETECTED, dead_session=crumb.get("id") if crumb else None,
+        karma.record(events.CRASH_DETECTED, dead_session=breadcrumb.get("id") if breadcrumb else None,
                      entries=crash.get("entries_total"), crash_data=to_record(crash))
     if restored is not None:
         karma.record(events.AUTO_RESTORE, **restored)

@@ -293,17 +293,17 @@ def note_unlisted(store: Store, karma_id: str, retention_days: float, now: datet
     store.put(keys.UNLISTED_KARMA, keep)
 
 
-def close_dead_session(store: Store, crumb: dict, outcome: str,
+def close_dead_session(store: Store, breadcrumb: dict, outcome: str,
                        on_reject: Callable[[str], None] | None = None, **fields: Any) -> dict | None:
     """Record the end of a session that cannot record it itself (it crashed, or was cut off):
     an entry in the history and a ``session_end`` in its own karma. Idempotent: a session already
     in the history is left as it is (None is returned); one that recorded its own ``session_end``
     before dying is entered with the outcome it recorded. Its cost is the sum of its ``llm_call``
     entries (and ``spend_settled``: calls answered after it lost its lease)."""
-    sid = crumb.get("id")
+    sid = breadcrumb.get("id")
     if _recorded(store, sid):
         return None
-    entry: dict[str, Any] = {"id": sid, "outcome": outcome, "started_at": crumb.get("started_at"), **fields}
+    entry: dict[str, Any] = {"id": sid, "outcome": outcome, "started_at": breadcrumb.get("started_at"), **fields}
     entries = karma_mod.read(store, sid) if sid else []
     ended = [e for e in entries if e.get("event") == events.SESSION_END]
     if ended:  # it closed itself, then died before the history had it: its own word stands
@@ -385,8 +385,8 @@ def by_day(entries: list[dict]) -> list[dict[str, Any]]:
 def resolve_session(store: Store, ref: str) -> str | None:
     """The id of the session ``ref`` names: an id (``12-a1b2c3``) or a plain session number (``12``).
     None when the store knows no such session (not in the history, not running, no karma)."""
-    crumb = karma_mod.unfinished_session(store) or {}
-    candidates = [crumb.get("id"), karma_mod.latest_session_id(store)]
+    breadcrumb = karma_mod.read_breadcrumb(store) or {}
+    candidates = [breadcrumb.get("id"), karma_mod.latest_session_id(store)]
     if ref.isdigit():
         number = int(ref)
         for h in reversed(read(store)):

@@ -192,11 +192,11 @@ def follow(store: Store, session_id: str, poll_seconds: float = 0.5,
 
 def begin_session(store: Store, session_id: str, **info: Any) -> dict:
     """Mark a session as in progress. Present at the next wake means it died."""
-    crumb = {"id": session_id, "started_at": now_iso(ms=True), "pid": os.getpid(), "host": host_name(),
+    breadcrumb = {"id": session_id, "started_at": now_iso(ms=True), "pid": os.getpid(), "host": host_name(),
              "proc": process_identity(os.getpid()), **info}
-    store.put(keys.SESSION_CURRENT, crumb)
+    store.put(keys.SESSION_CURRENT, breadcrumb)
     store.put(keys.SESSION_LAST_STARTED, session_id)
-    return crumb
+    return breadcrumb
 
 
 def end_session(store: Store, session_id: str) -> None:
@@ -205,7 +205,7 @@ def end_session(store: Store, session_id: str) -> None:
     store.delete(keys.SESSION_CURRENT)
 
 
-def unfinished_session(store: Store) -> dict | None:
+def read_breadcrumb(store: Store) -> dict | None:
     """The breadcrumb of a session that started and never ended, if any.
 
     A breadcrumb that is not valid JSON still means a session died; its id is
@@ -215,12 +215,12 @@ def unfinished_session(store: Store) -> dict | None:
     if raw is None:
         return None
     try:
-        crumb = json.loads(raw)
+        breadcrumb = json.loads(raw)
     except ValueError:
-        crumb = None
-    if not isinstance(crumb, dict) or not isinstance(crumb.get("id"), str):
+        breadcrumb = None
+    if not isinstance(breadcrumb, dict) or not isinstance(breadcrumb.get("id"), str):
         return {"id": None, "raw": raw[:200]}
-    return crumb
+    return breadcrumb
 
 
 def latest_session_id(store: Store) -> str | None:

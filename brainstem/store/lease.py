@@ -27,7 +27,7 @@ import threading
 import time
 
 from brainstem.core import environment, keys
-from brainstem.core.errors import BrainstemError, LockHeld
+from brainstem.core.errors import BrainstemError, LeaseHeld
 from brainstem.store.base import Store
 
 # Lease tokens held by wakes running in this process (the daemon runs several agents in threads).
@@ -87,20 +87,20 @@ def process_identity(pid: int) -> str | None:
     return f"{boot}:{fields[19]}" if len(fields) > 19 else None
 
 
-def session_alive_here(crumb: dict) -> bool:
+def session_alive_here(breadcrumb: dict) -> bool:
     """Whether the session a breadcrumb names is still running on this host: its process is alive (the
     same process, not a reused pid) and, in this very process, its lease token still held. It answers
     without the store's clocks, so a wake whose clock runs ahead never takes a live session for dead."""
-    pid = crumb.get("pid")
-    if crumb.get("host") != host_name() or not isinstance(pid, int) or isinstance(pid, bool):
+    pid = breadcrumb.get("pid")
+    if breadcrumb.get("host") != host_name() or not isinstance(pid, int) or isinstance(pid, bool):
         return False
     if pid == os.getpid():
         with _LIVE_LOCK:
-            return crumb.get("lease") in _LIVE_TOKENS
+            return breadcrumb.get("lease") in _LIVE_TOKENS
     identity = process_identity(pid)
     if identity is None:
         return False
-    recorded = crumb.get("proc")
+    recorded = breadcrumb.get("proc")
     return recorded is None or recorded == identity
 
 
@@ -118,7 +118,7 @@ def acquire_wake_lease(store: Store, token: str, ttl_ms: int) -> None:
         forget_token(token)
         raise
     forget_token(token)
-    raise LockHeld(f"another wake is running for this agent (lock held by {holder or 'unknown'}); not waking twice")
+    raise LeaseHeld(f"another wake is running for this agent (lease held by {holder or 'unknown'}); not waking twice")
 
 
 def forget_token(token: str) -> None:

@@ -81,7 +81,7 @@ def agents_rm(c: Ctx, name: str) -> None:
     """Remove NAME's registration, once NAME holds no keys.
 
     Nothing is deleted: an agent that still holds keys (its soul, config,
-    karma, a wake lock...) keeps its registration, and the command says how
+    karma, a wake lease...) keeps its registration, and the command says how
     many and how to delete them first (exit 2). Keys under a name that is not
     registered would be the default agent's to read and write, so a
     registration never goes while anything is left under it.

@@ -32,7 +32,7 @@ class Ctx:
             from brainstem.store import open_store
 
             # Only `brainstem seed` and `agents register` make an agent exist (they register it themselves).
-            self._store = open_store(self.settings.kv, prefix=self.settings.agent, register=False)
+            self._store = open_store(self.settings.kv, prefix=self.settings.prefix, register=False)
         return self._store
 
 

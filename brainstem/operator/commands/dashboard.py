@@ -45,7 +45,7 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
 
     given = c.settings.dashboard_token.get_secret_value() if c.settings.dashboard_token else None
     token = auth.check_token(given) if given is not None else auth.new_token()
-    names = list(dict.fromkeys(agents)) or [c.settings.agent.rstrip(":")]
+    names = list(dict.fromkeys(agents)) or [c.settings.agent or ""]
     stores = {name: open_store(c.settings.kv, prefix=name or "", register=False) for name in names}
     import uvicorn
 

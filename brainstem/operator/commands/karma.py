@@ -175,7 +175,7 @@ def wakes(c: Ctx, limit: int, as_json: bool) -> None:
     """What the daemon (`brainstem run`) did at each fire, newest last: from the agent's wake_log.
 
     A fire ran a session (with its outcome), slept (the agent was not due),
-    was skipped (another wake held the lock, or the previous fire was still
+    was skipped (another wake held the lease, or the previous fire was still
     running), lost its lease mid-session (another host took the agent over),
     was missed (later than --misfire-grace), or failed.
 
@@ -206,7 +206,7 @@ def _fire_detail(f: dict) -> str:
     if fire == "slept":
         return f"asleep until {as_text(f.get('until'))}"
     if fire == "skipped":
-        detail = {"locked": "another wake held the lock",
+        detail = {"locked": "another wake held the lease",
                   "still_running": "the previous fire was still running"}.get(f.get("reason"),
                                                                            as_text(f.get("reason")))
         if f.get("scheduled"):

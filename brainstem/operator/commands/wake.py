@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from brainstem.core.errors import BadArgument, LockHeld
+from brainstem.core.errors import BadArgument, LeaseHeld
 from brainstem.operator.commands.context import Ctx, pass_ctx
 
 
@@ -37,9 +37,9 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     0 slept or ran a session (even one with failed steps, or one the operator
     must look at: its line then says what to do), 2 misconfigured (no soul,
     no prompt:orient, bad setting), 3 store unreachable, 75 another wake holds
-    the lock (or took it over mid-session: this one's lease ran out, so it
+    the lease (or took it over mid-session: this one's lease ran out, so it
     stopped and left its end to that wake), 143 / 130 stopped by SIGTERM /
-    SIGINT (the session is recorded as interrupted and the lock released).
+    SIGINT (the session is recorded as interrupted and the lease released).
 
     \b
     Examples:
@@ -66,7 +66,7 @@ def wake(c: Ctx, force: bool, verbose: bool, llm_cassette: Path | None, quiet: b
     if guard.signum is not None:
         sys.exit(128 + guard.signum)
     if result.status == "lease_lost":
-        sys.exit(LockHeld.exit_code)
+        sys.exit(LeaseHeld.exit_code)
 
 
 def _providers(llm_cassette: Path | None) -> list | None:
