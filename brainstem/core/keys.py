@@ -58,6 +58,8 @@ TELEGRAM_STATE = "stats:telegram"  # the Bot API update offset, and texts from o
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 # approved:{code key}: the code the operator approved under that key (its bytes and their sha256)
 APPROVED_PREFIX = "approved:"
+# schedule:{id}: a scheduled action, JSON: one tool with a fixed input at set times, no model in between
+SCHEDULE_PREFIX = "schedule:"
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX, APPROVED_PREFIX)  # never in the agent's key index
 
 WAKE_LEASE = "wake"  # a lease name (the store keeps leases apart from values): the session's lease
@@ -110,6 +112,10 @@ def review_item(item_id: str) -> str:
     return f"{REVIEW_PREFIX}{item_id}"
 
 
+def schedule(schedule_id: str) -> str:
+    return f"{SCHEDULE_PREFIX}{schedule_id}"
+
+
 def tooldata_prefix(name: str) -> str:
     return f"tooldata:{name}:"
 
@@ -156,5 +162,5 @@ def is_privileged(key: str) -> bool:
 DEFAULT_AGENT_SEGMENTS = frozenset({
     "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
     "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
-    "deep_reflect_schedule", "review", "inbox", "approved",
+    "deep_reflect_schedule", "review", "inbox", "approved", "schedule",
 })
