@@ -369,6 +369,24 @@ def put_back(obj: Any, sent: Mapping[str, str]) -> Any:
     return walk(obj, 0)
 
 
+# What stays as it is when a URL is quoted again: its structure, and the unreserved characters.
+URL_SAFE = ":/?#[]@!$&'()*+,;=-._~"
+
+
+def put_back_url(url: str, sent: Mapping[str, str]) -> str:
+    """A redirect's ``Location`` with an exact echo of text of ``sent`` replaced by its placeholder, as
+    :func:`put_back` does, but looked for in the percent-decoded URL: a server echoes what it was sent
+    into a URL quoted however its library quotes, so whether the echo came back as its placeholder must
+    not hang on which of the secret's characters needed quoting. A URL that holds no such echo is
+    returned as it is."""
+    if not sent:
+        return url
+    decoded = urllib.parse.unquote(url)
+    if not any(text in decoded for text in sent):
+        return url
+    return urllib.parse.quote(put_back(decoded, sent), safe=URL_SAFE)
+
+
 def _strings(obj: Any, _depth: int = 0):
     if isinstance(obj, str):
         yield obj

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events, keys
-from brainstem.core.scrubber import put_back
+from brainstem.core.scrubber import put_back, put_back_url
 from brainstem.state import refusals
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
@@ -393,7 +393,9 @@ class _FetchGuard:
                 self.meter.after(hop.note, status, text, error, self.s.name)
             except SpendOverrun as exc:  # booked and recorded: the code that sent it ends, with no answer
                 raise StopExecution(str(exc)) from None
-        cleaned = self.s.scrub({"headers": headers, "text": text}, self._sent.get(id(hop)))
+        sent = self._sent.get(id(hop)) or {}
+        headers = {k: put_back_url(v, sent) if k.lower() == "location" else v for k, v in headers.items()}
+        cleaned = self.s.scrub({"headers": headers, "text": text}, sent)
         return cleaned["headers"], cleaned["text"]
 
 
