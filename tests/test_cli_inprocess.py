@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from .conftest import run_cli, run_cli_process
-from .wake_helpers import seeded
+from tests.helpers import run_cli, run_cli_process
+from tests.wake_helpers import seeded
 
 
 @pytest.fixture

@@ -27,8 +27,7 @@ from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
-
-from .conftest import clean_env, run_cli
+from tests.helpers import clean_env, run_cli
 
 API_KEY = "sk-test-7f3a9c2e41d8b605-do-not-leak"  # random-looking, as real keys are
 

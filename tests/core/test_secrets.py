@@ -14,8 +14,7 @@ from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolServices
 from brainstem.tools.tool import ToolMeta
-
-from .sandbox.hostile import Host
+from tests.doubles.hostile import Host
 
 LLM = "https://openrouter.ai/api/v1"
 
@@ -101,7 +100,7 @@ WALLET_PK = "0xPRIVATEKEY-c0ffee-5eed-1234567890"
 
 
 def test_reflection_cannot_rename_a_secret_out_of_secret_space(st, env, llm):
-    from .wake_helpers import action, answers, events_of, finished, plan, reflection, run_wake
+    from tests.wake_helpers import action, answers, events_of, finished, plan, reflection, run_wake
 
     st.put("secret:wallet_pk", WALLET_PK)
     llm.queue(plan())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,10 +23,10 @@ from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
+from tests.dashboard_client import printed_token, serving
+from tests.helpers import REPO
 
-from .dashboard_client import printed_token, serving
-
-PACKAGE = Path(__file__).resolve().parent.parent / "brainstem"
+PACKAGE = REPO / "brainstem"
 READERS = {"core/environment.py", "core/settings.py"}
 
 

@@ -17,10 +17,9 @@ from brainstem.daemon.scheduler import Runner, read_wake_log
 from brainstem.sandbox import pool
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import open_store
-
-from ..conftest import run_cli
-from ..sandbox.procfs import PROC, named, wait_for
-from ..wake_helpers import (
+from tests.helpers import run_cli
+from tests.sandbox.procfs import PROC, named, wait_for
+from tests.wake_helpers import (
     API_KEY,
     action,
     all_text,

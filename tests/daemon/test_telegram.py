@@ -30,17 +30,16 @@ from brainstem.store.lease import host_name
 from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from .conftest import run_cli, wait_for
-from .doubles import LLMDouble, TelegramDouble
-from .wake_helpers import action, answers, is_orient, plan, seeded
+from tests.doubles import LLMDouble, TelegramDouble
+from tests.helpers import REPO, run_cli, wait_for
+from tests.wake_helpers import action, answers, is_orient, plan, seeded
 
 TOKEN = "7741852963:AAH-tg_Test-token-0123456789abcdefXYZ"
 OWNER = 424242
 STRANGER = 990001
 GROUP = -1001234567890
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 
 
 # --- fixtures and helpers ------------------------------------------------------------------------------
@@ -61,7 +60,7 @@ def store_url(request, tmp_path):
     """A real store's URL: an SQLite file, or an agent of its own on a real Redis."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'agent.db'}"
-    from .conftest import unique_prefix
+    from tests.helpers import unique_prefix
 
     return f"{request.getfixturevalue('redis_url')}?prefix={unique_prefix()}"
 
@@ -547,7 +546,7 @@ def test_brainstem_run_polls_the_bot_and_the_agent_answers_without_leaking_the_t
                                 if is_orient(req) else "ok")
         env = {**tg_env(sqlite_url, tg), "OPENROUTER_BASE_URL": llm.base_url,
                "OPENROUTER_API_KEY": "sk-test-7f3a9c2e41d8b605-do-not-leak", "BRAINSTEM_LLM_BACKOFF": "0.01"}
-        from .conftest import clean_env
+        from tests.helpers import clean_env
 
         d = daemons(clean_env(env), "--every", "1h")
         wait_for(lambda: texts(store) == ["are you there?"] and tg.sent, 60, "the message in and the answer out", d)

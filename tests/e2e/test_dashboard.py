@@ -47,11 +47,10 @@ from brainstem.core import keys
 from brainstem.state import inbox, review
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
-
-from .conftest import REPO, run_cli
-from .dashboard_client import printed_address, printed_token
-from .doubles import LLMDouble
-from .wake_helpers import (
+from tests.dashboard_client import printed_address, printed_token
+from tests.doubles import LLMDouble
+from tests.helpers import REPO, run_cli
+from tests.wake_helpers import (
     action,
     answers,
     finished,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from .sandbox.hostile import Drip
-from .wake_helpers import answers, events_of, finished, llm_calls, plan, run_wake, think, wake_env
+from tests.doubles.hostile import Drip
+from tests.wake_helpers import answers, events_of, finished, llm_calls, plan, run_wake, think, wake_env
 
 
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
@@ -65,8 +65,7 @@ def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, 
     import json
 
     from brainstem.core import keys
-
-    from .wake_helpers import action
+    from tests.wake_helpers import action
 
     ceiling = 3
     drip = Drip(every=0.5)
@@ -97,7 +96,7 @@ def test_a_tool_and_its_fetch_end_with_the_session_deadline(real_store_url, st, 
 
 @pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)
 def test_an_invalid_config_models_falls_back_to_its_last_valid_version_and_status_names_it(real_store_url, st, llm):
-    from .conftest import run_cli
+    from tests.helpers import run_cli
 
     env = wake_env(real_store_url, llm)
     r = run_cli("kv", "put", "config:models", '{"models": "not a list"}', "--force", env=env)

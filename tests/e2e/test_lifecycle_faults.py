@@ -25,9 +25,8 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
 from brainstem.store import karma, open_store
-
-from .conftest import run_cli, wait_for
-from .wake_helpers import (
+from tests.helpers import run_cli, wait_for
+from tests.wake_helpers import (
     events_of,
     finished,
     history,
@@ -369,7 +368,7 @@ def _lock_the_store_mid_answer(llm, port: int, env: dict):
 
 @pytest.mark.slow
 def test_a_store_lost_mid_session_is_store_unavailable_not_error_or_crash(own_redis, llm):
-    from .wake_helpers import seeded
+    from tests.wake_helpers import seeded
 
     url = f"redis://127.0.0.1:{own_redis}/0"
     store = seeded(url)
@@ -401,7 +400,7 @@ def test_a_redis_demoted_to_a_replica_for_a_moment_is_a_store_fault_never_a_cras
     store_unavailable; nothing is lost and nothing says crashed."""
     import redis
 
-    from .wake_helpers import seeded
+    from tests.wake_helpers import seeded
 
     url = f"redis://127.0.0.1:{own_redis}/0"
     store = seeded(url)
@@ -437,7 +436,7 @@ def test_a_store_gone_for_longer_than_the_wake_waits_is_still_not_a_crash(own_re
     records the session as store_unavailable, which never counts towards auto-restore."""
     import redis
 
-    from .wake_helpers import seeded
+    from tests.wake_helpers import seeded
 
     url = f"redis://127.0.0.1:{own_redis}/0"
     store = seeded(url)
@@ -518,9 +517,8 @@ def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path
 @pytest.mark.redis
 def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(redis_url, tmp_path, llm):
     from brainstem.state.seed import example_soul_path, seed
-
-    from .conftest import Daemon
-    from .test_run import base_env, fires, responder, ts, wake_log
+    from tests.e2e.test_run import base_env, fires, responder, ts, wake_log
+    from tests.helpers import Daemon
 
     llm.responder = responder(steps=3, delay=0.8)  # a session of ~3 s: longer than a 1 s tick
     name = f"dup{os.getpid()}{int(time.time() * 1000) % 100000}"

@@ -17,10 +17,9 @@ from brainstem.operator.demo import CASSETTE
 from brainstem.state import history as session_history
 from brainstem.state.budget import today
 from brainstem.store import karma, open_store
-
-from .conftest import clean_env, run_cli, wait_for
-from .dashboard_client import app_for, client
-from .wake_helpers import answers, plan, reflection, run_wake, seeded, think, wake_env
+from tests.dashboard_client import app_for, client
+from tests.helpers import clean_env, run_cli, wait_for
+from tests.wake_helpers import answers, plan, reflection, run_wake, seeded, think, wake_env
 
 
 @pytest.fixture

@@ -23,9 +23,8 @@ from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.state.versions import versions
 from brainstem.store import karma, open_store
-
-from .conftest import run_cli
-from .doubles import LLMDouble
+from tests.doubles import LLMDouble
+from tests.helpers import run_cli
 
 API_KEY = "sk-test-5d0e91c7a3f24b86"  # random-looking, as real keys are: one holding a word is found in text
 PLAN = json.dumps({"steps": [{"id": "a", "type": "think", "prompt": "hi"}]})

@@ -28,11 +28,10 @@ import pytest
 from brainstem.core import keys
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
-
-from .conftest import clean_env, run_cli, wait_for
-from .doubles import LLMDouble
-from .redis_server import free_port
-from .wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
+from tests.doubles import LLMDouble
+from tests.helpers import clean_env, run_cli, wait_for
+from tests.redis_server import free_port
+from tests.wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
 
 pytestmark = pytest.mark.redis
 
@@ -98,8 +97,8 @@ def session_in_progress(store, min_completed_steps: int = 1) -> str | None:
 
 def start_redis_server(port: int, workdir: Path) -> subprocess.Popen:
     """A dedicated redis-server that can be stopped (after a SAVE) and restarted on the same port with its data."""
-    from .redis_server import RedisServerError
-    from .redis_server import start_redis_server as start
+    from tests.redis_server import RedisServerError
+    from tests.redis_server import start_redis_server as start
 
     try:
         return start(workdir, port, "--dbfilename", "dump.rdb")[0]
@@ -139,8 +138,7 @@ def test_a_daemon_started_while_redis_is_down_waits_for_it(daemons, tmp_path, re
     """A daemon started before its Redis (or during an outage) says so once and waits; once the store is
     there it runs; SIGTERM while it waits is an ordinary stop."""
     from brainstem.state.seed import example_soul_path, seed
-
-    from .redis_server import start_redis_server, stop
+    from tests.redis_server import start_redis_server, stop
 
     port = free_port()  # nothing listens here yet
     url = f"redis://:hunter2pw@127.0.0.1:{port}/0"

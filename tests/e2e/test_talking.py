@@ -14,10 +14,9 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.state import inbox
-
-from .conftest import clean_env, wait_for
-from .doubles import LLMDouble, TelegramDouble
-from .wake_helpers import (
+from tests.doubles import LLMDouble, TelegramDouble
+from tests.helpers import clean_env, wait_for
+from tests.wake_helpers import (
     API_KEY,
     events_of,
     is_orient,

@@ -19,11 +19,10 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.store import karma
-
-from .conftest import run_cli, run_cli_process
-from .doubles import RPCDouble
-from .redis_server import free_port
-from .wake_helpers import (
+from tests.doubles import RPCDouble
+from tests.helpers import run_cli, run_cli_process
+from tests.redis_server import free_port
+from tests.wake_helpers import (
     API_KEY,
     action,
     all_text,

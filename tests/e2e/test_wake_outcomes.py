@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from brainstem.core import keys
-
-from .wake_helpers import events_of, finished, llm_calls, plan, reflection, run_wake, set_defaults, think, wake_env
+from tests.wake_helpers import events_of, finished, llm_calls, plan, reflection, run_wake, set_defaults, think, wake_env
 
 
 def test_a_missing_tool_fails_once_without_retries(st, env, llm):

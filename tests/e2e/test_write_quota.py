@@ -1,5 +1,5 @@
 """The session write quota, across tool calls of one real wake (the per-call quota is in
-tests/sandbox/test_egress_limits.py)."""
+tests/sandbox/test_fetch.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 import pytest
 
 from brainstem.core import keys
-
-from .wake_helpers import action, answers, events_of, finished, plan, run_wake, wake_env
+from tests.wake_helpers import action, answers, events_of, finished, plan, run_wake, wake_env
 
 HOG = ("def execute(args, ctx):\n"
        "    n = 0\n"
@@ -53,7 +52,7 @@ FETCHER = ("def execute(args, ctx):\n"
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_fetch_records_and_log_lines_count_towards_the_session_quota(real_store_url, st, llm):
     """Every fetch's answer is kept in karma for replay: past the quota, karma stops growing and the tool ends."""
-    from .sandbox.hostile import Host
+    from tests.doubles.hostile import Host
 
     page = Host("127.0.0.1", lambda h: h._send(200, b"y" * 20_000, {"Content-Type": "text/plain"}))
     try:

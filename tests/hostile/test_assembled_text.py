@@ -14,9 +14,8 @@ import json
 import pytest
 
 from brainstem.state import refusals
-
-from .doubles.llm_server import LLMDouble
-from .wake_helpers import (
+from tests.doubles.llm_server import LLMDouble
+from tests.wake_helpers import (
     action,
     answers,
     events_of,

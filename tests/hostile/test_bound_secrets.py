@@ -23,10 +23,9 @@ from brainstem.core import keys
 from brainstem.core.secrets import secret_forms
 from brainstem.state.seed import seed
 from brainstem.store import open_store
-
-from ..conftest import run_cli
-from .hostile import ATTACKER_HOST, Host, bound_api
-from .procfs import children, comm, read_memory
+from tests.doubles.hostile import ATTACKER_HOST, Host, bound_api
+from tests.helpers import run_cli
+from tests.sandbox.procfs import children, comm, read_memory
 
 TOKEN = "tok-live-7d3c9b1a5e8f2640aa"
 KV_TOKEN = "kvtok-c0ffee5eed1234567"
@@ -225,7 +224,7 @@ def test_secret_values_never_enter_the_worker(kv):
 
 @pytest.mark.parametrize("real_store_url", ["sqlite", "redis"], indirect=True)
 def test_in_a_whole_session_no_prompt_and_no_stored_byte_holds_the_secret(hosts, real_store_url, st, llm):
-    from ..wake_helpers import action, answers, finished, plan, run_wake, wake_env
+    from tests.wake_helpers import action, answers, finished, plan, run_wake, wake_env
 
     api, attacker = hosts
     st.put(keys.tool_code("exfil"), "import base64\n" + EXFIL)

@@ -41,8 +41,7 @@ from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma
 from brainstem.store.sqlite_store import SQLiteStore
-
-from .dashboard_client import TOKEN, TestClient, app_for, client
+from tests.dashboard_client import TOKEN, TestClient, app_for, client
 
 LLM_KEY = "sk-or-v1-hostile-0123456789abcdef"
 SID = "7-abcdef"

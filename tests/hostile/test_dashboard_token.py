@@ -32,9 +32,8 @@ from brainstem.operator.dashboard import auth
 from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma, open_store
-
-from .conftest import run_cli
-from .dashboard_client import BEARER, TOKEN, app_for, client, printed_token, serving
+from tests.dashboard_client import BEARER, TOKEN, app_for, client, printed_token, serving
+from tests.helpers import run_cli
 
 SID = "7-abcdef"
 MARKER = "MARKER-store-data-4f1c9e"  # planted in every kind of thing a page shows

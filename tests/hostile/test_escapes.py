@@ -25,8 +25,7 @@ import os
 import pytest
 
 from brainstem.sandbox import Limits, run, shutdown
-
-from .conftest import (
+from tests.helpers import (
     CANARIES,
     CANARY_ENV,
     CANARY_ENV_NAME,

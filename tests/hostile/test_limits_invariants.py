@@ -4,7 +4,7 @@ Every operation (put, rename, copy, delete, in a batch or alone) is checked on e
 key it writes exactly as a put of that key is: the replay gate in ``config:defaults``
 cannot be lowered, a runtime-owned key cannot be produced, a secret cannot be read
 by moving it. Provider code is tool code for modes and dry runs (which code runs at
-which mode is tests/test_approval.py's). Hypothesis draws operation sequences;
+which mode is tests/state/test_approval.py's). Hypothesis draws operation sequences;
 end-to-end tests run wakes.
 """
 
@@ -21,9 +21,8 @@ from brainstem.core.errors import KVWriteRefused, SoulImmutable
 from brainstem.state.config import Defaults
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
-
-from .sandbox.hostile import Host
-from .wake_helpers import events_of, finished, plan, reflection, run_wake
+from tests.doubles.hostile import Host
+from tests.wake_helpers import events_of, finished, plan, reflection, run_wake
 
 GATE = 10  # the operator's replay gate, above the shipped default (5)
 

@@ -12,8 +12,7 @@ import pytest
 
 from brainstem.core.secrets import secret_forms
 from brainstem.store.karma import Redactor
-
-from .wake_helpers import API_KEY, answers, plan, run_wake, wake_env
+from tests.wake_helpers import API_KEY, answers, plan, run_wake, wake_env
 
 
 def test_redactor_catches_the_common_encodings_at_any_alignment():
@@ -59,8 +58,7 @@ def test_a_model_answer_holding_a_secret_is_never_used_or_shown_and_holds_the_ag
     reflection would read the answer every step of every session. The answer is booked, never recorded
     or used; it is a secret_refused stop and the agent's code is held."""
     from brainstem.state import refusals
-
-    from .wake_helpers import events_of, last_session, think
+    from tests.wake_helpers import events_of, last_session, think
 
     db_pw = "correct-horse-battery-staple-42"
     st.put("secret:db_pw", db_pw)

@@ -22,9 +22,8 @@ from brainstem.core.scrubber import Scrubber
 from brainstem.core.secrets import Grant, Grants, Outgoing, SecretRefused, cleartext_ok
 from brainstem.state.seed import seed
 from brainstem.store import open_store
-
-from ..conftest import run_cli
-from .hostile import ATTACKER_HOST, Host, bound_api
+from tests.doubles.hostile import ATTACKER_HOST, Host, bound_api
+from tests.helpers import run_cli
 
 TOKEN = "tok-live-5eedc0ffee0123456789"
 LLM_KEY = "sk-or-v1-" + "0123456789abcdef" * 4
@@ -111,7 +110,7 @@ def test_a_bound_host_cannot_be_used_to_carry_its_own_secret_out(world):
         assert out[name].startswith("error: refused") and "more than once" in out[name], (name, out[name])
     assert out["header_name"].startswith("error: refused")
     assert out["once_in_path"] == "sent: 200" and out["once_in_body"] == "sent: 200"
-    # (A value handed in as input stops the tool before it starts: tests/sandbox/test_secret_oracle.py.)
+    # (A value handed in as input stops the tool before it starts: tests/hostile/test_secret_oracle.py.)
     # What came back held the token exactly as it was put in: the tool saw its placeholder, twice.
     seen = json.dumps(out)
     assert TOKEN not in seen and TOKEN.upper() not in seen and TOKEN.lower() not in seen.lower()

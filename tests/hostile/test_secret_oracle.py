@@ -24,8 +24,7 @@ from brainstem.state.refusals import clear, counts
 from brainstem.store import open_store
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from .hostile import ATTACKER_HOST, Host
+from tests.doubles.hostile import ATTACKER_HOST, Host
 
 TOKEN = "tok-SUPERSECRET-8d1f0c77a2"
 LLM_KEY = "sk-or-v1-" + "5be1c0de" * 8

@@ -26,8 +26,7 @@ from brainstem.core.untrusted import Untrusted, plain, untrusted
 from brainstem.session.context import kv_index, load_keys
 from brainstem.session.reflect import karma_digest
 from brainstem.store import karma
-
-from .wake_helpers import (
+from tests.wake_helpers import (
     action,
     finished,
     is_deep,

@@ -16,9 +16,8 @@ import pytest
 from brainstem.core import keys
 from brainstem.state.seed import seed
 from brainstem.store import open_store
-
-from .conftest import run_cli
-from .wake_helpers import answers, events_of, last_session, llm_calls, plan, run_wake, think, wake_env
+from tests.helpers import run_cli
+from tests.wake_helpers import answers, events_of, last_session, llm_calls, plan, run_wake, think, wake_env
 
 PER_REQUEST = 0.01  # what the double bills each answered chat request
 CEILING = 0.05

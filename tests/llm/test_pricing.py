@@ -7,9 +7,8 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.state.budget import daily_spent
-
-from .conftest import run_cli
-from .wake_helpers import (
+from tests.helpers import run_cli
+from tests.wake_helpers import (
     answers,
     events_of,
     finished,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import run_cli
-from .wake_helpers import seeded
+from tests.helpers import run_cli
+from tests.wake_helpers import seeded
 
 # (argv, exit code, words stderr must contain). Each names something the store does not hold.
 NAMES_NOTHING = [

@@ -10,10 +10,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from brainstem.operator.metrics import Metrics
-
-from .conftest import wait_for
-from .test_run import base_env, fires
-from .wake_helpers import action, answers, plan, reflection, seeded
+from tests.e2e.test_run import base_env, fires
+from tests.helpers import REPO, wait_for
+from tests.wake_helpers import action, answers, plan, reflection, seeded
 
 
 def free_port() -> int:
@@ -68,7 +67,7 @@ def test_a_daemon_serves_what_it_did(tmp_path, llm, daemons):  # noqa: F811 - py
 
 
 def test_a_port_in_use_is_one_line(tmp_path):
-    from .conftest import run_cli
+    from tests.helpers import run_cli
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     seeded(url)
@@ -103,7 +102,6 @@ def test_the_listener_counts_karma_entries():
 def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():
     import json
     import re
-    from pathlib import Path
 
     m = Metrics()
     m.watch_spend("a", lambda: (0.0, 5.0))
@@ -112,7 +110,7 @@ def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():
     m.tool_runs.labels(agent="a", result="ok").inc()
     m.sessions.labels(agent="a", outcome="clean")
     served = {name for name, _ in samples(generate_latest(m.registry).decode())}
-    dash = json.loads((Path(__file__).parent.parent / "scripts" / "grafana-brainstem.json").read_text())
+    dash = json.loads((REPO / "scripts" / "grafana-brainstem.json").read_text())
     used = {name for p in dash["panels"] for t in p["targets"] for name in re.findall(r"brainstem_\w+", t["expr"])}
     assert used and used <= served, used - served
 

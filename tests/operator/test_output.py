@@ -9,9 +9,8 @@ import pytest
 
 from brainstem.operator.output import clip
 from brainstem.state import history as session_history
-
-from .conftest import run_cli
-from .wake_helpers import seeded
+from tests.helpers import run_cli
+from tests.wake_helpers import seeded
 
 
 @pytest.fixture

@@ -18,9 +18,8 @@ from brainstem.sandbox import egress
 from brainstem.sandbox.fetch import fetch
 from brainstem.state.seed import seed
 from brainstem.store import open_store
-
-from ..conftest import run_cli
-from .hostile import Drip, bomb_host, gzip_bomb
+from tests.doubles.hostile import Drip, bomb_host, gzip_bomb
+from tests.helpers import run_cli
 
 RSS_LIMIT_MB = 400
 
@@ -114,7 +113,7 @@ def test_decoding_is_capped_after_decompression_in_process():
 
 
 def test_unknown_or_too_many_content_encodings_are_refused():
-    from .hostile import Host
+    from tests.doubles.hostile import Host
 
     def route(h):
         enc = {"/br": "br", "/many": "gzip, gzip, gzip, gzip"}[h.path]

@@ -7,8 +7,7 @@ import time
 import pytest
 
 from brainstem.sandbox import Limits, Outcome, run, server_pid, shutdown
-
-from .conftest import TRIVIAL, FakeServices, assert_runtime_healthy, tool
+from tests.helpers import TRIVIAL, FakeServices, assert_runtime_healthy, tool
 
 FAST = Limits(timeout_ms=5000)
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from brainstem.sandbox import Limits, run, server_pid
-
-from .conftest import FakeServices, assert_runtime_healthy, tool
-from .procfs import PROC, children, descendants, stat, wait_for
+from tests.helpers import FakeServices, assert_runtime_healthy, tool
+from tests.sandbox.procfs import PROC, children, descendants, stat, wait_for
 
 REPO = str(Path(__file__).resolve().parents[2])
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")

@@ -18,9 +18,8 @@ from hypothesis import strategies as st_
 from brainstem.core import keys
 from brainstem.core.plan import AgentStep, parse_plan
 from brainstem.state.seed import seed
-
-from .conftest import run_cli
-from .wake_helpers import (
+from tests.helpers import run_cli
+from tests.wake_helpers import (
     answers,
     events_of,
     finished,

@@ -4,7 +4,7 @@ never applied unjudged.
 
 Reflection runs in-process here, against a real store and the loopback LLM double, with budgets
 hypothesis draws; the attack (a plan asking for a 4.5 s session) runs as a whole wake in
-tests/test_replay.py.
+tests/session/test_replay.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from brainstem.state.budget import Budget
 from brainstem.state.config import effective_models, load_defaults
 from brainstem.store import karma as karma_mod
 from brainstem.store.karma import Karma, Redactor
-
-from .wake_helpers import API_KEY, answers, events_of, reflection
+from tests.wake_helpers import API_KEY, answers, events_of, reflection
 
 BROKEN_ORIENT = "Answer in prose."  # a past session would get no plan under it
 
@@ -111,7 +110,7 @@ def test_with_time_left_and_nothing_to_replay_the_change_applies(sqlite_seeded, 
 
 @pytest.fixture
 def sqlite_seeded(tmp_path):
-    from .wake_helpers import seeded
+    from tests.wake_helpers import seeded
 
     store = seeded(f"sqlite:///{tmp_path / 'store.db'}")
     yield store

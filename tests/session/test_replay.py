@@ -10,9 +10,8 @@ import pytest
 from brainstem.core import keys
 from brainstem.state import history as session_history
 from brainstem.state.budget import daily_spent
-
-from .conftest import run_cli
-from .wake_helpers import action, answers, finished, plan, reflection, run_wake, think, wake_env
+from tests.helpers import run_cli
+from tests.wake_helpers import action, answers, finished, plan, reflection, run_wake, think, wake_env
 
 
 def _session(st, llm, env, **plan_extra):
@@ -192,7 +191,7 @@ def test_a_change_that_still_plans_applies_and_the_next_deep_reflection_sees_the
 
 
 def test_a_context_too_large_to_record_is_named_not_replayed(st, llm, fenv):
-    from .wake_helpers import set_defaults
+    from tests.wake_helpers import set_defaults
 
     set_defaults(st, memory={"max_load_key_bytes": 200_000, "max_load_keys": 8,
                              "default_load_keys": [f"notes:big{i}" for i in range(6)]})
@@ -248,7 +247,7 @@ def test_the_agent_cannot_switch_its_own_gate_off(st, llm, fenv):
     assert any("may not be lowered" in e["reason"] for e in rejected), rejected
     assert st.get_json(keys.CONFIG_DEFAULTS) == before
     # The operator can.
-    from .conftest import run_cli as cli
+    from tests.helpers import run_cli as cli
 
     lowered = {**before, "deep_reflect": {**before["deep_reflect"], "replay_gate_sessions": 0}}
     assert cli("kv", "put", keys.CONFIG_DEFAULTS, json.dumps(lowered), env=fenv).returncode == 0

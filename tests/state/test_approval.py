@@ -25,10 +25,9 @@ from brainstem.state.versions import record_write
 from brainstem.store import open_store
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from .conftest import run_cli
-from .sandbox.hostile import Host
-from .wake_helpers import action, events_of, finished, plan, reflection, run_wake
+from tests.doubles.hostile import Host
+from tests.helpers import run_cli
+from tests.wake_helpers import action, events_of, finished, plan, reflection, run_wake
 
 SHIPPED_KV_READ = seed_entries()[keys.tool_code("kv_read")]
 CODE_A = "def execute(args, ctx):\n    return 'a'\n"
@@ -329,8 +328,7 @@ def test_bad_names_are_one_line_and_exit_2(st, env, args, says):
 def test_the_review_page_shows_pending_code_and_its_diff_redacted_and_escaped(tmp_path, monkeypatch):
     from brainstem.core.settings import load_settings
     from brainstem.state.seed import seed
-
-    from .dashboard_client import app_for, client
+    from tests.dashboard_client import app_for, client
 
     key = "sk-or-v1-approval-0a1b2c3d4e5f6a7b"
     for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
@@ -350,7 +348,7 @@ def test_the_review_page_shows_pending_code_and_its_diff_redacted_and_escaped(tm
 
 
 def test_a_rewritten_llm_adapter_is_held_back_and_the_approved_snapshot_answers(real_store_url, llm):
-    from .wake_helpers import llm_calls, wake_env
+    from tests.wake_helpers import llm_calls, wake_env
 
     env = wake_env(real_store_url, llm, BRAINSTEM_TOOL_SECRETS="OPENROUTER_API_KEY",
                    BRAINSTEM_FETCH_ALLOW="127.0.0.1", BRAINSTEM_TOOL_MODES="new=manual")

@@ -16,8 +16,7 @@ import pytest
 from brainstem.core import keys
 from brainstem.state.budget import Budget, BudgetExceeded, DailyLedger, add_daily, daily_reserved, daily_spent, today
 from brainstem.store import open_store
-
-from .conftest import unique_prefix, wait_for
+from tests.helpers import unique_prefix, wait_for
 
 CEILING = 0.10
 AMOUNT = 0.01  # exactly ten fit under the ceiling
@@ -251,8 +250,7 @@ def test_tool_runs_at_once_book_at_most_the_daily_ceiling(real_store_url, llm):
     import sys
 
     from brainstem.state.seed import seed
-
-    from .wake_helpers import wake_env
+    from tests.wake_helpers import wake_env
 
     store = open_store(real_store_url)
     seed(store)

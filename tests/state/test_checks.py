@@ -15,10 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
 from brainstem.state.checks import check_value
+from tests.helpers import REPO, run_cli
 
-from .conftest import run_cli
-
-SEED = Path(__file__).resolve().parent.parent / "prompts_seed"
+SEED = REPO / "prompts_seed"
 
 BAD = [
     ("config:defaults", '{"orient": {bad json', "config:defaults: not valid JSON"),
@@ -201,7 +200,7 @@ def _restore(store, key: str, value: str | None) -> None:
     ("config:tool_registry", '{"tools": []}', "config:tool_registry: tools: should be an object"),
 ])
 def test_a_reflection_cannot_write_what_kv_put_refuses(real_store_url, llm, key, value, said):
-    from .wake_helpers import answers, events_of, finished, plan, reflection, run_wake, seeded, think, wake_env
+    from tests.wake_helpers import answers, events_of, finished, plan, reflection, run_wake, seeded, think, wake_env
 
     store = seeded(real_store_url)
     before = store.get(key)

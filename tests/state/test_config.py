@@ -19,9 +19,8 @@ from brainstem.state.guarded import AgentKV
 from brainstem.state.seed import seed
 from brainstem.state.versions import MAX_VERSIONS, record_write, versions
 from brainstem.store import open_store
-
-from .conftest import run_cli
-from .wake_helpers import answers, finished, llm_calls, plan, reflection, run_wake, seeded, think, wake_env
+from tests.helpers import run_cli
+from tests.wake_helpers import answers, finished, llm_calls, plan, reflection, run_wake, seeded, think, wake_env
 
 HAIKU = "anthropic/claude-haiku-4.5"
 

@@ -15,9 +15,8 @@ from brainstem.core import keys
 from brainstem.core.settings import load_settings
 from brainstem.daemon.scheduler import Runner
 from brainstem.state import daemon_health
-
-from .conftest import run_cli
-from .wake_helpers import API_KEY, plan, reflection, seeded, think
+from tests.helpers import run_cli
+from tests.wake_helpers import API_KEY, plan, reflection, seeded, think
 
 
 def settings_for(url: str, llm, key: str | None):
@@ -105,7 +104,7 @@ def test_a_fire_that_only_sleeps_does_not_clear_the_failure(daemon, llm, caplog)
 
 
 def test_the_dashboard_overview_shows_the_failure(daemon):
-    from .dashboard_client import app_for, client
+    from tests.dashboard_client import app_for, client
 
     runner, agent, store, _ = daemon
     runner.fire(agent)

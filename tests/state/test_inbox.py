@@ -24,10 +24,9 @@ from brainstem.operator.dashboard import auth
 from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
-
-from .conftest import clean_env, run_cli, run_cli_process, wait_for
-from .dashboard_client import BEARER, TestClient, app_for, client
-from .wake_helpers import (
+from tests.dashboard_client import BEARER, TestClient, app_for, client
+from tests.helpers import clean_env, run_cli, run_cli_process, wait_for
+from tests.wake_helpers import (
     events_of,
     finished,
     history,

@@ -26,9 +26,8 @@ from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state import reflexes
 from brainstem.store import karma
-
-from .conftest import run_cli
-from .wake_helpers import (
+from tests.helpers import run_cli
+from tests.wake_helpers import (
     action,
     event_names,
     events_of,
@@ -559,7 +558,7 @@ def test_reflexes_written_around_brainstem_are_ignored_whole_and_recorded(st, en
 
 
 def test_reflexes_that_are_not_even_text_are_ignored_and_recorded(st, env, llm, real_store_url):
-    from .test_store_faults import BAD, write_raw
+    from tests.store.test_store import BAD, write_raw
 
     write_raw(real_store_url, keys.CONFIG_REFLEXES, BAD)
     llm.queue(plan(think("hello")), "hi", reflection())

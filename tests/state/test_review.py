@@ -21,8 +21,7 @@ from brainstem.core.errors import BadArgument, KVWriteRefused, NotFound
 from brainstem.state import review
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
-
-from .conftest import run_cli
+from tests.helpers import run_cli
 
 
 @pytest.fixture

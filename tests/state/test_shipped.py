@@ -59,8 +59,9 @@ from brainstem.state.guarded import AgentKV
 from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool as run_in_runtime
+from tests.helpers import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 TOOLS_DIR = ROOT / "tools_seed"
 PROMPTS_DIR = ROOT / "prompts_seed"
 CONFIG_DIR = PROMPTS_DIR / "config"

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from brainstem.core.errors import MalformedValue
-
-from .conftest import unique_prefix
+from tests.helpers import unique_prefix
 
 
 def test_text_round_trip_and_missing(store):

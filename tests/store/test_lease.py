@@ -27,11 +27,10 @@ from brainstem.core.errors import LeaseLost
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
 from brainstem.store.lease import Lease
-
-from .conftest import run_cli, wait_for
-from .test_metrics import scrape, value
-from .test_run import base_env, fires
-from .wake_helpers import (
+from tests.e2e.test_run import base_env, fires
+from tests.helpers import run_cli, wait_for
+from tests.operator.test_metrics import scrape, value
+from tests.wake_helpers import (
     events_of,
     is_orient,
     is_reflect,
@@ -328,7 +327,7 @@ def test_crash_backoff_doubles_and_is_capped_by_the_default_sleep():
 
 def aof_redis(port: int, workdir):
     """A redis-server persisting every write to its append-only file, restartable on the same port."""
-    from .redis_server import RedisServerError, start_redis_server
+    from tests.redis_server import RedisServerError, start_redis_server
 
     try:
         return start_redis_server(workdir, port, "--appendonly", "yes", "--appendfsync", "always")[0]
@@ -346,7 +345,7 @@ def no_duplicates(entries: list[dict]) -> None:
 @pytest.mark.parametrize("outage, lease", [(1.5, 10), (7.0, 2)],
                          ids=["shorter-than-the-lease", "longer-than-the-lease"])
 def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, llm, daemons, tmp_path, outage, lease):
-    from .redis_server import free_port
+    from tests.redis_server import free_port
 
     port, workdir = free_port(), tmp_path / "redis"
     workdir.mkdir()

@@ -15,9 +15,8 @@ from brainstem.core import keys
 from brainstem.core.errors import ConfigError, LeaseLost
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
-
-from .conftest import run_cli, unique_prefix
-from .wake_helpers import finished, plan, reflection, run_wake, seeded, think, wake_env
+from tests.helpers import run_cli, unique_prefix
+from tests.wake_helpers import finished, plan, reflection, run_wake, seeded, think, wake_env
 
 pytestmark = pytest.mark.redis
 
@@ -138,7 +137,7 @@ def test_a_malformed_cluster_url_is_one_line_and_exit_2(url, says):
 
 
 def test_an_unreachable_cluster_is_one_line_naming_it_without_its_password():
-    from .redis_server import free_port
+    from tests.redis_server import free_port
 
     url = f"redis+cluster://:pw-secret@127.0.0.1:{free_port()}/"
     r = run_cli("status", env={"BRAINSTEM_KV": url})
@@ -150,8 +149,8 @@ def test_an_unreachable_cluster_is_one_line_naming_it_without_its_password():
 def test_a_primary_failing_over_mid_write_loses_nothing(tmp_path):
     """Three primaries with a replica each; the primary holding the agent's slot is SIGKILLed, its replica
     takes over, and writes made across the failover are retried, not lost and not doubled."""
-    from .conftest import redis_unavailable
-    from .redis_server import RedisServerError, start_redis_cluster, stop
+    from tests.helpers import redis_unavailable
+    from tests.redis_server import RedisServerError, start_redis_cluster, stop
 
     try:
         procs, ports = start_redis_cluster(tmp_path, masters=3, replicas=1, node_timeout_ms=1000)

@@ -23,9 +23,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from brainstem.core.errors import NotText, StoreFull, StoreReadOnly, StoreUnavailable
-
-from .conftest import REPO, redis_unavailable, run_cli, unique_prefix
-from .wake_helpers import seeded
+from tests.helpers import REPO, redis_unavailable, run_cli, unique_prefix
+from tests.wake_helpers import seeded
 
 BAD = b"I am \xff\xfe not text \xc3\x28"
 NO_LLM = {"OPENROUTER_API_KEY": "sk-test-unused", "OPENROUTER_BASE_URL": "http://127.0.0.1:9/v1"}
@@ -245,7 +244,7 @@ def test_a_read_only_file_in_a_writable_directory(tmp_path):
 
 @pytest.mark.redis
 def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
-    from .redis_server import RedisServerError, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     (tmp_path / "master").mkdir()
     (tmp_path / "replica").mkdir()
@@ -345,8 +344,7 @@ def test_a_disk_that_fills_mid_session_is_a_store_fault_never_a_crash(small_disk
     from brainstem.core import keys, outcomes
     from brainstem.state import history as session_history
     from brainstem.store import karma
-
-    from .wake_helpers import plan, reflection, start_wake, think, wake_env
+    from tests.wake_helpers import plan, reflection, start_wake, think, wake_env
 
     url = f"sqlite:///{small_disk / 'brainstem.db'}"
     seeded(url).close()
@@ -386,7 +384,7 @@ def test_a_disk_that_fills_mid_session_is_a_store_fault_never_a_crash(small_disk
 
 @pytest.fixture(scope="module")
 def password_redis(tmp_path_factory):
-    from .redis_server import RedisServerError, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     try:
         proc, port = start_redis_server(tmp_path_factory.mktemp("authredis"), password="right-pw-7731")
@@ -471,8 +469,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
 @pytest.mark.redis
 def test_a_redis_restart_during_a_write_is_survived(tmp_path):
     from brainstem.store.redis_store import RedisStore
-
-    from .redis_server import RedisServerError, free_port, start_redis_server, stop
+    from tests.redis_server import RedisServerError, free_port, start_redis_server, stop
 
     port = free_port()
     try:
@@ -543,7 +540,7 @@ def test_sqlite_locked_beyond_the_busy_timeout_is_retried(tmp_path):
 
 def test_wisdom_that_is_not_text_is_noted_and_the_session_goes_on(st, real_store_url, llm):
     """Not a key the agent needs to wake: it is left out of orient's context and the session is clean."""
-    from .wake_helpers import answers, events_of, finished, plan, run_wake, set_defaults, wake_env
+    from tests.wake_helpers import answers, events_of, finished, plan, run_wake, set_defaults, wake_env
 
     set_defaults(st, memory={"default_load_keys": ["wisdom"]})
     write_raw(real_store_url, "wisdom", BAD)

@@ -21,10 +21,9 @@ import pytest
 from brainstem.core import keys
 from brainstem.state.seed import seed
 from brainstem.state.shipped import seed_dirs
-
-from .conftest import run_cli
-from .doubles import RPCDouble
-from .wake_helpers import (
+from tests.doubles import RPCDouble
+from tests.helpers import run_cli
+from tests.wake_helpers import (
     API_KEY,
     answers,
     events_of,

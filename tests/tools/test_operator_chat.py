@@ -25,10 +25,9 @@ from brainstem.state import refusals
 from brainstem.state.guarded import AgentKV
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from ..conftest import run_cli
-from ..doubles import TelegramDouble
-from ..wake_helpers import seeded
+from tests.doubles import TelegramDouble
+from tests.helpers import run_cli
+from tests.wake_helpers import seeded
 
 TOKEN = "7741852963:AAH-tg_Test-token-0123456789abcdefXYZ"
 OWNER = 424242

@@ -10,7 +10,7 @@ the environment (``monkeypatch.setenv``) or ``secret:*`` keys, and only when
 the operator binds them (``allowed``: ``NAME@HOST`` entries, as in
 ``BRAINSTEM_TOOL_SECRETS``); the tool holds placeholders, never values.
 ``send_telegram`` sends through the runtime, not ``ctx.fetch``: see
-tests/sandbox/test_send_telegram.py.
+tests/tools/test_operator_chat.py.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from brainstem.state.seed import seed
 from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from .doubles import LLMDouble, RPCDouble
+from tests.doubles import LLMDouble, RPCDouble
 
 WALLET = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
 SECRET_VALUE = "kv-secret-value-8d1f3a6b2c"

@@ -16,8 +16,7 @@ import pytest
 from brainstem.core.errors import ForeignAgentKey, KVWriteRefused, UnknownAgent
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
-
-from .conftest import run_cli
+from tests.helpers import run_cli
 
 
 @pytest.fixture(params=["sqlite", "redis"])

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from brainstem.store import karma, open_store
-
-from .conftest import run_cli, run_cli_process
+from tests.helpers import run_cli, run_cli_process
 
 
 @pytest.fixture

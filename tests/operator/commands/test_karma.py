@@ -29,9 +29,8 @@ from brainstem.daemon.scheduler import record_fire
 from brainstem.state import history as history_mod
 from brainstem.store import open_store, sqlite_path, sqlite_url
 from brainstem.store.karma import Karma
-
-from .conftest import run_cli
-from .wake_helpers import finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake, think
+from tests.helpers import run_cli
+from tests.wake_helpers import finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake, think
 
 SQLITE_ONLY = pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import run_cli
+from tests.helpers import run_cli
 
 VALUE = "weather-key-value-5a4b3c2d1e"
 

@@ -18,10 +18,9 @@ from brainstem.core import keys
 from brainstem.state import history as session_history
 from brainstem.state.seed import seed
 from brainstem.store import open_store
-
-from .conftest import run_cli
-from .doubles import LLMDouble
-from .wake_helpers import action, answers, events_of, finished, llm_calls, plan, run_wake, seeded, think, wake_env
+from tests.doubles import LLMDouble
+from tests.helpers import run_cli
+from tests.wake_helpers import action, answers, events_of, finished, llm_calls, plan, run_wake, seeded, think, wake_env
 
 TOKEN = "tok-5f1e2d3c4b5a69788796a5b4"
 

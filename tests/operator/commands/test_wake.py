@@ -24,10 +24,9 @@ from brainstem.core.settings import load_settings
 from brainstem.operator.progress import listener
 from brainstem.session.wake import wake
 from brainstem.store import karma, open_store
-
-from .conftest import redis_unavailable, run_cli, unique_prefix
-from .doubles import LLMDouble
-from .wake_helpers import (
+from tests.doubles import LLMDouble
+from tests.helpers import redis_unavailable, run_cli, unique_prefix
+from tests.wake_helpers import (
     events_of,
     history,
     is_deep,
@@ -177,7 +176,7 @@ def test_status_reports_where_the_agent_stands(real_store_url, llm):
 @pytest.fixture(scope="module")
 def password_redis(tmp_path_factory):
     """A redis-server that needs a password: (port, password)."""
-    from .redis_server import RedisServerError, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     password = "s3cret-pw-0451"
     try:

@@ -12,7 +12,7 @@ and drives it with Starlette's ``TestClient``:
 * an action the cookie authenticates without its page's CSRF token is 403, and
   writes nothing; one a Bearer header authenticates needs none;
 * no page a GET reaches changes the store (that every route needs the token is
-  ``tests/test_dashboard_token.py``);
+  ``tests/hostile/test_dashboard_token.py``);
 * ``secret:*`` values are never sent, and a known secret copied anywhere else
   is shown redacted;
 * security headers on every page; an unknown agent is a one-line 404.
@@ -36,10 +36,9 @@ from brainstem.operator.dashboard import auth
 from brainstem.state import history as session_history
 from brainstem.state import review, versions
 from brainstem.store import karma
-
-from .conftest import run_cli
-from .dashboard_client import BEARER, TOKEN, TestClient, app_for, client
-from .wake_helpers import seeded
+from tests.dashboard_client import BEARER, TOKEN, TestClient, app_for, client
+from tests.helpers import run_cli
+from tests.wake_helpers import seeded
 
 LLM_KEY = "sk-or-v1-llmkey-0123456789abcdef"
 TOOL_SECRET = 'wx&"<key>-9f8e7d6c5b4a'  # characters HTML and JSON escape: caught before and after escaping

@@ -37,11 +37,11 @@ import pytest
 
 from brainstem.sandbox import Limits, fork_client, report, run, server_pid, shutdown, worker
 from brainstem.sandbox.kernel import caps, landlock, libc, lockdown, seccomp, setup, switch, syscalls
+from tests import helpers
+from tests.helpers import FakeServices, assert_runtime_healthy, tool
+from tests.sandbox.procfs import PROC, children, descendants, read_all, stat, wait_for, write_all
 
-from .conftest import FakeServices, assert_runtime_healthy, tool
-from .procfs import PROC, children, descendants, read_all, stat, wait_for, write_all
-
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(helpers.REPO)
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
 ARCH, _ = seccomp.seccomp_arch()
