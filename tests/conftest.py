@@ -101,6 +101,12 @@ def store(request):
                                     "sqlite": "sqlite_store"}[request.param])
 
 
+@pytest.fixture
+def url(tmp_path) -> str:
+    """The URL of an SQLite store of this test's own, not created yet."""
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
 @pytest.fixture(params=["redis", "sqlite"])
 def real_store_url(request, tmp_path):
     """A store URL for subprocess tests: a real Redis (own prefix) or an SQLite file."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cli_inprocess import run_cli_inprocess
@@ -57,7 +59,7 @@ def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}:"
 
 
-# --- the command line ----------------------------------------------------------------------------
+# --- the command line, and what it printed -------------------------------------------------------
 
 def clean_env(env: dict | None = None) -> dict[str, str]:
     """The environment a command gets: this process's without any ``BRAINSTEM_*`` / ``OPENROUTER_*``, then ``env``."""
@@ -77,6 +79,81 @@ def run_cli_process(*args: str, env: dict | None = None, input: str | None = Non
     the sleep path's imports, stdin and tty behaviour."""
     return subprocess.run([sys.executable, "-m", "brainstem", *args], env=clean_env(env), input=input,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def ok(result) -> str:
+    """The command succeeded: exit 0 and no traceback; its stdout."""
+    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def one_line(stderr: str) -> str:
+    """``stderr`` is exactly one line (blank lines aside) and no traceback; that line."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def one_line_error(result, code: int | None = None, *words: str) -> str:
+    """The command failed (with exit ``code``, when given) in exactly one line on stderr, no traceback,
+    holding each of ``words``; that line."""
+    if code is None:
+        assert result.returncode != 0, (result.returncode, result.stdout, result.stderr)
+    else:
+        assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    line = one_line(result.stderr)
+    for word in words:
+        assert word in line, line
+    return line
+
+
+# --- ports, processes and metrics -----------------------------------------------------------------
+
+def free_port() -> int:
+    """A loopback port nothing listens on (just now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def samples(text: str) -> dict[tuple, float]:
+    """Prometheus's text format as {(name, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def scrape(port: int) -> dict[tuple, float]:
+    return samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+
+
+def value(found: dict, name: str, **labels) -> float | None:
+    return found.get((name, tuple(sorted(labels.items()))))
+
+
+class Recorder:
+    """A stand-in for karma's ``record``: keeps every (event, fields) it is given."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, dict]] = []
+
+    def __call__(self, event, **fields):
+        self.entries.append((event, fields))
+
+    def of(self, event):
+        return [f for e, f in self.entries if e == event]
 
 
 # --- daemons (`brainstem run` subprocesses) ------------------------------------------------------

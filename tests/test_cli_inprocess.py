@@ -18,8 +18,8 @@ from tests.wake_helpers import seeded
 
 
 @pytest.fixture
-def url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+def url(url):
+    """The suite's SQLite store of this test's own, seeded."""
     seeded(url).close()
     return url
 

@@ -29,7 +29,6 @@ import base64
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -49,7 +48,7 @@ from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
 from tests.dashboard_client import printed_address, printed_token
 from tests.doubles import LLMDouble
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, free_port, run_cli
 from tests.wake_helpers import (
     action,
     answers,
@@ -137,12 +136,6 @@ def tab(browser):
 
 # --- the server -----------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """``brainstem dashboard`` as a subprocess on a free loopback port, its output in ``log``; ``address`` is
     the one it printed, with the token it made."""
@@ -152,7 +145,7 @@ class Server:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
         full_env.update({"BRAINSTEM_KV": url, **(env or {})})
         for _ in range(3):  # a free port may be taken between picking it and binding it
-            self.port = _free_port()
+            self.port = free_port()
             self.base = f"http://127.0.0.1:{self.port}"
             with open(log, "w") as out:
                 self.proc = subprocess.Popen([sys.executable, "-m", "brainstem", "dashboard", "--port",

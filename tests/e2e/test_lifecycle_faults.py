@@ -15,8 +15,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -25,7 +23,7 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
 from brainstem.store import karma, open_store
-from tests.helpers import run_cli, wait_for
+from tests.helpers import dead_pid, run_cli, wait_for
 from tests.wake_helpers import (
     events_of,
     finished,
@@ -48,20 +46,6 @@ def _status(env: dict) -> dict:
     r = run_cli("status", "--json", env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def _dead_pid() -> int:
-    p = subprocess.Popen(["true"])
-    p.wait()
-    return p.pid
-
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited."""
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 # --- A: operator and infrastructure faults -----------------------------------------------------
@@ -305,7 +289,7 @@ def test_a_history_with_some_bad_items_keeps_the_good_ones(st, env, llm):
 
 def test_a_damaged_history_found_while_closing_a_crash_is_recorded_too(st, env, llm):
     st.put(keys.SESSION_HISTORY, '[{"id": "1-a", "outcome": "clean"}, {"id": "2-b", "outc')
-    st.put(keys.SESSION_CURRENT, {"id": "3-dead03", "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(),
+    st.put(keys.SESSION_CURRENT, {"id": "3-dead03", "started_at": "2026-01-01T00:00:00.000Z", "pid": dead_pid(),
                                   "host": socket.gethostname()})
     llm.queue(plan(think("hi")), "ok", reflection())
     sid, entries = finished(run_wake(env, "--force"), st, "clean")
@@ -318,7 +302,7 @@ def test_a_damaged_history_found_while_closing_a_crash_is_recorded_too(st, env, 
 # --- F: status shows a dead session as dead ---------------------------------------------------------------
 
 def test_status_shows_a_dead_session_as_died_not_a_raw_dict(st, env, llm):
-    st.put(keys.SESSION_CURRENT, {"id": "9-gone99", "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(),
+    st.put(keys.SESSION_CURRENT, {"id": "9-gone99", "started_at": "2026-01-01T00:00:00.000Z", "pid": dead_pid(),
                                   "host": socket.gethostname()})
     text = run_cli("status", env=env).stdout
     assert "{'" not in text and "running now" not in text
@@ -473,7 +457,7 @@ def test_a_note_about_a_session_another_host_closed_is_swept_by_the_next_wake_he
 
     here, there = tmp_path / "state-a", tmp_path / "state-b"
     dead = "7-a0a0a0"
-    st.put(keys.SESSION_CURRENT, {"id": dead, "host": "host-a", "pid": _dead_pid(),
+    st.put(keys.SESSION_CURRENT, {"id": dead, "host": "host-a", "pid": dead_pid(),
                                   "started_at": "2026-05-01T10:00:00Z"})
     st.append(keys.karma(dead), json.dumps({"event": "session_start", "session_id": dead}))
     monkeypatch.setenv("XDG_STATE_HOME", str(here))
@@ -502,7 +486,7 @@ def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path
     from brainstem.store import unrecorded
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    st.put(keys.SESSION_CURRENT, {"id": "8-b1b1b1", "host": "host-a", "pid": _dead_pid()})
+    st.put(keys.SESSION_CURRENT, {"id": "8-b1b1b1", "host": "host-a", "pid": dead_pid()})
     for sid in ("8-b1b1b1", "6-c2c2c2"):
         unrecorded.remember(st.display_url, sid, "store_unavailable", None)
     assert sweep_notes(st) == ["6-c2c2c2"]
@@ -517,8 +501,8 @@ def test_a_note_about_the_session_still_to_be_closed_is_kept_for_it(st, tmp_path
 @pytest.mark.redis
 def test_the_daemon_runs_an_agent_named_twice_once_and_records_skipped_ticks(redis_url, tmp_path, llm):
     from brainstem.state.seed import example_soul_path, seed
-    from tests.e2e.test_run import base_env, fires, responder, ts, wake_log
     from tests.helpers import Daemon
+    from tests.wake_helpers import base_env, fires, responder, ts, wake_log
 
     llm.responder = responder(steps=3, delay=0.8)  # a session of ~3 s: longer than a 1 s tick
     name = f"dup{os.getpid()}{int(time.time() * 1000) % 100000}"

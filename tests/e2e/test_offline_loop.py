@@ -18,13 +18,8 @@ from brainstem.state import history as session_history
 from brainstem.state.budget import today
 from brainstem.store import karma, open_store
 from tests.dashboard_client import app_for, client
-from tests.helpers import clean_env, run_cli, wait_for
+from tests.helpers import clean_env, ok, run_cli, wait_for
 from tests.wake_helpers import answers, plan, reflection, run_wake, seeded, think, wake_env
-
-
-@pytest.fixture
-def url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 @pytest.fixture
@@ -36,11 +31,6 @@ def store(url):
 
 def cli(url: str, *args: str, **env: str):
     return run_cli(*args, env={"BRAINSTEM_KV": url, **env})
-
-
-def ok(r) -> str:
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
 
 
 def llm_calls(store, sid: str) -> list[dict]:

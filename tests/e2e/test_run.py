@@ -13,9 +13,7 @@ session an agent sleeps; a test that needs more sessions deletes
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import signal
 import subprocess
 import time
@@ -26,65 +24,22 @@ from pathlib import Path
 import pytest
 
 from brainstem.core import keys
-from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
-from tests.doubles import LLMDouble
-from tests.helpers import clean_env, run_cli, wait_for
-from tests.redis_server import free_port
-from tests.wake_helpers import events_of, is_deep, is_orient, is_reflect, plan, reflection, think
+from tests.helpers import clean_env, free_port, one_line, run_cli, wait_for
+from tests.wake_helpers import (
+    base_env,
+    events_of,
+    fires,
+    history,
+    is_orient,
+    responder,
+    ts,
+    wake_log,
+)
 
 pytestmark = pytest.mark.redis
 
-DEEP_ANSWER = json.dumps({"reflection": "fine", "note_to_future_self": "carry on"})
-
-
 # --- helpers ---------------------------------------------------------------------
-
-def responder(steps: int = 1, delay: float = 0.0):
-    """A model: orient answers a plan of ``steps`` think steps asking to sleep 1 s (clamped to 60 s);
-    each think answer takes ``delay`` seconds; reflect and deep reflection answer valid JSON."""
-    def respond(req: dict):
-        if is_orient(req):
-            return plan(*[think(f"Think {i}", id=f"t{i}", model="haiku", max_tokens=50) for i in range(steps)],
-                        next_wake={"sleep_seconds": 1})
-        if is_reflect(req):
-            return reflection("ran on schedule", load_keys=[])
-        if is_deep(req):
-            return DEEP_ANSWER
-        return {"content": "ok", "delay": delay} if delay else "ok"
-    return respond
-
-
-def base_env(url: str, llm: LLMDouble | None, **extra) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
-    env.update(BRAINSTEM_KV=url, OPENROUTER_API_KEY="sk-test", BRAINSTEM_LLM_BACKOFF="0.01")
-    if llm is not None:
-        env["OPENROUTER_BASE_URL"] = llm.base_url
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def wake_log(store) -> list[dict]:
-    return [json.loads(r) for r in store.read_log(keys.WAKE_LOG)]
-
-
-def fires(store, kind: str) -> list[dict]:
-    return [e for e in wake_log(store) if e.get("fire") == kind]
-
-
-def history(store) -> list[dict]:
-    return session_history.read(store)
-
-
-def ts(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
-
 
 def session_in_progress(store, min_completed_steps: int = 1) -> str | None:
     """The id of the running session once it has completed this many steps."""

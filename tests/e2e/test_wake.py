@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -20,8 +18,7 @@ import pytest
 from brainstem.core import keys
 from brainstem.store import karma
 from tests.doubles import RPCDouble
-from tests.helpers import run_cli, run_cli_process
-from tests.redis_server import free_port
+from tests.helpers import dead_pid, free_port, one_line, run_cli, run_cli_process
 from tests.wake_helpers import (
     API_KEY,
     action,
@@ -50,20 +47,8 @@ from tests.wake_helpers import (
 )
 
 
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
-
-
 def step_ids(entries, event):
     return [e.get("step_id") for e in events_of(entries, event)]
-
-
-def dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 # --- lifecycle ---------------------------------------------------------------------------------

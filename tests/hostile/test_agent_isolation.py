@@ -30,8 +30,7 @@ from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import open_store
 from brainstem.store.redis_store import RedisStore
 from brainstem.store.sqlite_store import SQLiteStore
-from tests.helpers import run_cli
-from tests.state.test_guarded import Recorder
+from tests.helpers import Recorder, run_cli
 from tests.wake_helpers import action, answers, events_of, finished, plan, reflection, run_wake, wake_env
 
 BOB_SOUL = "I am bob; only bob reads this. SOUL-7f3a"

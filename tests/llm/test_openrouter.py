@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from brainstem.llm.openrouter import LLMResponse, ProviderError, chat, fetch_credit
-from tests.doubles import LLMDouble
+from tests.helpers import free_port as closed_port
 
 KEY = "sk-or-v1-SECRETSECRETSECRET0123456789abcdef"
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05}
@@ -19,20 +18,6 @@ def req(model: str = "test/model", **extra) -> dict:
                                       {"role": "user", "content": "say hello"}], "max_tokens": 100}
     r.update(extra)
     return r
-
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
-
-
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # ------------------------------------------------------------------ happy paths

@@ -4,37 +4,12 @@ from __future__ import annotations
 
 import socket
 
-import httpx
 import pytest
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from brainstem.operator.metrics import Metrics
-from tests.e2e.test_run import base_env, fires
-from tests.helpers import REPO, wait_for
-from tests.wake_helpers import action, answers, plan, reflection, seeded
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def samples(text: str) -> dict[tuple, float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def scrape(port: int) -> dict[tuple, float]:
-    return samples(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
-
-
-def value(found: dict, name: str, **labels) -> float | None:
-    return found.get((name, tuple(sorted(labels.items()))))
+from tests.helpers import REPO, free_port, samples, scrape, value, wait_for
+from tests.wake_helpers import action, answers, base_env, fires, plan, reflection, seeded
 
 
 @pytest.mark.slow

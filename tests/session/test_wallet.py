@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ import pytest
 
 from brainstem.session.wallet import USDC_BASE, usdc_balance
 from tests.doubles import RPCDouble
+from tests.helpers import free_port as closed_port
 
 WALLET = "0x1111111111111111111111111111111111111111"
 OTHER = "0xdeadbeef00000000000000000000000000c0ffee"
@@ -20,14 +20,6 @@ OTHER = "0xdeadbeef00000000000000000000000000c0ffee"
 def rpc():
     with RPCDouble() as d:
         yield d
-
-
-def closed_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_balance_six_decimals(rpc):

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
 
 from brainstem.state.checks import check_value
-from tests.helpers import REPO, run_cli
+from tests.helpers import REPO, one_line, run_cli
 
 SEED = REPO / "prompts_seed"
 
@@ -62,12 +62,6 @@ def stored(key: str, env: dict) -> str | None:
     return r.stdout.removesuffix("\n") if r.returncode == 0 else None  # kv get ends what it prints with a newline
 
 
-def one_line(r) -> str:
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    return lines[0]
-
-
 @pytest.mark.parametrize("key,value,said", BAD, ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(BAD)])
 def test_the_check_names_the_key_and_the_field(key, value, said):
     assert check_value(key, value).startswith(said)
@@ -79,7 +73,7 @@ def test_a_bad_value_is_exit_2_in_one_line_and_nothing_is_written(env, tmp_path)
         for args in (("kv", "put", key, value), ("kv", "put", key, "--file", _file(tmp_path, value))):
             r = run_cli(*args, env=env)
             assert r.returncode == 2, (args, r.stdout, r.stderr)
-            line = one_line(r)
+            line = one_line(r.stderr)
             assert line.startswith(f"error: {said}") or said in line, (said, line)
             assert "nothing written" in line
             assert stored(key, env) == before, key
@@ -89,9 +83,9 @@ def test_a_bad_value_is_exit_2_in_one_line_and_nothing_is_written(env, tmp_path)
 
 def test_json_path_checks_the_normalised_value(env):
     r = run_cli("kv", "put", "config:defaults", "--json", '{"orient": {"max_output_tokens": 8}}', env=env)
-    assert r.returncode == 2 and "orient.max_output_tokens" in one_line(r)
+    assert r.returncode == 2 and "orient.max_output_tokens" in one_line(r.stderr)
     r = run_cli("kv", "put", "config:defaults", "--json", '{"orient": {bad', env=env)
-    assert r.returncode != 0 and "not valid JSON" in one_line(r)
+    assert r.returncode != 0 and "not valid JSON" in one_line(r.stderr)
     good = {"orient": {"max_output_tokens": 3000}}
     r = run_cli("kv", "put", "config:defaults", "--json", json.dumps(good, indent=2), env=env)
     assert r.returncode == 0, r.stderr
@@ -111,7 +105,7 @@ def test_force_stores_it_anyway_and_says_so(env):
 
 def test_force_does_not_store_reflexes_that_are_not_rules(env):
     r = run_cli("kv", "put", "config:reflexes", '[{"name": "x"}]', "--force", env=env)
-    assert r.returncode == 2 and "even with --force" in one_line(r)
+    assert r.returncode == 2 and "even with --force" in one_line(r.stderr)
     assert stored("config:reflexes", env) is None
 
 

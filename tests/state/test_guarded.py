@@ -7,17 +7,7 @@ import pytest
 from brainstem.core import events
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
 from brainstem.state.guarded import AgentKV, check_key
-
-
-class Recorder:
-    def __init__(self):
-        self.entries: list[tuple[str, dict]] = []
-
-    def __call__(self, event, **fields):
-        self.entries.append((event, fields))
-
-    def of(self, event):
-        return [f for e, f in self.entries if e == event]
+from tests.helpers import Recorder
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
 from tests.dashboard_client import BEARER, TestClient, app_for, client
-from tests.helpers import clean_env, run_cli, run_cli_process, wait_for
+from tests.helpers import clean_env, one_line, run_cli, run_cli_process, wait_for
 from tests.wake_helpers import (
     events_of,
     finished,
@@ -42,12 +42,6 @@ from tests.wake_helpers import (
     user_text,
     wake_env,
 )
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    return lines[0]
 
 
 def orient_prompts(llm) -> list[str]:
@@ -73,11 +67,6 @@ def script(llm, *, during_think=None) -> None:
 def asleep_for_hours(store) -> None:
     later = (datetime.now(timezone.utc) + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     store.put(keys.WAKE_CONFIG, {"next_wake_after": later, "set_by": "test"})
-
-
-@pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'store.db'}"
 
 
 @pytest.fixture

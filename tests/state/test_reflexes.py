@@ -26,7 +26,7 @@ from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state import reflexes
 from brainstem.store import karma
-from tests.helpers import run_cli
+from tests.helpers import ok, one_line_error, run_cli
 from tests.wake_helpers import (
     action,
     event_names,
@@ -46,19 +46,6 @@ from tests.wake_helpers import (
 )
 
 ALWAYS = {"fact": "hour", "gte": 0}  # every hour of the day: a condition that always holds
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result.stdout
-
-
-def one_line_error(result) -> str:
-    assert result.returncode != 0, (result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    return lines[0]
 
 
 def set_mode(store, tool: str, mode: str) -> None:

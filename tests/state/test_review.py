@@ -21,12 +21,7 @@ from brainstem.core.errors import BadArgument, KVWriteRefused, NotFound
 from brainstem.state import review
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
-from tests.helpers import run_cli
-
-
-@pytest.fixture
-def url(tmp_path):
-    return f"sqlite:///{tmp_path / 'b.db'}"
+from tests.helpers import ok, one_line_error, run_cli
 
 
 @pytest.fixture
@@ -38,21 +33,6 @@ def store(url):
 
 def cli(url: str, *args: str):
     return run_cli("review", *args, env={"BRAINSTEM_KV": url})
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
-def one_line_error(result, code: int = 2) -> str:
-    """A failure is exactly one line on stderr with exit ``code`` and no traceback; returns the line."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def add(store, tool: str = "send_telegram", ok: bool = True, **fields) -> dict:
@@ -133,7 +113,7 @@ def test_correct_settles_the_item_with_the_operators_text(url, store):
 @pytest.mark.parametrize("args", [("42",), ("42", "--confirm"), ("42", "--correct", "no")])
 def test_an_unknown_id_is_one_line_naming_it(url, store, args):
     add(store)
-    line = one_line_error(cli(url, *args))
+    line = one_line_error(cli(url, *args), 2)
     assert "'42'" in line and "brainstem review" in line
 
 
@@ -143,7 +123,7 @@ def test_an_id_that_is_not_a_positive_number_is_not_found_not_a_traceback(url, s
     add(store)
     add(store)
     for args in (("--", item_id), ("--confirm", "--", item_id)):
-        line = one_line_error(cli(url, *args))
+        line = one_line_error(cli(url, *args), 2)
         assert f"no review item '{item_id}'" in line
     assert [i["status"] for i in review.items(store)] == ["pending"] * 3
 
@@ -152,9 +132,9 @@ def test_settling_twice_names_the_verdict_already_given(url, store):
     add(store)
     add(store)
     ok(cli(url, "1", "--confirm"))
-    assert "review item 1 is already confirmed" in one_line_error(cli(url, "1", "--correct", "too late"))
+    assert "review item 1 is already confirmed" in one_line_error(cli(url, "1", "--correct", "too late"), 2)
     ok(cli(url, "2", "--correct", "not like that"))
-    assert "review item 2 is already corrected" in one_line_error(cli(url, "2", "--confirm"))
+    assert "review item 2 is already corrected" in one_line_error(cli(url, "2", "--confirm"), 2)
     assert review.get(store, "1")["status"] == "confirmed"
     assert review.get(store, "2")["correction"] == "not like that"
 
@@ -169,7 +149,7 @@ def test_settling_twice_names_the_verdict_already_given(url, store):
 ])
 def test_wrong_flags_are_one_line_and_settle_nothing(url, store, args, says):
     add(store)
-    assert says in one_line_error(cli(url, *args))
+    assert says in one_line_error(cli(url, *args), 2)
     assert review.get(store, "1")["status"] == "pending"
 
 
@@ -296,14 +276,14 @@ def test_a_value_under_review_that_is_not_an_item_is_skipped(url, store, tmp_pat
     store.put("review:06", {"id": "6"})
     add(store)  # id 2 from the counter: the junk at review:2 is replaced by a real item
     store.put("review:7", "{}")
-    with sqlite3.connect(tmp_path / "b.db") as db:  # bytes that are not text, written around brainstem
+    with sqlite3.connect(tmp_path / "store.db") as db:  # bytes that are not text, written around brainstem
         db.execute("INSERT INTO kv (key, value) VALUES ('review:8', CAST(X'ff80' AS BLOB))")
 
     assert [i["id"] for i in review.items(store, include_settled=True)] == ["1", "2"]
     assert [r["id"] for r in map(json.loads, ok(cli(url, "--json")).splitlines())] == ["1", "2"]
     assert len(ok(cli(url)).splitlines()) == 3
     assert review.get(store, "4") is None and review.get(store, "8") is None
-    assert "'3'" in one_line_error(cli(url, "3", "--confirm"))
+    assert "'3'" in one_line_error(cli(url, "3", "--confirm"), 2)
     assert review.tool_records(store) == {"send_telegram": {"confirmed": 0, "corrected": 0, "pending": 2,
                                                             "corrections": []}}
 

@@ -27,11 +27,11 @@ from brainstem.core.errors import LeaseLost
 from brainstem.state import history as session_history
 from brainstem.store import karma, open_store
 from brainstem.store.lease import Lease
-from tests.e2e.test_run import base_env, fires
-from tests.helpers import run_cli, wait_for
-from tests.operator.test_metrics import scrape, value
+from tests.helpers import run_cli, scrape, value, wait_for
 from tests.wake_helpers import (
+    base_env,
     events_of,
+    fires,
     is_orient,
     is_reflect,
     plan,
@@ -345,7 +345,7 @@ def no_duplicates(entries: list[dict]) -> None:
 @pytest.mark.parametrize("outage, lease", [(1.5, 10), (7.0, 2)],
                          ids=["shorter-than-the-lease", "longer-than-the-lease"])
 def test_redis_restarting_mid_session_loses_nothing_and_doubles_nothing(agents, llm, daemons, tmp_path, outage, lease):
-    from tests.redis_server import free_port
+    from tests.helpers import free_port
 
     port, workdir = free_port(), tmp_path / "redis"
     workdir.mkdir()

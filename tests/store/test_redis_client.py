@@ -137,7 +137,7 @@ def test_a_malformed_cluster_url_is_one_line_and_exit_2(url, says):
 
 
 def test_an_unreachable_cluster_is_one_line_naming_it_without_its_password():
-    from tests.redis_server import free_port
+    from tests.helpers import free_port
 
     url = f"redis+cluster://:pw-secret@127.0.0.1:{free_port()}/"
     r = run_cli("status", env={"BRAINSTEM_KV": url})

@@ -23,27 +23,11 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from brainstem.core.errors import NotText, StoreFull, StoreReadOnly, StoreUnavailable
-from tests.helpers import REPO, redis_unavailable, run_cli, unique_prefix
+from tests.helpers import REPO, free_port, ok, one_line_error, redis_unavailable, run_cli, unique_prefix
 from tests.wake_helpers import seeded
 
 BAD = b"I am \xff\xfe not text \xc3\x28"
 NO_LLM = {"OPENROUTER_API_KEY": "sk-test-unused", "OPENROUTER_BASE_URL": "http://127.0.0.1:9/v1"}
-
-
-def one_line(r, code: int, *words: str) -> str:
-    """The command failed with ``code`` and exactly one line on stderr containing ``words``."""
-    err = r.stderr.strip()
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
-
-
-def ok(r) -> str:
-    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r.stdout
 
 
 def write_raw(url: str, key: str, raw: bytes, column: str = "value") -> None:
@@ -76,9 +60,9 @@ def write_raw(url: str, key: str, raw: bytes, column: str = "value") -> None:
 def test_a_soul_or_orient_prompt_that_is_not_text_is_one_line_and_exit_2(st, real_store_url, key):
     write_raw(real_store_url, key, BAD)
     env = {"BRAINSTEM_KV": real_store_url, **NO_LLM}
-    one_line(run_cli("wake", "--force", env=env), 2, repr(key), "not text")
-    one_line(run_cli("wake", env=env), 2, repr(key), "not text")  # the bare wake: fast path, then the full one
-    err = one_line(run_cli("kv", "get", key, env=env), 2, repr(key), "not text", "invalid UTF-8")
+    one_line_error(run_cli("wake", "--force", env=env), 2, repr(key), "not text")
+    one_line_error(run_cli("wake", env=env), 2, repr(key), "not text")  # the bare wake: fast path, then the full one
+    err = one_line_error(run_cli("kv", "get", key, env=env), 2, repr(key), "not text", "invalid UTF-8")
     assert "kv put" in err  # it says how to repair it
     assert key in ok(run_cli("kv", "ls", env=env)).split()
     # The operator can replace it (its old bytes cannot be versioned, and are not).
@@ -89,7 +73,7 @@ def test_a_soul_or_orient_prompt_that_is_not_text_is_one_line_and_exit_2(st, rea
 def test_wisdom_that_is_not_text_is_named_by_kv_get_and_listed(st, real_store_url):
     write_raw(real_store_url, "wisdom", BAD)
     env = {"BRAINSTEM_KV": real_store_url}
-    one_line(run_cli("kv", "get", "wisdom", env=env), 2, "'wisdom'", "not text")
+    one_line_error(run_cli("kv", "get", "wisdom", env=env), 2, "'wisdom'", "not text")
     assert "wisdom" in ok(run_cli("kv", "ls", env=env)).split()
     assert "wisdom" in ok(run_cli("kv", "ls", "--json", env=env))
     ok(run_cli("kv", "del", "wisdom", env=env))
@@ -209,7 +193,8 @@ def test_a_read_only_sqlite_store_can_be_inspected(read_only_store, agent):
     if agent:  # a registered agent is read without writing anything; an unknown one is one line, exit 2
         for args in (["status"], ["sessions"], ["kv", "ls"]):
             ok(run_as_user(prefix, *args, env=env))
-        one_line(run_as_user(prefix, "kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "ghost"}), 2, "no agent 'ghost'")
+        one_line_error(run_as_user(prefix, "kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "ghost"}), 2,
+                       "no agent 'ghost'")
         return
     assert "1-abcdef" in ok(run_as_user(prefix, "status", env=env))
     assert "a quiet session" in ok(run_as_user(prefix, "sessions", env=env))
@@ -220,9 +205,9 @@ def test_a_read_only_sqlite_store_can_be_inspected(read_only_store, agent):
     assert "v2" in ok(run_as_user(prefix, "history", "prompt:orient", env=env))
     assert "orient v2" in ok(run_as_user(prefix, "diff", "prompt:orient", env=env))
     # Writing commands: one clear line, non-zero; nothing was created beside the file.
-    one_line(run_as_user(prefix, "kv", "put", "notes:x", "y", env=env), 3, "read-only")
-    one_line(run_as_user(prefix, "rollback", "prompt:orient", env=env), 3, "read-only")
-    one_line(run_as_user(prefix, "wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
+    one_line_error(run_as_user(prefix, "kv", "put", "notes:x", "y", env=env), 3, "read-only")
+    one_line_error(run_as_user(prefix, "rollback", "prompt:orient", env=env), 3, "read-only")
+    one_line_error(run_as_user(prefix, "wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
     assert sorted(p.name for p in Path(read_only_store[len("sqlite:///"):]).parent.iterdir()) == ["brainstem.db"]
 
 
@@ -237,7 +222,7 @@ def test_a_read_only_file_in_a_writable_directory(tmp_path):
         env = {"BRAINSTEM_KV": url}
         assert "soul" in ok(run_as_user(prefix, "kv", "ls", env=env)).split()
         ok(run_as_user(prefix, "status", env=env))
-        one_line(run_as_user(prefix, "kv", "put", "notes:x", "y", env=env), 3, "read-only")
+        one_line_error(run_as_user(prefix, "kv", "put", "notes:x", "y", env=env), 3, "read-only")
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -267,9 +252,9 @@ def test_a_redis_replica_can_be_read_and_refuses_writes_in_one_line(tmp_path):
         ok(run_cli("status", env=env))
         ok(run_cli("sessions", env=env))
         # An agent that was never seeded is one line (nothing is registered, so nothing is written).
-        one_line(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}), 2, "no agent 'bob'")
-        one_line(run_cli("kv", "put", "notes:x", "y", env=env), 3, "read-only")
-        one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
+        one_line_error(run_cli("kv", "ls", env={**env, "BRAINSTEM_KV_PREFIX": "bob"}), 2, "no agent 'bob'")
+        one_line_error(run_cli("kv", "put", "notes:x", "y", env=env), 3, "read-only")
+        one_line_error(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "read-only")
         from brainstem.store.redis_store import RedisStore
 
         with RedisStore(env["BRAINSTEM_KV"]) as store, pytest.raises(StoreReadOnly):
@@ -327,13 +312,13 @@ def test_a_full_disk_is_one_clear_line(full_disk):
             pass
     # Opened on a disk with no room at all, SQLite cannot make its shared-memory index and says only
     # "disk I/O error": the runtime tells that apart by the free space left, and says the disk is full.
-    one_line(run_cli("kv", "put", "notes:big", "x" * 100_000, env={"BRAINSTEM_KV": url}), 3,
+    one_line_error(run_cli("kv", "put", "notes:big", "x" * 100_000, env={"BRAINSTEM_KV": url}), 3,
              "the store's disk is full")
     # With room for that index but not for the write, the write fails the same way and reads still work.
     (full_disk / "filler").write_bytes(b"\0" * ((full_disk / "filler").stat().st_size - 96 * 1024))
     env = {"BRAINSTEM_KV": url}
-    one_line(run_cli("kv", "put", "notes:big", "x" * 100_000, env=env), 3, "the store's disk is full")
-    one_line(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "the store's disk is full")
+    one_line_error(run_cli("kv", "put", "notes:big", "x" * 100_000, env=env), 3, "the store's disk is full")
+    one_line_error(run_cli("wake", "--force", env={**env, **NO_LLM}), 3, "the store's disk is full")
     assert "Soul" in ok(run_cli("kv", "get", "soul", env=env))  # still readable
 
 
@@ -397,18 +382,19 @@ def password_redis(tmp_path_factory):
 @pytest.mark.redis
 def test_a_wrong_redis_password_says_so(password_redis):
     r = run_cli("kv", "ls", env={"BRAINSTEM_KV": f"redis://:wrong-pw-1@127.0.0.1:{password_redis}/0"})
-    err = one_line(r, 3, "refused the password")
+    err = one_line_error(r, 3, "refused the password")
     assert "wrong-pw-1" not in err and "cannot reach" not in err
     r = run_cli("status", env={"BRAINSTEM_KV": f"redis://default:wrong-pw-1@127.0.0.1:{password_redis}/0"})
-    one_line(r, 3, "refused the password")
+    one_line_error(r, 3, "refused the password")
 
 
 @pytest.mark.redis
 def test_a_missing_redis_password_says_one_is_needed(password_redis):
     r = run_cli("kv", "ls", env={"BRAINSTEM_KV": f"redis://127.0.0.1:{password_redis}/0"})
-    err = one_line(r, 3, "needs a password")
+    err = one_line_error(r, 3, "needs a password")
     assert "cannot reach" not in err
-    one_line(run_cli("wake", env={"BRAINSTEM_KV": f"redis://127.0.0.1:{password_redis}/0"}), 3, "needs a password")
+    one_line_error(run_cli("wake", env={"BRAINSTEM_KV": f"redis://127.0.0.1:{password_redis}/0"}), 3,
+                   "needs a password")
 
 
 # --- 4. expired keys leave the SQLite file ---------------------------------------------------
@@ -469,7 +455,7 @@ def test_an_append_whose_reply_was_lost_is_not_recorded_twice(redis_url):
 @pytest.mark.redis
 def test_a_redis_restart_during_a_write_is_survived(tmp_path):
     from brainstem.store.redis_store import RedisStore
-    from tests.redis_server import RedisServerError, free_port, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     port = free_port()
     try:

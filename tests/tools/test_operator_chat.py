@@ -27,7 +27,6 @@ from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
 from tests.doubles import TelegramDouble
 from tests.helpers import run_cli
-from tests.wake_helpers import seeded
 
 TOKEN = "7741852963:AAH-tg_Test-token-0123456789abcdefXYZ"
 OWNER = 424242
@@ -37,13 +36,6 @@ OWNER = 424242
 def tg():
     with TelegramDouble(token=TOKEN, max_hold=0.1) as d:
         yield d
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = seeded(f"sqlite:///{tmp_path / 'agent.db'}", soul=False)
-    yield s
-    s.close()
 
 
 @pytest.fixture
@@ -113,7 +105,7 @@ def test_unconfigured_telegram_fails_naming_the_variables_to_set(tg, store, env,
     assert of(entries, ev.TELEGRAM_SENT) == [] and tg.requests == []
     # The operator's own run says so too, and fails (exit 1), rather than printing an answer.
     r = run_cli("tool", "run", "send_telegram", "--input", '{"text": "hi"}',
-                env={"BRAINSTEM_KV": f"sqlite:///{tmp_path / 'agent.db'}",
+                env={"BRAINSTEM_KV": f"sqlite:///{tmp_path / 'store.db'}",
                      "BRAINSTEM_TELEGRAM_BOT_TOKEN": TOKEN})  # a token alone: no chat to send to
     assert r.returncode == 1 and "BRAINSTEM_TELEGRAM_CHAT_ID" in r.stdout + r.stderr
     assert_no_token(r.stdout + r.stderr)

@@ -24,11 +24,9 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.secrets import parse_bindings, placeholder_for
 from brainstem.state.guarded import AgentKV
-from brainstem.state.seed import seed
-from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-from tests.doubles import LLMDouble, RPCDouble
+from tests.doubles import RPCDouble
 
 WALLET = "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
 SECRET_VALUE = "kv-secret-value-8d1f3a6b2c"
@@ -77,14 +75,6 @@ def web():
 
 
 # --- the store and a runner -------------------------------------------------------------------------
-
-@pytest.fixture
-def store(tmp_path):
-    s = SQLiteStore(tmp_path / "store.db")
-    seed(s)
-    yield s
-    s.close()
-
 
 class Runner:
     """``run_tool`` with a real store, a karma-like recorder and the operator's policy."""
@@ -339,12 +329,6 @@ def test_secrets_are_read_only_in_the_tool(run, store, monkeypatch):
 
 
 # --- check_or_balance --------------------------------------------------------------------------------
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
-
 
 def test_check_or_balance_reads_the_key_limit(run, llm, monkeypatch):
     monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or-test-9a8b7c6d5e4f")

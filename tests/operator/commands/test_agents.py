@@ -16,7 +16,7 @@ import pytest
 from brainstem.core.errors import ForeignAgentKey, KVWriteRefused, UnknownAgent
 from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
-from tests.helpers import run_cli
+from tests.helpers import one_line, run_cli
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -37,12 +37,6 @@ def names(url: str) -> set[str]:
         return store.registered_agents()
 
 
-def one_line(r) -> str:
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    return lines[0]
-
-
 @pytest.mark.parametrize("args", [("wake", "--force"), ("wake",), ("status",), ("status", "--json"),
                                   ("kv", "ls"), ("kv", "get", "soul"), ("kv", "put", "notes:x", "y"),
                                   ("kv", "del", "notes:x"), ("sessions",), ("karma",), ("history", "wisdom"),
@@ -51,7 +45,7 @@ def test_a_mistyped_prefix_registers_nothing_and_fails_in_one_line(url, args):
     ghost = fresh()
     r = run_cli(*args, env={"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": ghost})
     assert r.returncode == 2, (args, r.returncode, r.stdout, r.stderr)
-    line = one_line(r)
+    line = one_line(r.stderr)
     assert f"no agent {ghost!r}" in line and "brainstem seed" in line, line
     assert ghost not in names(url)
     r = run_cli("agents", "list", env={"BRAINSTEM_KV": url})
@@ -61,7 +55,7 @@ def test_a_mistyped_prefix_registers_nothing_and_fails_in_one_line(url, args):
 def test_the_daemon_refuses_an_unregistered_agent_and_registers_nothing(url):
     ghost = fresh()
     r = run_cli("run", "--every", "5m", "--agent", ghost, env={"BRAINSTEM_KV": url})
-    assert r.returncode == 2 and ghost in one_line(r), r.stderr
+    assert r.returncode == 2 and ghost in one_line(r.stderr), r.stderr
     assert ghost not in names(url)
 
 
@@ -115,9 +109,9 @@ def test_rm_removes_an_empty_registration(url):
     assert r.returncode == 0 and f"removed agent {bob}" in r.stdout, r.stderr
     assert bob not in names(url)
     r = run_cli("agents", "rm", bob, env={"BRAINSTEM_KV": url})
-    assert r.returncode == 2 and "is registered" in one_line(r)
+    assert r.returncode == 2 and "is registered" in one_line(r.stderr)
     r = run_cli("kv", "ls", env={"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": bob})
-    assert r.returncode == 2 and f"no agent {bob!r}" in one_line(r)
+    assert r.returncode == 2 and f"no agent {bob!r}" in one_line(r.stderr)
 
 
 def test_rm_refuses_an_agent_with_keys_and_deletes_nothing(url):
@@ -127,7 +121,7 @@ def test_rm_refuses_an_agent_with_keys_and_deletes_nothing(url):
     before = run_cli("kv", "ls", env=env).stdout
     r = run_cli("agents", "rm", bob, env={"BRAINSTEM_KV": url})
     assert r.returncode == 2
-    line = one_line(r)
+    line = one_line(r.stderr)
     assert "still holds" in line and "keys" in line and "kv del" in line and "nothing removed" in line, line
     assert bob in names(url)
     assert run_cli("kv", "ls", env=env).stdout == before
@@ -163,7 +157,7 @@ def test_a_held_wake_lease_counts_as_a_key(url):
 def test_rm_of_the_default_agent_or_a_bad_name_is_exit_2(url, name):
     r = run_cli("agents", "rm", name, env={"BRAINSTEM_KV": url})
     assert r.returncode == 2
-    one_line(r)
+    one_line(r.stderr)
 
 
 def test_an_agent_cannot_reach_the_registry_through_its_writes(url):

@@ -9,21 +9,12 @@ from pathlib import Path
 import pytest
 
 from brainstem.store import karma, open_store
-from tests.helpers import run_cli, run_cli_process
+from tests.helpers import one_line_error, run_cli, run_cli_process
 
 
 @pytest.fixture
 def env(real_store_url):
     return {"BRAINSTEM_KV": real_store_url}
-
-
-def one_line_error(result) -> str:
-    """Assert the failure is one clean line (no traceback) and return it."""
-    assert result.returncode != 0
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize("args", [[], ["seed"], ["kv"], ["kv", "get"], ["kv", "put"], ["kv", "ls"],

@@ -29,25 +29,10 @@ from brainstem.daemon.scheduler import record_fire
 from brainstem.state import history as history_mod
 from brainstem.store import open_store, sqlite_path, sqlite_url
 from brainstem.store.karma import Karma
-from tests.helpers import run_cli
+from tests.helpers import dead_pid, ok, one_line_error, run_cli
 from tests.wake_helpers import finished, history, is_orient, is_reflect, plan, reflection, run_wake, start_wake, think
 
 SQLITE_ONLY = pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    return result.stdout
-
-
-def one_line_error(result, code: int) -> str:
-    """Assert a failure is exactly one line on stderr with exit ``code``, no traceback; return the line."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 def no_repr(text: str) -> None:
@@ -100,12 +85,6 @@ def test_karma_of_a_session_that_does_not_exist_is_exit_2_naming_it(st, env, arg
     assert args[0] in line and "brainstem sessions" in line
 
 
-def _dead_pid() -> int:
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
-
-
 def _fake_session(st, sid: str) -> None:
     """The karma a session leaves when it dies mid-way: a start and a step, no end."""
     k = Karma(st, sid)
@@ -119,7 +98,7 @@ def test_karma_follow_stops_when_the_session_is_dead(st, env, state):
     _fake_session(st, sid)
     st.put(keys.SESSION_LAST_STARTED, sid)
     here = socket.gethostname()
-    crumb = {"id": sid, "started_at": "2026-01-01T00:00:00.000Z", "pid": _dead_pid(), "host": here}
+    crumb = {"id": sid, "started_at": "2026-01-01T00:00:00.000Z", "pid": dead_pid(), "host": here}
     token = None
     if state == "another_session":
         st.put(keys.SESSION_CURRENT, {**crumb, "id": "6-other1"})
@@ -276,7 +255,7 @@ def test_duration_and_since_parsing():
 @SQLITE_ONLY
 def test_status_lines_up_its_values(st, env, llm):
     a_session(st, env, llm)
-    st.put(keys.SESSION_CURRENT, {"id": "9-gone99", "started_at": None, "pid": _dead_pid(),
+    st.put(keys.SESSION_CURRENT, {"id": "9-gone99", "started_at": None, "pid": dead_pid(),
                                   "host": socket.gethostname()})
     text = ok(run_cli("status", env=env))
     no_repr(text)

@@ -25,7 +25,7 @@ from brainstem.operator.progress import listener
 from brainstem.session.wake import wake
 from brainstem.store import karma, open_store
 from tests.doubles import LLMDouble
-from tests.helpers import redis_unavailable, run_cli, unique_prefix
+from tests.helpers import ok, redis_unavailable, run_cli, unique_prefix
 from tests.wake_helpers import (
     events_of,
     history,
@@ -42,12 +42,6 @@ from tests.wake_helpers import (
 )
 
 DEEP_ANSWER = json.dumps({"reflection": "fine", "note_to_future_self": "carry on"})
-
-
-@pytest.fixture
-def llm():
-    with LLMDouble() as d:
-        yield d
 
 
 def model(orient="plan", think_delay: float = 0.0, steps: int = 1):
@@ -80,11 +74,6 @@ def session(url: str, llm: LLMDouble, **responder) -> str:
 
 def cli_env(url: str, **extra) -> dict[str, str]:
     return {"BRAINSTEM_KV": url, **{k: str(v) for k, v in extra.items()}}
-
-
-def ok(result) -> str:
-    assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
-    return result.stdout
 
 
 def status_json(url: str, **extra) -> dict:

@@ -24,7 +24,6 @@ import html
 import json
 import re
 import secrets
-import socket
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
@@ -37,7 +36,7 @@ from brainstem.state import history as session_history
 from brainstem.state import review, versions
 from brainstem.store import karma
 from tests.dashboard_client import BEARER, TOKEN, TestClient, app_for, client
-from tests.helpers import run_cli
+from tests.helpers import free_port, one_line, run_cli
 from tests.wake_helpers import seeded
 
 LLM_KEY = "sk-or-v1-llmkey-0123456789abcdef"
@@ -137,16 +136,6 @@ def rollback_form(csrf: str | None, store) -> dict:
     if csrf is not None:
         form[auth.CSRF_FIELD] = csrf
     return form
-
-
-def one_line(text: str) -> bool:
-    return text.strip() != "" and "\n" not in text.strip() and "Traceback" not in text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- the bind ---------------------------------------------------------------------------------
