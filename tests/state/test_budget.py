@@ -1,7 +1,8 @@
 """The daily ceiling is a reservation: before a metered request its worst case is held against today's spend
 in the store, atomically (one Lua script on Redis, one BEGIN IMMEDIATE transaction on SQLite), so spenders
 in many threads, processes and hosts can never book past the ceiling together; after the answer the hold is
-settled at the actual cost. A hold whose process died stops counting at its deadline."""
+settled at the actual cost. A hold whose process died stops counting at its deadline. Today's spend itself is
+one atomic store operation: spenders at once lose no update, and a lock left under its name delays nothing."""
 
 from __future__ import annotations
 
@@ -281,3 +282,36 @@ def test_tool_runs_at_once_book_at_most_the_daily_ceiling(real_store_url, llm):
     assert daily_spent(store) <= CEILING
     assert store.daily_spend(today())[1] == 0.0  # every hold settled
     store.close()
+
+
+# --- today's spend: one atomic store operation -------------------------------------------------
+
+def test_concurrent_spenders_lose_no_update(real_store_url):
+    """Two spenders at once (a live session and a dry run, say), each with its own connection."""
+    stores = [open_store(real_store_url) for _ in range(3)]
+    per_thread, amount = 60, 0.001
+
+    def spend(store):
+        for _ in range(per_thread):
+            add_daily(store, amount)
+
+    threads = [threading.Thread(target=spend, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert daily_spent(stores[0]) == pytest.approx(len(stores) * per_thread * amount)
+    assert stores[0].lease_owner(keys.DAILY_COST) is None  # every holder let go
+
+
+def test_a_dead_spenders_lease_does_not_stop_spend_being_counted(real_store_url):
+    """Today's spend is one atomic store operation, not a read-modify-write under a lock: a lock left
+    under its name (by an older version that died holding it) neither delays nor loses a spend."""
+    import time
+
+    store = open_store(real_store_url)
+    assert store.acquire_lease(keys.DAILY_COST, "a-dead-process", 60_000)
+    t0 = time.monotonic()
+    assert add_daily(store, 0.5) == pytest.approx(0.5)
+    assert time.monotonic() - t0 < 1.0
+    assert daily_spent(store) == pytest.approx(0.5)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from brainstem.core import keys
+from brainstem.core.clock import now_utc
 from brainstem.state import history as session_history
+from brainstem.store import open_store
 
 
 def _session(store, sid: str, ended: datetime) -> dict:
@@ -180,3 +182,20 @@ def test_damage_is_reported_once_by_the_next_session_to_find_it(store):
     assert session_history.unreported_damage(store) == []
     store.append(keys.SESSION_HISTORY, "\x00garbage")
     assert [d["position"] for d in session_history.unreported_damage(store)] == [2]
+
+
+def test_unlisted_karma_is_dropped_past_retention_and_past_the_cap(real_store_url, monkeypatch):
+    store = open_store(real_store_url)
+    now = now_utc()
+    for i in range(3):
+        store.append(keys.karma(f"dry-{i}"), "{}")
+    session_history.note_unlisted(store, "dry-0", 30, now=now - timedelta(days=40))
+    session_history.note_unlisted(store, "dry-1", 30, now=now - timedelta(days=1))
+    session_history.note_unlisted(store, "dry-2", 30, now=now)
+    assert [k["id"] for k in store.get_json(keys.UNLISTED_KARMA)] == ["dry-1", "dry-2"]
+    assert store.log_length(keys.karma("dry-0")) == 0 and store.log_length(keys.karma("dry-1")) == 1
+    monkeypatch.setattr(session_history, "UNLISTED_MAX", 2)
+    store.append(keys.karma("dry-3"), "{}")
+    session_history.note_unlisted(store, "dry-3", 30, now=now)
+    assert [k["id"] for k in store.get_json(keys.UNLISTED_KARMA)] == ["dry-2", "dry-3"]
+    assert store.log_length(keys.karma("dry-1")) == 0 and store.log_length(keys.karma("dry-3")) == 1
