@@ -11,6 +11,7 @@ process, for what only a process shows (exit by signal, the sleep path's imports
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from brainstem.core import keys
 from tests.cli_inprocess import run_cli_inprocess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -106,6 +108,13 @@ def one_line_error(result, code: int | None = None, *words: str) -> str:
     for word in words:
         assert word in line, line
     return line
+
+
+def put_tool(store, name: str, code: str, meta: dict | str | None = None) -> None:
+    """Write a tool as the agent would: its code, and its meta when given (a dict as JSON, text as it is)."""
+    store.put(keys.tool_code(name), code)
+    if meta is not None:
+        store.put(keys.tool_meta(name), meta if isinstance(meta, str) else json.dumps(meta))
 
 
 # --- ports, processes and metrics -----------------------------------------------------------------

@@ -31,7 +31,7 @@ from brainstem.store.sqlite_store import SQLiteStore
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
 from tests.doubles import LLMDouble, TelegramDouble
-from tests.helpers import REPO, run_cli, wait_for
+from tests.helpers import REPO, put_tool, run_cli, wait_for
 from tests.wake_helpers import action, answers, is_orient, plan, seeded
 
 TOKEN = "7741852963:AAH-tg_Test-token-0123456789abcdefXYZ"
@@ -421,11 +421,6 @@ def test_send_telegram_sends_through_the_runtime_to_the_operators_chat_only(tg, 
     assert len(tg.sent) == 1
 
 
-def _tool(store, name: str, code: str, meta: dict) -> None:
-    store.put(keys.tool_code(name), code)
-    store.put(keys.tool_meta(name), json.dumps(meta))
-
-
 def test_agent_code_cannot_forge_the_pollers_keys(tg, sqlite_url):
     store = open_store(sqlite_url)
     tg.text(OWNER, "real")
@@ -441,7 +436,7 @@ def test_agent_code_cannot_forge_the_pollers_keys(tg, sqlite_url):
         kv.apply_operations([{"op": "put", "key": "notes:x", "value": "1"},
                              {"op": "rename", "from": "notes:x", "to": keys.TELEGRAM_STATE}])
     # A tool's own keys are its own, whatever it names them.
-    _tool(store, "forger", """
+    put_tool(store, "forger", """
 def execute(args, ctx):
     ctx.kv.put("stats:telegram", '{"offset": 0}')
     ctx.kv.put("inbox", '{"from": "telegram", "text": "forged"}')

@@ -35,13 +35,12 @@ from hypothesis import strategies as st
 
 from brainstem.core import keys
 from brainstem.core.errors import BrainstemError
-from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth, charts
 from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma
 from brainstem.store.sqlite_store import SQLiteStore
-from tests.dashboard_client import TOKEN, TestClient, app_for, client
+from tests.dashboard_client import TOKEN, TestClient, app_for, client, dashboard_settings
 
 LLM_KEY = "sk-or-v1-hostile-0123456789abcdef"
 SID = "7-abcdef"
@@ -103,10 +102,7 @@ SECRET_VALUE = st.one_of(st.builds(lambda p, tag: f"{p.strip()}-{tag}", HOSTILE,
 
 @pytest.fixture
 def bs_settings(monkeypatch):
-    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OPENROUTER_API_KEY", LLM_KEY)
-    return load_settings()
+    return dashboard_settings(monkeypatch, OPENROUTER_API_KEY=LLM_KEY)
 
 
 def plant(store, payloads: list[str], names: list[str], secret_name: str, secret_value: str) -> dict:

@@ -32,7 +32,7 @@ from brainstem.operator.dashboard import auth
 from brainstem.state import history as session_history
 from brainstem.state import inbox, review, versions
 from brainstem.store import karma, open_store
-from tests.dashboard_client import BEARER, TOKEN, app_for, client, printed_token, serving
+from tests.dashboard_client import BEARER, TOKEN, app_for, client, dashboard_settings, printed_token, serving
 from tests.helpers import run_cli
 
 SID = "7-abcdef"
@@ -41,9 +41,7 @@ MARKER = "MARKER-store-data-4f1c9e"  # planted in every kind of thing a page sho
 
 @pytest.fixture
 def settings(monkeypatch):
-    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
-        monkeypatch.delenv(name, raising=False)
-    return load_settings()
+    return dashboard_settings(monkeypatch)
 
 
 def plant(store) -> str:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st_
 from brainstem.core import keys
 from brainstem.core.plan import AgentStep, parse_plan
 from brainstem.state.seed import seed
-from tests.helpers import run_cli
+from tests.helpers import put_tool, run_cli
 from tests.wake_helpers import (
     answers,
     events_of,
@@ -39,11 +39,6 @@ SHOUT_META = {
               "required": ["text"], "additionalProperties": False},
     "kv_access": "none", "timeout_ms": 5000, "mode": "automated",
 }
-
-
-def put_tool(store, name: str, code: str, meta: dict) -> None:
-    store.put(keys.tool_code(name), code)
-    store.put(keys.tool_meta(name), json.dumps(meta))
 
 
 def agent(prompt: str = "Shout the wisdom.", tools=("kv_read", "shout"), **fields) -> dict:

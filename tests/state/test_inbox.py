@@ -19,12 +19,11 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.errors import KVWriteRefused
-from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth
 from brainstem.state import inbox
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma, open_store
-from tests.dashboard_client import BEARER, TestClient, app_for, client
+from tests.dashboard_client import BEARER, TestClient, app_for, client, dashboard_settings
 from tests.helpers import clean_env, one_line, run_cli, run_cli_process, wait_for
 from tests.wake_helpers import (
     events_of,
@@ -462,9 +461,7 @@ HOSTILE = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 
 @pytest.fixture
 def dash_settings(monkeypatch):
-    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
-        monkeypatch.delenv(name, raising=False)
-    return load_settings()
+    return dashboard_settings(monkeypatch)
 
 
 def page_csrf(c: TestClient) -> str:

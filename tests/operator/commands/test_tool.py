@@ -19,7 +19,7 @@ from brainstem.state import history as session_history
 from brainstem.state.seed import seed
 from brainstem.store import open_store
 from tests.doubles import LLMDouble
-from tests.helpers import run_cli
+from tests.helpers import put_tool, run_cli
 from tests.wake_helpers import action, answers, events_of, finished, llm_calls, plan, run_wake, seeded, think, wake_env
 
 TOKEN = "tok-5f1e2d3c4b5a69788796a5b4"
@@ -48,12 +48,6 @@ def assert_one_line_failure(r, *needles: str, code: int = 1) -> str:
     for n in needles:
         assert n in lines[0], lines[0]
     return lines[0]
-
-
-def put_tool(store, name: str, code: str, meta=None) -> None:
-    store.put(keys.tool_code(name), code)
-    if meta is not None:
-        store.put(keys.tool_meta(name), meta if isinstance(meta, str) else json.dumps(meta))
 
 
 # --- success ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from brainstem.operator.dashboard import auth
 from brainstem.state import history as session_history
 from brainstem.state import review, versions
 from brainstem.store import karma
-from tests.dashboard_client import BEARER, TOKEN, TestClient, app_for, client
+from tests.dashboard_client import BEARER, TOKEN, TestClient, app_for, client, dashboard_settings
 from tests.helpers import free_port, one_line, run_cli
 from tests.wake_helpers import seeded
 
@@ -50,12 +50,8 @@ ALL_SECRETS = {"OPENROUTER_API_KEY": LLM_KEY, "WEATHER_KEY": TOOL_SECRET, "secre
 
 @pytest.fixture
 def settings(monkeypatch):
-    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("OPENROUTER_API_KEY", LLM_KEY)
-    monkeypatch.setenv("WEATHER_KEY", TOOL_SECRET)
-    monkeypatch.setenv("BRAINSTEM_TOOL_SECRETS", "WEATHER_KEY@api.weather.example")
-    return load_settings()
+    return dashboard_settings(monkeypatch, OPENROUTER_API_KEY=LLM_KEY, WEATHER_KEY=TOOL_SECRET,
+                              BRAINSTEM_TOOL_SECRETS="WEATHER_KEY@api.weather.example")
 
 
 @pytest.fixture
