@@ -84,9 +84,9 @@ HOSTILE = st.one_of(st.sampled_from(FIXED), _text, st.builds(str.__add__, st.sam
                     st.builds(str.__add__, _text, st.sampled_from(FIXED)))
 PLANTED = ("notes", "tooldata:", "prompt:", "secret:", keys.CONFIG_REFLEXES)
 # Key names: no control characters (the agent's writes refuse them), never blank, none of the keys
-# planted below or the runtime's own (which the agent cannot write).
+# planted below, the runtime's own or the store's internals (``__``: no agent can write them).
 NAME = HOSTILE.map(lambda s: "".join(c for c in s if c.isprintable() or c == " ").strip()).filter(
-    lambda n: n and not n.startswith(PLANTED) and not keys.is_runtime_owned(n))
+    lambda n: n and not n.startswith((*PLANTED, "__")) and not keys.is_runtime_owned(n))
 # A secret the agent stored: hostile and ending in a tag no page's own words contain (so finding it in a
 # page means it leaked), or one of the pages' own words and markup (so a redaction of the finished page,
 # rather than of each value, would put the label into the page's markup).
