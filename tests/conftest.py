@@ -1,61 +1,23 @@
-"""Shared fixtures: a real redis-server for the session, the three stores, and the command line.
+"""Fixtures for the whole suite: a real redis-server for the session, the three stores, a seeded agent,
+the LLM double, daemons and the sandbox's canaries.
 
 Redis tests use, in order: ``REDIS_URL`` if set, else a ``redis-server`` this
 session starts on a free port in a temporary directory. Without either they
 skip with a reason, except under ``BRAINSTEM_REQUIRE_REDIS=1`` (CI), where a
 missing Redis is a failure.
 
-The command line runs in this process (:func:`run_cli`): a subprocess costs a
-second of interpreter start and imports, and the suite runs it hundreds of
-times. :func:`run_cli_process` is the real process, for what only a process
-shows (exit by signal, the sleep path's imports, a tty, daemons).
+What tests share that is not a fixture (running the command line, waiting, a daemon) is in
+tests/helpers.py; a folder's own fixtures are in its conftest.py.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from .cli_inprocess import run_cli_inprocess
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "the condition", daemon=None, interval: float = 0.05):
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` seconds pass (a failure
-    naming ``what``): a test waits for what it needs, never a fixed sleep that is too long or too short.
-    With ``daemon`` (a :class:`Daemon`), its exit fails the wait at once, with its stderr."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if daemon is not None and not daemon.alive():
-            pytest.fail(f"brainstem run exited ({daemon.proc.returncode}) while waiting for {what}:\n"
-                        f"{daemon.stderr[-2000:]}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}"
-                        + (f"\nstderr:\n{daemon.stderr[-2000:]}" if daemon is not None else ""))
-        time.sleep(interval)
-
-
-def _require_redis() -> bool:
-    return os.environ.get("BRAINSTEM_REQUIRE_REDIS") == "1"
-
-
-def redis_unavailable(why: object) -> None:
-    """A test that needs a real Redis cannot have one: a failure in CI (BRAINSTEM_REQUIRE_REDIS=1),
-    a skip elsewhere."""
-    if _require_redis():
-        pytest.fail(f"BRAINSTEM_REQUIRE_REDIS=1 but {why}")
-    pytest.skip(str(why))
+from tests.helpers import CANARY_ENV, CANARY_ENV_NAME, CANARY_FILE_TEXT, Daemon, redis_unavailable, unique_prefix
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +26,7 @@ def redis_url(tmp_path_factory):
     if os.environ.get("REDIS_URL"):
         yield os.environ["REDIS_URL"]
         return
-    from .redis_server import RedisServerError, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     try:
         proc, port = start_redis_server(tmp_path_factory.mktemp("redis"), None, "--protected-mode", "yes")
@@ -77,7 +39,7 @@ def redis_url(tmp_path_factory):
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory):
     """(URL, ports) of a real three-node Redis Cluster started for this test session."""
-    from .redis_server import RedisServerError, start_redis_cluster, stop
+    from tests.redis_server import RedisServerError, start_redis_cluster, stop
 
     try:
         procs, ports = start_redis_cluster(tmp_path_factory.mktemp("cluster"))
@@ -88,14 +50,10 @@ def redis_cluster(tmp_path_factory):
         stop(proc)
 
 
-def unique_prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}:"
-
-
 @pytest.fixture
 def own_redis(tmp_path):
     """The port of a redis-server of this test's own, for tests that lock it, restart it or stop it."""
-    from .redis_server import RedisServerError, start_redis_server, stop
+    from tests.redis_server import RedisServerError, start_redis_server, stop
 
     try:
         proc, port = start_redis_server(tmp_path)
@@ -143,6 +101,12 @@ def store(request):
                                     "sqlite": "sqlite_store"}[request.param])
 
 
+@pytest.fixture
+def url(tmp_path) -> str:
+    """The URL of an SQLite store of this test's own, not created yet."""
+    return f"sqlite:///{tmp_path / 'store.db'}"
+
+
 @pytest.fixture(params=["redis", "sqlite"])
 def real_store_url(request, tmp_path):
     """A store URL for subprocess tests: a real Redis (own prefix) or an SQLite file."""
@@ -158,32 +122,12 @@ def real_store_url(request, tmp_path):
     return f"sqlite:///{tmp_path / 'store.db'}"
 
 
-def clean_env(env: dict | None = None) -> dict[str, str]:
-    """The environment a command gets: this process's without any ``BRAINSTEM_*`` / ``OPENROUTER_*``, then ``env``."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
-    full_env.update(env or {})
-    return full_env
-
-
-def run_cli(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
-    """Run ``brainstem ARGS`` as an operator would, with a clean environment, in this process
-    (see tests/cli_inprocess.py); a CompletedProcess like :func:`run_cli_process`'s."""
-    return run_cli_inprocess(*args, env=env, input=input, timeout=timeout)
-
-
-def run_cli_process(*args: str, env: dict | None = None, input: str | None = None, timeout: float = 60):
-    """Run ``python -m brainstem ARGS`` as a real process: for exit codes of the process itself, signals,
-    the sleep path's imports, stdin and tty behaviour."""
-    return subprocess.run([sys.executable, "-m", "brainstem", *args], env=clean_env(env), input=input,
-                          capture_output=True, text=True, timeout=timeout)
-
-
 # --- a seeded agent, the LLM double, and the environment of a wake against both ---
 
 @pytest.fixture
 def llm():
     """A scripted OpenAI-compatible server on loopback (tests/doubles/llm_server.py)."""
-    from .doubles import LLMDouble
+    from tests.doubles import LLMDouble
 
     with LLMDouble() as d:
         yield d
@@ -192,7 +136,7 @@ def llm():
 @pytest.fixture
 def st(real_store_url):
     """A real store (Redis or SQLite), seeded with the example soul, prompts and tools."""
-    from .wake_helpers import seeded
+    from tests.wake_helpers import seeded
 
     store = seeded(real_store_url)
     yield store
@@ -202,43 +146,12 @@ def st(real_store_url):
 @pytest.fixture
 def env(real_store_url, llm):
     """The environment of a `brainstem wake` subprocess against ``st`` and ``llm``."""
-    from .wake_helpers import wake_env
+    from tests.wake_helpers import wake_env
 
     return wake_env(real_store_url, llm)
 
 
 # --- daemons (`brainstem run` subprocesses) and agents on a real Redis ------------------
-
-class Daemon:
-    """One ``brainstem run`` process; stdout and stderr go to files (a chatty daemon never blocks on a pipe)."""
-
-    def __init__(self, env: dict, args: list[str], workdir: Path):
-        tag = uuid.uuid4().hex[:6]
-        self.out_path, self.err_path = workdir / f"run-{tag}.out", workdir / f"run-{tag}.err"
-        with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "brainstem", "run", *args], env=env,
-                                         stdout=out, stderr=err)
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text()
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 30.0) -> tuple[int, float]:
-        """SIGTERM; (exit code, seconds it took to exit)."""
-        t0 = time.monotonic()
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-            pytest.fail(f"brainstem run did not exit within {timeout}s of SIGTERM:\n{self.stderr[-2000:]}")
-        return rc, time.monotonic() - t0
-
 
 @pytest.fixture
 def daemons(tmp_path):
@@ -278,3 +191,16 @@ def agents(redis_url):
             store.close()
         except Exception:  # noqa: BLE001 - a test may have stopped its own Redis
             pass
+
+
+# --- the sandbox's canaries -------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def canaries(tmp_path_factory):
+    """Plant the canaries: an env var in this (runtime) process, a file, a fake KV."""
+    os.environ[CANARY_ENV_NAME] = CANARY_ENV
+    path = tmp_path_factory.mktemp("canary") / "canary.txt"
+    path.write_text(CANARY_FILE_TEXT)
+    os.chmod(path, 0o644)
+    os.chmod(path.parent, 0o755)
+    yield {"file": str(path)}

@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import httpx
 
+from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth
 from brainstem.operator.dashboard.app import make_app
 
@@ -32,6 +33,16 @@ with warnings.catch_warnings():
 TOKEN = "dash-token-7f3a9c1e5b2d4f6a8c0e"
 LOOPBACK = "http://127.0.0.1:8765"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
+
+
+def dashboard_settings(monkeypatch, **env: str):
+    """The settings a dashboard test starts from: no token, env file or tool secrets from this process's
+    environment; then ``env``."""
+    for name in ("BRAINSTEM_DASHBOARD_TOKEN", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return load_settings()
 
 
 def app_for(settings, store, *, token: str = TOKEN, loopback_only: bool = True):

@@ -9,15 +9,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.helpers import free_port
+
 
 class RedisServerError(RuntimeError):
     """No redis-server binary, or it did not answer in time."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_redis_server(workdir: str | Path, port: int | None = None, *extra: str,

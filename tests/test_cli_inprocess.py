@@ -13,13 +13,13 @@ import subprocess
 
 import pytest
 
-from .conftest import run_cli, run_cli_process
-from .wake_helpers import seeded
+from tests.helpers import run_cli, run_cli_process
+from tests.wake_helpers import seeded
 
 
 @pytest.fixture
-def url(tmp_path):
-    url = f"sqlite:///{tmp_path / 'store.db'}"
+def url(url):
+    """The suite's SQLite store of this test's own, seeded."""
     seeded(url).close()
     return url
 

@@ -16,6 +16,7 @@ per think / conditional / subplan call, then reflect), then ``.responder``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -27,8 +28,8 @@ from brainstem.core.clock import parse_iso
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
-
-from .conftest import clean_env, run_cli
+from tests.doubles import LLMDouble
+from tests.helpers import clean_env, run_cli
 
 API_KEY = "sk-test-7f3a9c2e41d8b605-do-not-leak"  # random-looking, as real keys are
 
@@ -202,3 +203,44 @@ def finished(result, store, outcome: str | None = None) -> tuple[str, list[dict]
     assert abs(end["cost"] - spent) < 1e-9, (end["cost"], spent)
     assert abs(h[0]["cost"] - spent) < 1e-9, (h[0]["cost"], spent)
     return sid, entries
+
+
+# --- `brainstem run`: a model for its sessions, its environment, its wake log ---------------------
+
+DEEP_ANSWER = json.dumps({"reflection": "fine", "note_to_future_self": "carry on"})
+
+
+def responder(steps: int = 1, delay: float = 0.0):
+    """A model: orient answers a plan of ``steps`` think steps asking to sleep 1 s (clamped to 60 s);
+    each think answer takes ``delay`` seconds; reflect and deep reflection answer valid JSON."""
+    def respond(req: dict):
+        if is_orient(req):
+            return plan(*[think(f"Think {i}", id=f"t{i}", model="haiku", max_tokens=50) for i in range(steps)],
+                        next_wake={"sleep_seconds": 1})
+        if is_reflect(req):
+            return reflection("ran on schedule", load_keys=[])
+        if is_deep(req):
+            return DEEP_ANSWER
+        return {"content": "ok", "delay": delay} if delay else "ok"
+    return respond
+
+
+def base_env(url: str, llm: LLMDouble | None, **extra) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BRAINSTEM_", "OPENROUTER_"))}
+    env.update(BRAINSTEM_KV=url, OPENROUTER_API_KEY="sk-test", BRAINSTEM_LLM_BACKOFF="0.01")
+    if llm is not None:
+        env["OPENROUTER_BASE_URL"] = llm.base_url
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def wake_log(store) -> list[dict]:
+    return [json.loads(r) for r in store.read_log(keys.WAKE_LOG)]
+
+
+def fires(store, kind: str) -> list[dict]:
+    return [e for e in wake_log(store) if e.get("fire") == kind]
+
+
+def ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -2,7 +2,7 @@
 
 RestrictedPython restricts the *language*: it rewrites attribute access, item
 access, iteration, writes and augmented assignment into calls of guard
-functions; these are ours.  Rules (see tests/sandbox/test_escapes.py for the
+functions; these are ours.  Rules (see tests/hostile/test_escapes.py for the
 attacks they answer):
 
 * ``_getattr_`` is ``safer_getattr`` (underscore names, ``format``/

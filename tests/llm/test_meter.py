@@ -19,8 +19,7 @@ from hypothesis import strategies as st_
 from brainstem.llm.meter import FREE_READS, MeterRefused, WireMeter
 from brainstem.state.budget import Budget
 from brainstem.state.config import Models, floor_models, shipped_models
-
-from ..doubles.llm_server import billed_parts
+from tests.doubles.llm_server import billed_parts
 
 BASE = "https://llm.example/api/v1"
 HAIKU, SONNET = "anthropic/claude-haiku-4.5", "anthropic/claude-sonnet-4.5"

@@ -15,8 +15,7 @@ from brainstem.state.guarded import AgentKV
 from brainstem.store import open_store
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import run_tool
-
-from .hostile import Host
+from tests.doubles.hostile import Host
 
 FETCH = "def execute(a, ctx):\n    try:\n        return ctx.fetch(a['url'])['status']\n    except Exception as e:\n" \
         "        return 'error: ' + str(e)\n"

@@ -24,9 +24,8 @@ import pytest
 
 from brainstem.sandbox import Limits, compiled, pool, run, server_pid
 from brainstem.sandbox.kernel import caps
-
-from .conftest import FakeServices, assert_runtime_healthy, tool
-from .procfs import PROC, comm, named, read_memory, stat, wait_for
+from tests.helpers import FakeServices, assert_runtime_healthy, tool
+from tests.sandbox.procfs import PROC, comm, named, read_memory, stat, wait_for
 
 pytestmark = pytest.mark.skipif(not PROC.is_dir(), reason="needs /proc (Linux)")
 
@@ -255,7 +254,7 @@ def test_concurrent_calls_each_get_their_own_worker():
 def test_escaped_tool_code_cannot_reach_a_waiting_worker(tmp_path):
     """A waiting worker will get another call's job (and secrets): a tool that escaped the interpreter
     must not be able to signal, trace or read it."""
-    from .test_isolation import ARCH, _attempt, _locked_child
+    from tests.sandbox.kernel.test_setup import ARCH, _attempt, _locked_child
 
     if ARCH is None:
         pytest.skip("no seccomp syscall table for this machine")

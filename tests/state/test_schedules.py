@@ -186,7 +186,7 @@ def test_load_all_of_an_empty_store_is_empty(sqlite_store):
 
 
 def test_each_agent_sees_only_its_own_schedules(tmp_path):
-    from brainstem.store.sqlite_store import SQLiteStore
+    from brainstem.store.sqlite.store import SQLiteStore
 
     path = tmp_path / "store.db"
     with SQLiteStore(path, prefix="alice") as alice, SQLiteStore(path, prefix="bob") as bob:

@@ -3,7 +3,7 @@
 name: (x86_64 number, aarch64 number); None where the architecture has no
 such call.  From the kernel's arch/x86/entry/syscalls/syscall_64.tbl and
 include/uapi/asm-generic/unistd.h (aarch64); numbers from 424 up are the
-same on every architecture.  tests/sandbox/test_seccomp.py checks this
+same on every architecture.  tests/sandbox/kernel/test_seccomp.py checks this
 table against the installed kernel headers and libseccomp.
 """
 

@@ -1,0 +1,169 @@
+"""Operator settings: read in one place, and the same for every command.
+
+The environment (and ``BRAINSTEM_ENV_FILE``) is read only by
+``brainstem.core.settings`` and its light half ``brainstem.core.environment``;
+these tests hold the two bugs that reading it in several places caused (the
+dashboard ignoring the store URL's ``?prefix=``, and a secret set in the env
+file bound but never granted), and the rule that keeps them from coming back.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import httpx
+import pytest
+
+from brainstem.core.environment import variables
+from brainstem.core.errors import ConfigError
+from brainstem.core.secrets import parse_bindings
+from brainstem.core.settings import load_settings
+from brainstem.state.guarded import AgentKV
+from brainstem.store import open_store
+from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import run_tool
+from tests.dashboard_client import printed_token, serving
+from tests.helpers import REPO
+
+PACKAGE = REPO / "brainstem"
+READERS = {"core/environment.py", "core/settings.py"}
+
+
+def test_only_settings_read_the_environment():
+    """No module but the two settings modules reads ``os.environ`` or ``os.getenv`` (clearing it, as the
+    sandbox's worker does before running agent code, is not reading it)."""
+    readers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        cleared = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "clear"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv") and id(node) not in cleared \
+                    and isinstance(node.value, ast.Name) and node.value.id == "os" and rel not in READERS:
+                readers.append(f"{rel}:{node.lineno}")
+    assert not readers, f"read the environment outside settings: {readers}"
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for name in ("BRAINSTEM_KV", "BRAINSTEM_KV_PREFIX", "BRAINSTEM_ENV_FILE", "BRAINSTEM_TOOL_SECRETS", "API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    return monkeypatch
+
+
+# --- one agent, however it is named ------------------------------------------------------
+
+def test_the_agent_comes_from_the_prefix_variable_else_the_url(clean_env, tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}?prefix=alice"
+    clean_env.setenv("BRAINSTEM_KV", url)
+    assert load_settings().prefix == "alice:"
+    clean_env.setenv("BRAINSTEM_KV_PREFIX", "bob")
+    assert load_settings().prefix == "bob:"  # the variable wins over the URL
+    clean_env.setenv("BRAINSTEM_KV_PREFIX", "")
+    assert load_settings().prefix == ""  # set but empty: the default agent, whatever the URL says
+    clean_env.setenv("BRAINSTEM_KV_PREFIX", "Not A Name")
+    with pytest.raises(ConfigError, match="BRAINSTEM_KV_PREFIX 'Not A Name' is not a valid agent name"):
+        load_settings()
+
+
+def test_only_the_documented_names_configure_brainstem(clean_env, tmp_path):
+    # Another program's variables with a setting's bare name (Docker sets HOSTNAME) change nothing,
+    # in the environment or in BRAINSTEM_ENV_FILE; code can still pass settings by field name.
+    bare = {"HOSTNAME": "someone-else", "KV_PREFIX": "mallory", "MAX_DAILY_COST": "999",
+            "MAX_SESSION_COST": "50", "TOOL_SECRETS": "OPENROUTER_API_KEY@evil.example", "KV": "redis://x:1/0"}
+    for name, value in bare.items():
+        clean_env.setenv(name, value)
+    env_file = tmp_path / "brainstem.env"
+    env_file.write_text("".join(f"{k.lower()}={v}\n" for k, v in bare.items()))
+    for with_file in (False, True):
+        if with_file:
+            clean_env.setenv("BRAINSTEM_ENV_FILE", str(env_file))
+        s = load_settings()
+        assert (s.hostname, s.kv_prefix, s.max_daily_cost, s.max_session_cost) == ("", None, 5.0, 0.5)
+        assert not s.kv.startswith("redis://") and "evil.example" not in json.dumps(sorted(s.bindings()))
+    assert load_settings(max_daily_cost=2.0, kv_prefix="bob").max_daily_cost == 2.0
+    clean_env.setenv("BRAINSTEM_MAX_DAILY_COST", "3")
+    assert load_settings().max_daily_cost == 3.0
+
+
+def test_settings_and_the_sleep_path_open_the_same_agent(clean_env, tmp_path):
+    url = f"sqlite:///{tmp_path / 'a.db'}?prefix=alice"
+    clean_env.setenv("BRAINSTEM_KV", url)
+    settings = load_settings()
+    with open_store(settings.kv, prefix=settings.prefix) as a, open_store() as b:
+        assert a.prefix == b.prefix == "alice:"
+
+
+@pytest.mark.slow
+def test_dashboard_shows_the_agent_the_store_url_names(tmp_path):
+    """``BRAINSTEM_KV=...?prefix=alice`` alone: the dashboard shows alice, as ``status`` does."""
+    db = tmp_path / "agents.db"
+    with open_store(f"sqlite:///{db}", prefix="alice") as alice:
+        alice.put("notes:marker", "alice-was-here")
+    with open_store(f"sqlite:///{db}", prefix="") as default:
+        default.put("notes:marker", "the-default-agent")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "BRAINSTEM_KV": f"sqlite:///{db}?prefix=alice"}
+    # The dashboard serves until stopped: a process (with only this environment).
+    with serving(env, tmp_path / "dashboard.log") as (_, address):
+        base, bearer = address.split("?")[0], {"authorization": f"Bearer {printed_token(address)}"}
+        page = httpx.get(f"{base}store?prefix=notes", headers=bearer, timeout=5)
+        assert page.status_code == 200
+        assert "alice-was-here" in page.text or "notes:marker" in page.text
+        detail = httpx.get(f"{base}changes/notes:marker", headers=bearer, timeout=5)
+        assert "alice-was-here" in detail.text and "the-default-agent" not in detail.text
+    assert "(agent: alice)" in (tmp_path / "dashboard.log").read_text()
+
+
+# --- a secret in the env file is granted as one in the environment is --------------------
+
+TOOL = """
+def execute(args, ctx):
+    return {"token": ctx.secrets.get("API_TOKEN")}
+"""
+META = {"description": "shows a secret's placeholder", "secrets": ["API_TOKEN"]}
+
+
+def test_a_secret_set_in_the_env_file_is_granted(clean_env, tmp_path):
+    env_file = tmp_path / "brainstem.env"
+    env_file.write_text("API_TOKEN=tok-1234567890abcdef\nBRAINSTEM_TOOL_SECRETS=API_TOKEN@127.0.0.1\n")
+    clean_env.setenv("BRAINSTEM_ENV_FILE", str(env_file))
+    clean_env.setenv("BRAINSTEM_KV", f"sqlite:///{tmp_path / 'a.db'}")
+    settings = load_settings()
+    assert variables()["API_TOKEN"] == "tok-1234567890abcdef"
+    assert settings.allowed_secret_values() == {"API_TOKEN": "tok-1234567890abcdef"}
+    assert settings.known_secrets()["API_TOKEN"] == "tok-1234567890abcdef"  # so karma redacts it too
+
+    recorded: list[tuple[str, dict]] = []
+
+    def record(event: str, **fields) -> None:
+        recorded.append((event, fields))
+
+    with open_store(settings.kv, prefix=settings.prefix) as store:
+        store.put("tool:show:code", TOOL)
+        store.put("tool:show:meta", json.dumps(META))
+        out = run_tool("show", {}, store=store, agent_kv=AgentKV(store, record), record=record,
+                       policy=ToolPolicy.from_settings(settings))
+    assert out.ok, out.error
+    assert [f for e, f in recorded if e == "secret_not_granted"] == []
+    # a placeholder, never the value, enters the sandbox; the runtime swaps it in at the allowed host
+    assert out.value["token"].startswith("brainstem-secret-API_TOKEN-")
+
+
+def test_the_real_environment_overrides_the_env_file(clean_env, tmp_path):
+    env_file = tmp_path / "brainstem.env"
+    env_file.write_text("API_TOKEN=from-the-file-0000\nBRAINSTEM_TOOL_SECRETS=API_TOKEN@127.0.0.1\n")
+    clean_env.setenv("BRAINSTEM_ENV_FILE", str(env_file))
+    clean_env.setenv("API_TOKEN", "from-the-environment-1111")
+    assert load_settings().allowed_secret_values() == {"API_TOKEN": "from-the-environment-1111"}
+    assert parse_bindings(["API_TOKEN@127.0.0.1"], "https://openrouter.ai/api/v1")
+
+
+def test_a_bound_environment_secret_that_could_not_travel_as_it_is_stops_every_command(monkeypatch):
+    monkeypatch.setenv("BRAINSTEM_TOOL_SECRETS", "API_TOKEN@api.example.org")
+    monkeypatch.setenv("API_TOKEN", "tok-live-0123456789\n")
+    with pytest.raises(ConfigError, match="API_TOKEN, whose value holds '\\\\n'.*printable ASCII"):
+        load_settings()
+    monkeypatch.setenv("API_TOKEN", "tok-live-0123456789")
+    assert load_settings().bindings()["API_TOKEN"].hosts == frozenset({"api.example.org"})

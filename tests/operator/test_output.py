@@ -1,0 +1,94 @@
+"""Details of what the command line prints: the current version in `history`, the `sessions` table,
+and `dashboard` on a port that is taken. In this process (``run_cli``), against SQLite on disk."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from brainstem.operator.output import clip
+from brainstem.state import history as session_history
+from tests.helpers import run_cli
+from tests.wake_helpers import seeded
+
+
+@pytest.fixture
+def env(tmp_path):
+    url = f"sqlite:///{tmp_path}/agent.db"
+    store = seeded(url)
+    yield {"BRAINSTEM_KV": url}, store
+    store.close()
+
+
+def marked(history_text: str) -> list[str]:
+    """The versions `brainstem history` marks with '*'."""
+    return [line.split()[1] for line in history_text.splitlines() if line.startswith("*")]
+
+
+def test_history_marks_exactly_the_current_version_after_a_rollback(env):
+    env, _ = env
+    for text in ("Be brief.", "Be kind."):
+        assert run_cli("kv", "put", "wisdom", text, env=env).returncode == 0
+    assert marked(run_cli("history", "wisdom", env=env).stdout) == ["v2"]
+    # Rolling back to v1 records v3 with v1's value: both hold what the key holds now, only v3 is current.
+    assert run_cli("rollback", "wisdom", "--to", "1", env=env).returncode == 0
+    assert marked(run_cli("history", "wisdom", env=env).stdout) == ["v3"]
+    # Back again: v2 and v4 hold the same value; v4 is current.
+    assert run_cli("rollback", "wisdom", "--to", "2", env=env).returncode == 0
+    assert marked(run_cli("history", "wisdom", env=env).stdout) == ["v4"]
+    # Deleted: the deletion is the current version.
+    assert run_cli("kv", "del", "wisdom", env=env).returncode == 0
+    assert marked(run_cli("history", "wisdom", env=env).stdout) == ["v5"]
+
+
+LONG = ("Checked the inbox, answered the operator about the weekly report, and reorganised "
+        "the notes on pricing before sleeping")
+
+
+def test_sessions_has_a_header_and_cuts_summaries_at_a_word(env):
+    env, store = env
+    session_history.append(store, {"id": "1-abcdef", "started_at": "2026-05-01T10:00:00Z", "outcome": "clean",
+                                   "steps": 3, "cost": 0.0123, "duration_ms": 4200, "summary": LONG})
+    session_history.append(store, {"id": "2-bcdefa", "started_at": "2026-05-01T11:00:00Z", "outcome": "no_plan",
+                                   "steps": 0, "cost": 0.001, "duration_ms": 900, "summary": "short"})
+    header, first, second = run_cli("sessions", env=env).stdout.splitlines()
+    assert header.split() == ["SESSION", "STARTED", "OUTCOME", "STEPS", "COST", "DURATION", "SUMMARY"]
+    assert first.startswith("1-abcdef") and second.startswith("2-bcdefa")
+    assert header.index("SUMMARY") == first.index("Checked")  # the header sits over its column
+    summary = first[first.index("Checked"):]
+    assert summary.endswith("…") and len(summary) <= 60
+    assert LONG.startswith(summary[:-1]) and LONG[len(summary) - 1] == " "  # cut where a word ends
+    assert second.endswith("short")
+
+
+@pytest.mark.parametrize("text, width, want", [
+    ("short", 60, "short"),
+    ("one two three four", 10, "one two…"),
+    ("one two, three", 9, "one two…"),  # no dangling comma before the mark
+    ("abcdefghijklmnop", 8, "abcdefg…"),  # one word longer than the column: cut where it must be
+    ("line one\nline two", 60, "line one line two"),
+    ("exactly ten", 11, "exactly ten"),
+])
+def test_clip(text, width, want):
+    assert clip(text, width) == want
+    assert len(clip(text, width)) <= width
+
+
+def test_dashboard_on_a_busy_port_fails_in_one_line_before_printing_an_address(env):
+    env, _ = env
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_cli("dashboard", "--port", str(port), env=env, timeout=20)
+    assert r.returncode == 2, r
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("brainstem: error: cannot listen on 127.0.0.1 port "), r.stderr
+    assert "in use" in lines[0] and "--port" in lines[0]
+    assert "http://" not in r.stderr + r.stdout
+
+
+def test_dashboard_help_says_what_a_busy_port_does():
+    out = run_cli("dashboard", "--help").stdout
+    assert "in use is exit 2" in " ".join(out.split())
