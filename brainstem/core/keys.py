@@ -60,10 +60,16 @@ REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting 
 APPROVED_PREFIX = "approved:"
 # schedule:{id}: a scheduled action, JSON: one tool with a fixed input at set times, no model in between
 SCHEDULE_PREFIX = "schedule:"
+# stats:schedule_running:{id}: the run of a schedule under way (its run id, owner, scheduled time); still there
+# with its run lease gone, the run died
+SCHEDULE_RUNNING_PREFIX = "stats:schedule_running:"
+SCHEDULE_PROBLEMS = "stats:schedule_problems"  # the values under schedule: reported as not schedules (key -> digest)
 BOOKKEEPING_PREFIXES = ("stats:", VERSIONS_PREFIX, REVIEW_PREFIX, APPROVED_PREFIX)  # never in the agent's key index
 
 WAKE_LEASE = "wake"  # a lease name (the store keeps leases apart from values): the session's lease
 TELEGRAM_LEASE = "telegram"  # a lease name: the one process polling the agent's Telegram bot
+SCHEDULE_CLAIM_LEASE = "schedule_claim:"  # + id, a lease name: the one process deciding a schedule's due run
+SCHEDULE_RUN_LEASE = "schedule_run:"  # + id, a lease name: the schedule's run under way (no run overlaps it)
 
 # While a session holds its wake lease, every write it makes through its store view is fenced: it goes
 # through only if the lease is still the session's, checked by the store in the same atomic operation
@@ -116,6 +122,10 @@ def schedule(schedule_id: str) -> str:
     return f"{SCHEDULE_PREFIX}{schedule_id}"
 
 
+def schedule_running(schedule_id: str) -> str:
+    return f"{SCHEDULE_RUNNING_PREFIX}{schedule_id}"
+
+
 def tooldata_prefix(name: str) -> str:
     return f"tooldata:{name}:"
 
@@ -162,5 +172,5 @@ def is_privileged(key: str) -> bool:
 DEFAULT_AGENT_SEGMENTS = frozenset({
     "soul", "wisdom", "prompt", "config", "tool", "tooldata", "provider", "secret", "session", "karma",
     "history", "stats", "wake_config", "wake_log", "last_reflect", "session_counter", "session_history",
-    "deep_reflect_schedule", "review", "inbox", "approved", "schedule",
+    "deep_reflect_schedule", "review", "inbox", "approved", "schedule", "schedule_claim", "schedule_run",
 })

@@ -18,6 +18,9 @@ host (its pessimistic schedule advance stands and no lease is held) and wakes
 that agent at once, so it is taken over within about two lease periods
 rather than at its next tick.
 
+The agents' schedules run beside their sessions, looked at every
+:data:`URGENT_POLL` seconds (:mod:`brainstem.daemon.schedules`).
+
 An urgent message from the operator (``brainstem tell --urgent``) wakes its
 agent within a couple of seconds: every :data:`URGENT_POLL` seconds the daemon
 asks each idle agent's store whether one waits (one get while none does) and
@@ -43,13 +46,14 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
 from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, StoreUnavailable
 from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
+from brainstem.daemon import schedules
 from brainstem.store import open_store
 from brainstem.store.base import Store
 
@@ -102,6 +106,9 @@ class Agent:
     running: bool = False
     busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
     urgent_fired: tuple[int, float] = (0, 0.0)  # the urgent message last fired for, and when (monotonic)
+    scheduling: threading.Lock = field(default_factory=threading.Lock)  # one pass over its schedules at a time
+    schedules_next: datetime | None = None  # the earliest next_run of its schedules last seen
+    schedules_looked: float = 0.0  # when its schedules were last listed (monotonic); 0: list them now
 
 
 def _agent(name: str | None, settings: Settings) -> Agent:
@@ -203,7 +210,7 @@ class Runner:
                 agent.store = open_store(self.settings.kv, prefix=agent.prefix, register=False)
             listeners = [self.metrics.listener(label)] if self.metrics is not None else []
             result = wake(self.settings, agent.store, cancel=agent.cancel, listeners=listeners,
-                          providers=self._providers())
+                          providers=self._providers(), schedules=False)  # run beside it: see schedules.watch
             if result.status == "ran":
                 entry = {"fire": "ran", "outcome": result.outcome, "session_id": result.session_id}
                 log.info("%s: %s", label, result.message)
@@ -214,6 +221,7 @@ class Runner:
                 entry = {"fire": "slept", "until": result.next_wake_after}
             self._recovered(agent, label)
             self._record(agent, entry)
+            agent.schedules_looked = 0.0  # its session may have written its schedules: looked at again
             if result.status == "ran":
                 self._session_ran(agent, label, result.outcome)
         except LeaseHeld as exc:
@@ -311,6 +319,7 @@ class Runner:
         after :data:`URGENT_REFIRE` seconds if a fire left it waiting."""
         from brainstem.session.wake import urgent_due
 
+        schedules.watch(self, sched)
         for agent, urgent in self._idle(urgent_due):
             last, at = agent.urgent_fired
             if not urgent or (urgent == last and time.monotonic() - at < URGENT_REFIRE):
@@ -387,7 +396,8 @@ class Runner:
                                                # Their own threads: a takeover never queues behind a busy tick.
                                                "sweep": ThreadPoolExecutor(max_workers=1),
                                                "inbox": ThreadPoolExecutor(max_workers=1),
-                                               "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
+                                               "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents))),
+                                               "schedules": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
         by_id = {}
         for i, agent in enumerate(self.agents):
             job_id = f"wake-{agent.name or 'default'}-{i}"
@@ -426,7 +436,7 @@ class Runner:
             for agent in self.agents:
                 agent.cancel.set()  # running sessions stop at their next step or LLM call
             deadline = time.monotonic() + self.grace
-            while any(a.running for a in self.agents) and time.monotonic() < deadline:
+            while any(a.running or a.scheduling.locked() for a in self.agents) and time.monotonic() < deadline:
                 time.sleep(0.1)
             sched.shutdown(wait=False)
             for agent in self.agents:

@@ -91,17 +91,7 @@ class Session:
         record = deps.karma.record
 
         def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
-            from brainstem.core import events
-            from brainstem.state import review
-
-            redact = deps.karma.redact
-            item = review.add(deps.store, tool=name, session_id=deps.id, step_id=step_id, input=redact(args),
-                              ok=outcome.ok, result=redact(outcome.value), error=redact(outcome.error),
-                              max_per_session=cap)
-            if item is None:  # only this session queues its items: not reached while review_room() counts
-                record(events.REVIEW_DROPPED, tool=name, step_id=step_id, reason="the review inbox is full")
-            else:
-                record(events.REVIEW_QUEUED, tool=name, step_id=step_id, review_id=item["id"])
+            queue_review(deps.store, deps.karma, deps.id, name, step_id, args, outcome, cap)
 
         return run_tool(name, args, store=deps.store, agent_kv=self.agent_kv, record=record,
                         policy=self.tool_policy, attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
@@ -113,6 +103,22 @@ class Session:
         return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,
                  "output_cost_per_mtok": m.output_cost_per_mtok, "supports_reasoning": m.supports_reasoning}
                 for m in self.deps.models.models]
+
+
+def queue_review(store: Store, karma: Karma, session_id: str, tool: str, step_id: str | None, args: Any,
+                 outcome: ToolOutcome, cap: int) -> None:
+    """A supervised tool's run, put in the review inbox to wait for the operator's verdict (recorded
+    ``review_queued``; ``review_dropped`` when ``session_id`` has ``cap`` runs waiting already)."""
+    from brainstem.core import events
+    from brainstem.state import review
+
+    redact = karma.redact
+    item = review.add(store, tool=tool, session_id=session_id, step_id=step_id, input=redact(args), ok=outcome.ok,
+                      result=redact(outcome.value), error=redact(outcome.error), max_per_session=cap)
+    if item is None:  # only this session queues its items: not reached while review_room() counts
+        karma.record(events.REVIEW_DROPPED, tool=tool, step_id=step_id, reason="the review inbox is full")
+    else:
+        karma.record(events.REVIEW_QUEUED, tool=tool, step_id=step_id, review_id=item["id"])
 
 
 def build_session(deps: SessionDeps, state: SessionState, spec: SessionSpec = SessionSpec()) -> Session:
@@ -134,12 +140,15 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
     model spelling out a guess it was asked to, or a host leaking) is handled as code's is: recorded
     ``secret_refused``, the agent's code held, and the answer never shown. Marking where a guess matched
     (as karma's redaction would) would answer the guess, every step of every session."""
+    return None if policy is None else screen_answers(deps.store, deps.karma, policy)
+
+
+def screen_answers(store: Store, karma: Karma, policy: ToolPolicy) -> Callable[[str, bool], bool]:
+    """:func:`answer_screen` for any recorder of model calls (a session, a scheduled run)."""
     from brainstem.core import events
     from brainstem.state import refusals
 
-    if policy is None:
-        return None
-    scrubber = policy.scrubber(deps.store)
+    scrubber = policy.scrubber(store)
 
     def screen(text: str, key_masked: bool) -> bool:
         # The client masks an exact echo of the key in a host's error before it gets here; whether that was
@@ -147,13 +156,13 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
         found = sorted({*scrubber.held(text), *(["OPENROUTER_API_KEY"] if key_masked else [])})
         if not found:
             return False
-        deps.karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",
-                          reason="secret text in a model's answer, a host's error or a prompt put together from "
-                                 "the agent's text, which can only come from a leak or a guess; not used or sent, "
-                                 "and the agent's code is held until the operator clears it (brainstem refusals "
-                                 "--clear)")
+        karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",
+                     reason="secret text in a model's answer, a host's error or a prompt put together from "
+                            "the agent's text, which can only come from a leak or a guess; not used or sent, "
+                            "and the agent's code is held until the operator clears it (brainstem refusals "
+                            "--clear)")
         policy.withdrawn.setdefault("tool", "the model")
-        refusals.note(deps.store, "the model")
+        refusals.note(store, "the model")
         return True
 
     return screen

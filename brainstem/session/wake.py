@@ -1,5 +1,6 @@
 """One wake: the lifecycle of ``brainstem wake``, top to bottom.
 
+0. schedules      the agent's due scheduled actions run, whatever its sleep says (:mod:`.schedule_run`)
 1. asleep?        ``wake_config.next_wake_after`` in the future, and no urgent message from the operator
                   waiting (:mod:`brainstem.state.inbox`) -> return at once (:mod:`brainstem.state.sleep`)
 2. lease          one wake per agent (:mod:`brainstem.store.lease`); "due?" is decided again under it
@@ -53,6 +54,7 @@ from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.schedule_run import run_due
 from brainstem.session.state import SessionState
 from brainstem.session.stopping import OUTCOMES, STORE_UNAVAILABLE, SessionStopped, Stopping, stop_of
 from brainstem.state import history as session_history
@@ -78,13 +80,18 @@ from brainstem.tools.policy import ToolPolicy
 # --- the wake --------------------------------------------------------------------
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
-         listeners=(), cancel: threading.Event | None = None, dry_run: bool = False) -> WakeResult:
+         listeners=(), cancel: threading.Event | None = None, dry_run: bool = False,
+         schedules: bool = True) -> WakeResult:
     """One wake cycle. Raises only for misconfiguration (ConfigError, LeaseHeld, StoreUnavailable).
 
-    ``dry_run``: one whole session now, whatever the schedule, with the real LLM and no side effect
-    beyond its own karma (see :func:`dry_run_session`)."""
+    The agent's due schedules run first, whatever its own sleep says (``schedules``: False where the
+    caller runs them itself, as the daemon does). ``dry_run``: one whole session now, whatever the
+    schedule, with the real LLM and no side effect beyond its own karma (see :func:`dry_run_session`);
+    it runs no schedule."""
     if dry_run:
         return dry_run_session(settings, store, providers=providers, listeners=listeners, cancel=cancel)
+    if schedules:
+        run_due(settings, store, providers=providers, listeners=listeners, cancel=cancel)
     wake_config = _read_wake_config(store)
     until = agent_sleeping_until(store, wake_config)
     if until is not None and not force:

@@ -18,6 +18,9 @@ unread for the next session, which comes on the usual schedule and backoff,
 not at every tick. The sleep check reads this with one get when nothing urgent
 was ever left, three when something was, and never parses the log.
 
+A schedule whose ``notify`` is ``inbox`` leaves its result here too, as the agent (``from: agent``): a
+message for the operator, which the agent wrote and so has read; no session is shown it as a message.
+
 Every key here is runtime-owned: the agent cannot forge a message from its
 operator, nor mark one read.
 """
@@ -32,7 +35,7 @@ from brainstem.core.clock import now_iso
 from brainstem.store.base import Store
 from brainstem.store.fenced import unfenced
 
-SENDERS = ("operator", "telegram")
+SENDERS = ("operator", "telegram", "agent")  # agent: a schedule's result, for the operator
 MAX_TEXT_CHARS = 4000  # what one message may hold; longer text is cut and says so
 KEEP = 500  # the newest messages kept; older ones (read long ago) are trimmed
 PROMPT_MESSAGES = 20  # the most messages one session is shown (the oldest unread first)
@@ -84,7 +87,7 @@ def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
             continue
         if not isinstance(msg, dict) or not isinstance(msg.get("id"), int) or not isinstance(msg.get("text"), str):
             continue
-        msg["read"] = msg["id"] <= mark
+        msg["read"] = msg["id"] <= mark or msg.get("from") == "agent"  # the agent's own: for the operator
         out.append(msg)
     out.sort(key=lambda m: m["id"])
     return out[-limit:] if limit else out

@@ -66,6 +66,95 @@ def agent_sleeping_until(store: Store, wake_config: Any, leased: bool = False,
     return None if retry <= now else retry
 
 
+def schedules_due(store: Store, now: datetime | None = None) -> bool:
+    """Whether the agent's schedules need the runner now, whatever its own sleep says: a schedule's
+    ``next_run`` has come (or it has none yet), a run of one died (it started, has no outcome, and its
+    run lease is gone), or a value under ``schedule:`` is not a schedule and has not been reported.
+
+    For the sleep path: one list call when there are no schedules, a get for each when there are (and
+    a few more only for one that looks due). A value the runner already reported as not a schedule is
+    not due again until it changes, so a broken schedule never sends every tick down the full path."""
+    return schedules_look(store, now)[0]
+
+
+def schedules_look(store: Store, now: datetime | None = None) -> tuple[bool, datetime | None]:
+    """(:func:`schedules_due`, the earliest ``next_run`` still to come among the enabled schedules)."""
+    from brainstem.core import keys
+
+    found = [k for k in store.list(keys.SCHEDULE_PREFIX).keys if k.name.startswith(keys.SCHEDULE_PREFIX)]
+    now = now or now_utc()
+    reported: list[dict] = []  # read once, when something looks due
+    earliest: datetime | None = None
+    for info in found:
+        text = None if info.is_log else _text(store, info.name)
+        look = _look(store, info.name, text, now)
+        if look is not True:
+            earliest = look if earliest is None or (look is not None and look < earliest) else earliest
+            continue
+        if not reported:
+            reported.append(reported_problems(store))
+        if reported[0].get(info.name) != digest(text, info.is_log):
+            return True, earliest
+    return False, earliest
+
+
+def _text(store: Store, key: str) -> str | None:
+    from brainstem.core.errors import BrainstemError
+
+    try:
+        return store.get_text(key)
+    except BrainstemError:
+        return None  # not text: a problem the runner reports (once)
+
+
+def _look(store: Store, key: str, text: str | None, now: datetime) -> bool | datetime | None:
+    """True when the value at ``key`` is due, its run died, or it is plainly not a schedule (all of which
+    the runner handles); else its ``next_run`` (None: disabled). The rest of the checks are the runner's."""
+    from brainstem.core import keys
+    from brainstem.store.lease import held_alive
+
+    try:
+        raw = json.loads(text) if text is not None else None
+    except ValueError:
+        return True
+    if not isinstance(raw, dict):
+        return True
+    schedule_id = key[len(keys.SCHEDULE_PREFIX):]
+    if raw.get("last_run") and raw.get("last_outcome") is None:  # started, and no outcome yet
+        if held_alive(store, keys.SCHEDULE_RUN_LEASE + schedule_id) is None \
+                and store.get_text(keys.schedule_running(schedule_id)) is not None:
+            return True
+    if raw.get("enabled", True) is False:
+        return None
+    next_run = raw.get("next_run")
+    if next_run is None:
+        return True  # the runner fills it in
+    t = parse_iso(next_run) if isinstance(next_run, str) else None
+    return True if t is None or t <= now else t
+
+
+def reported_problems(store: Store) -> dict:
+    """The values under ``schedule:`` the runner reported as not schedules: key -> :func:`digest`."""
+    from brainstem.core import keys
+
+    try:
+        value = json.loads(store.get_text(keys.SCHEDULE_PROBLEMS) or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def digest(text: str | None, is_log: bool = False) -> str:
+    """A short fingerprint of a value under ``schedule:`` (what was reported of it stands until it changes)."""
+    import zlib
+
+    if is_log:
+        return "log"
+    if text is None:
+        return "not text"
+    return f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}-{len(text)}"
+
+
 def asleep_message(until: datetime) -> str:
     return f"asleep until {iso(until)}"
 
@@ -98,7 +187,9 @@ def asleep_fast() -> datetime | None:
         store = open_store(check=False, retry_seconds=0, register=False)
         try:
             raw = store.get_text(keys.WAKE_CONFIG)
-            return agent_sleeping_until(store, json.loads(raw)) if raw else None
+            until = agent_sleeping_until(store, json.loads(raw)) if raw else None
+            # A sleeping agent's schedules still run: one due sends the wake down the full path.
+            return None if until is None or schedules_due(store) else until
         finally:
             store.close()
     except Exception:

@@ -105,20 +105,35 @@ def session_alive_here(breadcrumb: dict) -> bool:
 
 
 def acquire_wake_lease(store: Store, token: str, ttl_ms: int) -> None:
+    if not acquire(store, keys.WAKE_LEASE, token, ttl_ms):
+        holder = store.lease_owner(keys.WAKE_LEASE)
+        raise LeaseHeld(f"another wake is running for this agent (lease held by {holder or 'unknown'}); "
+                        "not waking twice")
+
+
+def acquire(store: Store, name: str, token: str, ttl_ms: int) -> bool:
+    """Take the lease ``name`` for ``token`` (a holder on this host that is gone is reclaimed); True when
+    taken. While taken, ``token`` is this process's live one: never mistaken for a dead holder here."""
     with _LIVE_LOCK:
         _LIVE_TOKENS.add(token)  # ours from before the store has it: never mistaken for a dead holder
     try:
-        if store.acquire_lease(keys.WAKE_LEASE, token, ttl_ms):
-            return
-        holder = store.lease_owner(keys.WAKE_LEASE)
-        if holder and holder_is_dead(holder) and store.release_lease(keys.WAKE_LEASE, holder):
-            if store.acquire_lease(keys.WAKE_LEASE, token, ttl_ms):
-                return
+        if store.acquire_lease(name, token, ttl_ms):
+            return True
+        holder = store.lease_owner(name)
+        if holder and holder_is_dead(holder) and store.release_lease(name, holder):
+            if store.acquire_lease(name, token, ttl_ms):
+                return True
     except BaseException:
         forget_token(token)
         raise
     forget_token(token)
-    raise LeaseHeld(f"another wake is running for this agent (lease held by {holder or 'unknown'}); not waking twice")
+    return False
+
+
+def held_alive(store: Store, name: str) -> str | None:
+    """The holder of the lease ``name`` when one holds it that is not known to be gone, else None."""
+    holder = store.lease_owner(name)
+    return holder if holder and not holder_is_dead(holder) else None
 
 
 def forget_token(token: str) -> None:
@@ -127,15 +142,16 @@ def forget_token(token: str) -> None:
 
 
 class Lease:
-    """A held wake lease, renewed by a heartbeat thread every third of ``period`` seconds.
+    """A held lease (the wake lease unless ``name`` says which), renewed by a heartbeat thread every third
+    of ``period`` seconds.
 
     ``lost`` is set (``reason`` says why, ``cause`` is ``taken_over``, ``expired`` or
     ``store_unavailable``) when a renewal finds the lease another's or gone, or could not reach the
     store for a whole period. ``on_lost(lease)`` is called once, from the heartbeat thread.
     """
 
-    def __init__(self, store: Store, token: str, period: float, on_lost=None):
-        self.store, self.token, self.period = store, token, period
+    def __init__(self, store: Store, token: str, period: float, on_lost=None, name: str = keys.WAKE_LEASE):
+        self.store, self.token, self.period, self.name = store, token, period, name
         self.lost = threading.Event()
         self.reason: str | None = None
         self.cause: str | None = None
@@ -159,7 +175,7 @@ class Lease:
         last_ok = time.monotonic()
         while not self._stop.wait(self.period / 3):
             try:
-                if self.store.renew_lease(keys.WAKE_LEASE, self.token, ttl_ms):
+                if self.store.renew_lease(self.name, self.token, ttl_ms):
                     last_ok = time.monotonic()
                     self.renewals += 1
                     continue
@@ -172,7 +188,7 @@ class Lease:
                 return
             holder = None
             try:
-                holder = self.store.lease_owner(keys.WAKE_LEASE)
+                holder = self.store.lease_owner(self.name)
             except BrainstemError:
                 pass
             if holder:
