@@ -143,8 +143,10 @@ ELSEWHERE: dict[str, str] = {
     "brainstem/session/replay_report.py": "a replay's report: tests/session/test_replay.py (text and JSON)",
     "brainstem/session/stopping.py": "why a session stops early: tests/session/test_wake.py (shutdown) and "
                                      "tests/store/test_store.py (a store fault mid-session)",
-    "brainstem/state/sleep.py": "the sleep path: tests/e2e/test_wake.py (every documented form of wake) and "
-                                "tests/state/test_inbox.py (an urgent message wakes it)",
+    "brainstem/state/sleep.py": "the sleep path: tests/e2e/test_wake.py (every documented form of wake), "
+                                "tests/state/test_inbox.py (an urgent message wakes it), and "
+                                "tests/session/test_schedule_run.py and tests/e2e/test_schedules.py (a due "
+                                "schedule sends it down the full path, one that is not due does not)",
     "brainstem/store/redis/errors.py": "Redis's failures as one line: tests/store/test_store.py "
                                        "(replica, password, restart) and tests/store/redis/test_client.py",
     "brainstem/store/redis/scripts.py": "the Redis store's key layout and scripts: the contract in "

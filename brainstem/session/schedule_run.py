@@ -67,6 +67,7 @@ from brainstem.store.lease import Lease, acquire, forget_token, held_alive, owne
 
 log = logging.getLogger("brainstem.schedules")
 
+PROBLEMS_CLAIM = "_problems"  # the claim lease of reporting what is not a schedule: no schedule id starts with _
 SETTLE_WAIT = 5.0  # seconds a finished run waits for the claim lease to record its outcome on the schedule
 
 
@@ -392,27 +393,32 @@ def _count(value: object) -> int:
 
 def _report(ctx: _Ctx, problems: list[Problem]) -> None:
     """Each value under ``schedule:`` that is not a schedule, reported once (until it changes): a
-    ``config_rejected`` entry in a karma log of its own, and a log line."""
+    ``config_rejected`` entry in a karma log of its own, and a log line. One process at a time reports
+    (under a claim lease no schedule id can name), so two wakes at once do not both report it."""
     store = ctx.store
-    reported = reported_problems(store)
+    if not problems and not reported_problems(store):
+        return
     logs = {i.name for i in store.list_all(keys.SCHEDULE_PREFIX) if i.is_log} if problems else set()
-    now: dict[str, str] = {}
-    for p in problems:
-        now[p.key] = fingerprint = _fingerprint(store, p.key, p.key in logs)
-        if reported.get(p.key) == fingerprint:
-            continue
-        schedule_id = p.key[len(keys.SCHEDULE_PREFIX):]
-        try:
-            name = check_id(schedule_id)
-        except ScheduleError:
-            name = "invalid"
-        run_id = _run_id(store, name, iso(now_utc()))
-        ctx.karma(store, run_id).record(events.CONFIG_REJECTED, key=p.key, reason=p.reason,
-                                        note="not a schedule: it never runs until it is mended")
-        ctx.kept(store, run_id)
-        log.warning("%s (not run; brainstem karma %s)", p.reason, run_id)
-    if now != reported:
-        store.put(keys.SCHEDULE_PROBLEMS, now)
+    found = {p.key: _fingerprint(store, p.key, p.key in logs) for p in problems}
+    if found == reported_problems(store):
+        return
+
+    def report(view: Store) -> None:
+        reported = reported_problems(view)
+        for p in problems:
+            if reported.get(p.key) == found[p.key]:
+                continue
+            try:
+                name = check_id(p.key[len(keys.SCHEDULE_PREFIX):])
+            except ScheduleError:
+                name = "invalid"
+            run_id = _run_id(view, name, iso(now_utc()))
+            ctx.karma(view, run_id).record(events.CONFIG_REJECTED, key=p.key, reason=p.reason,
+                                           note="not a schedule: it never runs until it is mended")
+            ctx.kept(view, run_id)
+            log.warning("%s (not run; brainstem karma %s)", p.reason, run_id)
+        view.put(keys.SCHEDULE_PROBLEMS, found)
+    _under_claim(ctx, PROBLEMS_CLAIM, report)
 
 
 def _fingerprint(store: Store, key: str, is_log: bool) -> str:

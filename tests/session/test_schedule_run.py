@@ -83,6 +83,21 @@ def test_a_schedule_with_no_next_run_yet_gets_one_and_does_not_run(st, configure
     assert not due_soon(st) and hello.runs() == 0
 
 
+@pytest.mark.parametrize("present", ["none", "not_due", "paused"])
+def test_the_sleep_paths_look_is_one_list_call_and_a_get_for_each_schedule(st, monkeypatch, present):
+    if present == "not_due":
+        put_schedule(st, "later", next_run=iso(datetime.now(timezone.utc) + timedelta(minutes=5)))
+    elif present == "paused":
+        put_schedule(st, "paused", enabled=False)
+    calls: list[str] = []
+    for name in ("_list", "_get_text", "_get_with_metadata", "_lease_owner", "_read_log", "_log_length"):
+        original = getattr(st, name)
+        monkeypatch.setattr(st, name, lambda *a, _name=name, _original=original: (calls.append(_name),
+                                                                                 _original(*a))[1])
+    assert not due_soon(st)
+    assert calls == (["_list"] if present == "none" else ["_list", "_get_text"])
+
+
 # --- downtime -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("policy", "extra", "outcome", "missed"), [
