@@ -47,7 +47,7 @@ from datetime import timedelta
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
-from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, StoreUnavailable
+from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
 from brainstem.store import open_store
@@ -436,30 +436,40 @@ class Runner:
         return 0
 
     def _force_interrupted(self, agent: Agent) -> None:
-        """A session that did not stop within the grace period: record it as interrupted, not crashed."""
+        """A session that did not stop within the grace period: record it as interrupted, not crashed. Only
+        while its lease is still this process's, and fenced by it: a session that lost its lease is the
+        next holder's to record, and the breadcrumb may already be that holder's own running session."""
         from brainstem.state import history as session_history
         from brainstem.store import karma as karma_mod
+        from brainstem.store.fenced import FencedStore
         from brainstem.store.lease import host_name
 
         store = agent.store
         if store is None:  # never opened: no session ran
             return
         try:
-            breadcrumb = karma_mod.read_breadcrumb(store)
-            if breadcrumb and breadcrumb.get("id"):
-                session_history.close_dead_session(store, breadcrumb, outcomes.INTERRUPTED,
-                                           reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
+            owner = store.lease_owner(keys.WAKE_LEASE)
+            if not (owner and owner.startswith(f"{host_name()}:{os.getpid()}:")):
+                log.warning("%s: session still running after the grace period, its lease no longer this "
+                            "process's; the wake that holds it records its end", agent.name or "default")
+                return
+            fenced = FencedStore(store, keys.WAKE_LEASE, owner)
+            breadcrumb = karma_mod.read_breadcrumb(fenced)
+            if breadcrumb and breadcrumb.get("id") and breadcrumb.get("lease") in (None, owner):
+                session_history.close_dead_session(fenced, breadcrumb, outcomes.INTERRUPTED,
+                                                   reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 # As a session interrupted in time would leave it: due again a minute on, not at the
                 # pessimistic advance it set when it began.
-                store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
-                                             "sleep_seconds": 60, "set_by": breadcrumb["id"]})
-                karma_mod.end_session(store, breadcrumb["id"])
-            # Its lease is this process's: let it go now, or the next runtime waits out its time to live
-            # (and a call that comes back later finds its writes refused: the lease is no longer its own).
-            owner = store.lease_owner(keys.WAKE_LEASE)
-            if owner and owner.startswith(f"{host_name()}:{os.getpid()}:"):
-                store.release_lease(keys.WAKE_LEASE, owner)
+                fenced.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
+                                              "sleep_seconds": 60, "set_by": breadcrumb["id"]})
+                karma_mod.end_session(fenced, breadcrumb["id"])
+            # Let the lease go now, or the next runtime waits out its time to live (and a call that comes
+            # back later finds its writes refused: the lease is no longer its own).
+            store.release_lease(keys.WAKE_LEASE, owner)
             log.warning("%s: session still running after the grace period; recorded as interrupted, its "
                         "lease released", agent.name or "default")
+        except LeaseLost:
+            log.warning("%s: session still running after the grace period lost its lease meanwhile; the wake "
+                        "that holds it records its end", agent.name or "default")
         except StoreUnavailable:
             pass
