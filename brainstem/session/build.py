@@ -17,14 +17,16 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from brainstem.core import keys
+from brainstem.core import events, keys
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import ConfigError
+from brainstem.core.secrets import public_url
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
 from brainstem.session.state import SessionState
 from brainstem.session.stopping import Stopping
+from brainstem.state import refusals, review
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
@@ -32,6 +34,7 @@ from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
 from brainstem.store.lease import Lease
+from brainstem.tools.adapters import dynamic_providers
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolOutcome, run_tool
 
@@ -91,9 +94,6 @@ class Session:
         record = deps.karma.record
 
         def supervised(outcome: ToolOutcome) -> None:  # the run waits for the operator's verdict
-            from brainstem.core import events
-            from brainstem.state import review
-
             redact = deps.karma.redact
             item = review.add(deps.store, tool=name, session_id=deps.id, step_id=step_id, input=redact(args),
                               ok=outcome.ok, result=redact(outcome.value), error=redact(outcome.error),
@@ -134,9 +134,6 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
     model spelling out a guess it was asked to, or a host leaking) is handled as code's is: recorded
     ``secret_refused``, the agent's code held, and the answer never shown. Marking where a guess matched
     (as karma's redaction would) would answer the guess, every step of every session."""
-    from brainstem.core import events
-    from brainstem.state import refusals
-
     if policy is None:
         return None
     scrubber = policy.scrubber(deps.store)
@@ -197,9 +194,6 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
 
 def cascade(deps: SessionDeps, agent_kv: AgentKV, policy: ToolPolicy) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
-    from brainstem.core.secrets import public_url
-    from brainstem.tools.adapters import dynamic_providers
-
     settings = deps.settings
     dynamic = dynamic_providers(deps.store, agent_kv, deps.karma.record, policy,
                                 base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),

@@ -73,6 +73,7 @@ from brainstem.store.lease import (
     session_alive_here,
     use_host_name,
 )
+from brainstem.store.overlay import OverlayStore
 from brainstem.tools.policy import ToolPolicy
 
 # --- the wake --------------------------------------------------------------------
@@ -148,8 +149,6 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
     entry), and of everything it writes only its karma (marked ``dry_run``) and today's spend (the LLM
     calls are real, and so is their cost) reach the store. No lease is taken and no crash is closed:
     it changes nothing another wake could trip over."""
-    from brainstem.store.overlay import OverlayStore
-
     check_ready(store, settings, need_key=providers is None)
     sid = f"dry-{uuid.uuid4().hex[:8]}"
     through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.DAILY_SIMULATED_COST,

@@ -29,6 +29,8 @@ from pydantic import BaseModel, ValidationError
 
 from brainstem.core import keys
 from brainstem.core.templates import PLACEHOLDER
+from brainstem.state.config import Defaults, Models
+from brainstem.state.reflexes import ReflexError, parse
 
 # Anything between ``{{`` and the next ``}}`` (or the end): what the renderer would have to understand.
 _OPENED = re.compile(r"\{\{(.*?)(\}\}|\Z)", re.S)
@@ -68,8 +70,6 @@ def _config_problem(key: str, text: str) -> str | None:
     except ValueError as exc:
         return f"not valid JSON ({exc})"
     if key == keys.CONFIG_REFLEXES:
-        from brainstem.state.reflexes import ReflexError, parse
-
         try:
             parse(value)
         except ReflexError as exc:
@@ -77,8 +77,6 @@ def _config_problem(key: str, text: str) -> str | None:
             return str(exc).removeprefix(f"{key}: ").removeprefix(key).lstrip(" ")
         return None
     if key in (keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS):
-        from brainstem.state.config import Defaults, Models
-
         return _model_problem(Defaults if key == keys.CONFIG_DEFAULTS else Models, value)
     if key == keys.CONFIG_RESOURCES:
         return _named_objects(value, "resources", {})

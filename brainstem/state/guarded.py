@@ -28,6 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from brainstem.core import events, keys, names
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
+from brainstem.state.checks import check_value as problem_with
+from brainstem.state.config import Defaults
 from brainstem.store.base import Store, encode
 
 MAX_KEY_LENGTH = 512
@@ -79,8 +81,6 @@ def check_value(store: Store, key: str, text: str | None) -> None:
     (:func:`brainstem.state.checks.check_value`: one function for both writers). One rule is the
     agent's alone: ``config:defaults`` may not lower ``deep_reflect.replay_gate_sessions`` below what
     is stored, by a put or by going away (``text`` None: its defaults apply then)."""
-    from brainstem.state.checks import check_value as problem_with
-
     if text is not None:
         problem = problem_with(key, text)
         if problem is not None:
@@ -90,8 +90,6 @@ def check_value(store: Store, key: str, text: str | None) -> None:
 
 
 def _gate_not_lowered(store: Store, text: str | None) -> None:
-    from brainstem.state.config import Defaults
-
     try:
         current = Defaults.model_validate_json(store.get(keys.CONFIG_DEFAULTS) or "{}")
     except (ValidationError, ValueError):

@@ -11,8 +11,11 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from brainstem.core import environment
+from brainstem.core import environment, keys
 from brainstem.core.clock import iso, now_utc, parse_iso
+from brainstem.state.inbox import urgent_pending
+from brainstem.store import open_store
+from brainstem.store.lease import holder_is_dead
 
 if TYPE_CHECKING:
     from brainstem.store.base import Store
@@ -41,10 +44,6 @@ def agent_sleeping_until(store: Store, wake_config: Any, leased: bool = False,
     An urgent message from the operator that no session has been shown yet makes a sleeping agent
     due now (``urgent``: False asks what the schedule alone says), unless a session is running: that
     one's end lets the next wake see it."""
-    from brainstem.core import keys
-    from brainstem.state.inbox import urgent_pending
-    from brainstem.store.lease import holder_is_dead
-
     now = now_utc()
     until = sleeping_until(wake_config, now)
     if until is None:
@@ -90,9 +89,6 @@ def asleep_fast() -> datetime | None:
     if environment.env_file():
         return None  # settings may come from a file: let the full path read them
     try:
-        from brainstem.core import keys
-        from brainstem.store import open_store
-
         # No retries here: an unreachable store or a value that is not text (or not JSON) means
         # "due", and the full path reports it in one line.
         store = open_store(check=False, retry_seconds=0, register=False)
