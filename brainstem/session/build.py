@@ -30,6 +30,7 @@ from brainstem.state import refusals, review
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
+from brainstem.state.schedules import Limits
 from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
@@ -118,7 +119,7 @@ class Session:
 def build_session(deps: SessionDeps, state: SessionState, spec: SessionSpec = SessionSpec()) -> Session:
     """A session ready to plan, with ``state`` as it starts (the context orient is shown, the effort)."""
     settings, store, karma = deps.settings, deps.store, deps.karma
-    agent_kv = spec.agent_kv or agent_view(store, karma, deps.id)
+    agent_kv = spec.agent_kv or agent_view(store, karma, deps.id, settings)
     policy = spec.policy or ToolPolicy.from_settings(settings, on_secrets=learner(karma))
     registry = store.get_json(keys.CONFIG_TOOL_REGISTRY, default={})
     providers = spec.providers if spec.providers is not None else cascade(deps, agent_kv, policy)
@@ -164,10 +165,11 @@ def learner(karma: Karma) -> Callable[[dict[str, str]], None]:
     return learn
 
 
-def agent_view(store: Store, karma: Karma, sid: str) -> AgentKV:
-    """The store as the agent's code and plans write it: checked, and every privileged write versioned."""
+def agent_view(store: Store, karma: Karma, sid: str, settings: Settings) -> AgentKV:
+    """The store as the agent's code and plans write it: checked (its schedules within the operator's limits),
+    and every privileged write versioned."""
     return AgentKV(store, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
-        store, key, old, new, source=source, session_id=sid))
+        store, key, old, new, source=source, session_id=sid), limits=Limits.from_settings(settings))
 
 
 # --- its parts ---

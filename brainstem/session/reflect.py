@@ -134,8 +134,8 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
              else untrusted(previous, "memory:last_reflect"))
     variables = {"karma": karma_digest(deps.store, deps.id), "sessionCost": round(deps.budget.spent, 6),
                  "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
-                 "context": {"lastReflect": shown,
-                             "balances": session.state.context.get("balances")}}
+                 "context": {"lastReflect": shown, "balances": session.state.context.get("balances"),
+                             "schedules": session.state.context.get("schedules")}}
     raw, error = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:

@@ -303,7 +303,7 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
     """Ground truth and effort, the session put together, then reflexes and the session's thinking."""
     settings, store, karma, budget, sid = deps.settings, deps.store, deps.karma, deps.budget, deps.id
     defaults = deps.defaults
-    agent_kv = agent_view(store, karma, sid)
+    agent_kv = agent_view(store, karma, sid, settings)
 
     def on_anomaly(anomaly: dict) -> None:
         note_anomaly(store, anomaly, sid)
