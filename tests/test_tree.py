@@ -123,8 +123,6 @@ ELSEWHERE: dict[str, str] = {
                                           "and tests/hostile/test_escapes.py",
     "brainstem/session/build.py": "putting a session together: every wake in tests/e2e/test_wake.py, and "
                                   "tests/session/test_gate.py builds sessions in-process",
-    "brainstem/session/context.py": "what orient sees of the store: tests/e2e/test_wake.py (loaded keys, the index) "
-                                    "and tests/hostile/test_agent_isolation.py",
     "brainstem/session/crash.py": "a dead session found by the next wake: tests/e2e/test_wake.py and "
                                   "tests/e2e/test_lifecycle_faults.py",
     "brainstem/session/cycle.py": "reflexes, orient, the plan and reflection in order: tests/e2e/test_wake.py and "

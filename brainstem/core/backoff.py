@@ -44,7 +44,7 @@ def call_with_backoff(fn: Callable[[], T], *, deadline_seconds: float, first_del
             raise
         first_failure = exc
     # Only a failure pays for tenacity: the store's first try is on the light sleep path.
-    from tenacity import Retrying, retry_if_exception
+    from tenacity import Retrying, retry_if_exception  # noqa: PLC0415 -- the sleep path: only after a failure
 
     def delay(state: RetryCallState) -> float:
         return min(max_delay, first_delay * 2.0 ** min(state.attempt_number - 1, 64))

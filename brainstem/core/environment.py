@@ -33,7 +33,7 @@ def file_values() -> dict[str, str]:
     path = env_file()
     if not path or not os.path.isfile(path):
         return {}
-    from dotenv import dotenv_values  # only the full path gets here
+    from dotenv import dotenv_values  # noqa: PLC0415 -- the sleep path: only the full path reads a file
 
     return {k: v for k, v in dotenv_values(path).items() if v is not None}
 

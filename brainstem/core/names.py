@@ -32,6 +32,7 @@ Operators list and register names with ``brainstem agents``.
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qs, urlsplit
 
 from brainstem.core import keys
 from brainstem.core.errors import ConfigError
@@ -80,8 +81,6 @@ def selected(url: str, name: str | None) -> str:
     dashboard see the same agent."""
     if name is not None:
         return agent_prefix(name, "BRAINSTEM_KV_PREFIX")
-    from urllib.parse import parse_qs, urlsplit
-
     query = parse_qs(urlsplit(url).query).get("prefix")
     return agent_prefix(query[0], "BRAINSTEM_KV ?prefix=") if query else ""
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from brainstem.core import environment
+from brainstem.core import environment, events
 from brainstem.core.errors import ConfigError
 from brainstem.core.scrubber import forms as scrubber_forms
 
@@ -318,8 +318,6 @@ def grant(*, tool: str, asked_env: Iterable[str], asked_kv: Iterable[str], bindi
 
     Each name asked for and not granted is a ``secret_not_granted`` karma entry; the tool still runs.
     """
-    from brainstem.core import events
-
     env = environment.variables() if env is None else env
     out = Grants()
 

@@ -110,6 +110,13 @@ class Settings(BaseSettings):
     review_max_per_session: int = Field(20, ge=0, validation_alias="BRAINSTEM_REVIEW_MAX_PER_SESSION",
                                         description="Runs of supervised tools one session may queue for review; "
                                                     "past it a supervised run is not run (review_dropped)")
+    schedule_min_interval: int = Field(300, ge=1, validation_alias="BRAINSTEM_SCHEDULE_MIN_INTERVAL",
+                                       description="Seconds: the shortest gap between two runs of a schedule the "
+                                                   "agent writes (its schedule:ID keys); a faster one is refused. "
+                                                   "Yours (brainstem schedule add) are not limited")
+    schedule_max: int = Field(20, ge=0, validation_alias="BRAINSTEM_SCHEDULE_MAX",
+                              description="Schedules the agent may have at once (yours are not counted); 0 lets "
+                                          "it add none")
     sandbox_pool: int = Field(4, ge=0, le=64, validation_alias="BRAINSTEM_SANDBOX_POOL",
                               description="Sandbox workers kept forked and locked down, ready for a session's next "
                                           "tool call (each still runs one call only); 0 forks each when its call "

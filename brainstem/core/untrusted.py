@@ -32,6 +32,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from brainstem.core.sanitize import has_markers, sanitize, sanitize_value, wrap_untrusted
+
 # Names (key names, tool names, aliases) that may stand unwrapped in a prompt: no spaces, brackets or bars.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_.:/@+*#=-]{1,160}")
 MAX_BLOCK_CHARS = 200_000  # one wrapped value, after sanitising (NFKC can lengthen text); callers cap far lower
@@ -62,8 +64,6 @@ class Untrusted:
 
     def text(self) -> str:
         """The value as prompt text: sanitised and wrapped in a trust boundary naming its source."""
-        from brainstem.core.sanitize import wrap_untrusted
-
         body = body_text(self.value)
         if len(body) > MAX_BLOCK_CHARS:
             body = body[:MAX_BLOCK_CHARS] + f"... [{len(body) - MAX_BLOCK_CHARS} more chars]"
@@ -136,8 +136,6 @@ def has_marks(value: Any) -> bool:
 
 def body_text(value: Any) -> str:
     """Untrusted content as sanitised text: a string as it is, anything else as JSON of its sanitised strings."""
-    from brainstem.core.sanitize import sanitize, sanitize_value
-
     value = plain(value)
     if isinstance(value, str):
         return sanitize(value)
@@ -147,8 +145,6 @@ def body_text(value: Any) -> str:
 def label_name(name: str) -> str:
     """A source name fit for a wrapper's label: sanitised, plain characters only, at most 80 of them
     (a key name can carry any text, and a label is the runtime's voice)."""
-    from brainstem.core.sanitize import has_markers, sanitize
-
     label = re.sub(r"[^A-Za-z0-9_.:/@+*#=-]+", "_", sanitize(str(name)))[:80]
     return "unnamed" if not label or has_markers(label) else label
 
@@ -159,8 +155,6 @@ def _plain_key(key: Any) -> bool:
 
 def prompt_text(value: Any) -> str:
     """Any variable as prompt text, wrapping whatever is marked (see the module docstring)."""
-    from brainstem.core.sanitize import has_markers
-
     if isinstance(value, Untrusted):
         return value.text()
     if isinstance(value, str):

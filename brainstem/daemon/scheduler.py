@@ -50,13 +50,22 @@ from datetime import datetime, timedelta
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
-from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, StoreUnavailable
+from brainstem.core.errors import BrainstemError, ConfigError, LeaseHeld, LeaseLost, StoreUnavailable
 from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
 from brainstem.daemon import schedules
+from brainstem.sandbox import pool
+from brainstem.state import daemon_health
+from brainstem.state import history as session_history
+from brainstem.state.budget import daily_spent
+from brainstem.store import karma as karma_mod
 from brainstem.store import open_store
 from brainstem.store.base import Store
+from brainstem.store.fenced import FencedStore
+from brainstem.store.lease import host_name
 
+# `brainstem wakes` imports this module for read_wake_log alone: what only `brainstem run` needs (the runtime
+# a fire wakes, the Telegram poller, a cassette, APScheduler) is imported where it is used.
 log = logging.getLogger("brainstem.run")
 
 WAKE_LOG_KEEP = 500
@@ -77,8 +86,8 @@ def parse_every(text: str) -> float:
 
 
 def make_trigger(every: str | None, cron: str | None, jitter: float | None):
-    from apscheduler.triggers.cron import CronTrigger
-    from apscheduler.triggers.interval import IntervalTrigger
+    from apscheduler.triggers.cron import CronTrigger  # noqa: PLC0415 -- `run` only
+    from apscheduler.triggers.interval import IntervalTrigger  # noqa: PLC0415 -- `run` only
 
     if (every is None) == (cron is None):
         raise ConfigError("give exactly one of --every INTERVAL or --cron EXPRESSION")
@@ -195,7 +204,7 @@ class Runner:
 
     def fire(self, agent: Agent) -> None:
         """One scheduled fire for one agent. Never raises: the scheduler must keep going."""
-        from brainstem.session.wake import wake
+        from brainstem.session.wake import wake  # noqa: PLC0415 -- `run` only
 
         label = agent.name or "default"
         if self.stopping.is_set():
@@ -250,8 +259,6 @@ class Runner:
     def _failing(self, agent: Agent, label: str, reason: str, logged: bool = False) -> bool:
         """A fire failed for an operator fault: logged (unless the caller does) and recorded in the store for
         ``status`` once per change of reason, not every tick. True when the reason is new."""
-        from brainstem.state import daemon_health
-
         if reason == agent.failing:
             return False
         agent.failing = reason
@@ -267,8 +274,6 @@ class Runner:
     def _session_ran(self, agent: Agent, label: str, outcome: str | None) -> None:
         """A session ran: one that ended in an operator fault (a refused key, no credit, the store) keeps or
         sets the failure; any other outcome clears it, with a line when there was one."""
-        from brainstem.state import daemon_health
-
         if outcome in FIRE_FAULTS:
             self._failing(agent, label, f"{outcome}: {outcomes.operator_action(outcome)}")
             return
@@ -286,7 +291,7 @@ class Runner:
     def _providers(self) -> list | None:
         if self.cassette is None:
             return None
-        from brainstem.llm.cassette import CassetteProvider
+        from brainstem.llm.cassette import CassetteProvider  # noqa: PLC0415 -- `run` only
 
         return [CassetteProvider(self.cassette)]
 
@@ -305,7 +310,7 @@ class Runner:
 
     def sweep(self, sched) -> None:
         """Wake at once each agent whose last session died (see :func:`brainstem.session.wake.dead_session_due`)."""
-        from brainstem.session.wake import dead_session_due
+        from brainstem.session.wake import dead_session_due  # noqa: PLC0415 -- `run` only
 
         for agent, due in self._idle(dead_session_due):
             if due:
@@ -317,7 +322,7 @@ class Runner:
         """Wake at once each idle agent with an urgent message from the operator that no session has been
         shown yet (see :func:`brainstem.session.wake.urgent_due`): once per message, tried again only
         after :data:`URGENT_REFIRE` seconds if a fire left it waiting."""
-        from brainstem.session.wake import urgent_due
+        from brainstem.session.wake import urgent_due  # noqa: PLC0415 -- `run` only
 
         schedules.watch(self, sched)
         for agent, urgent in self._idle(urgent_due):
@@ -362,8 +367,6 @@ class Runner:
             log.info("received %s; stopping (running sessions get %.0fs to finish)",
                      signal.Signals(signum).name, self.grace)
             self.stopping.set()
-        from brainstem.sandbox import pool
-
         previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             with pool.use(self.settings.sandbox_pool):  # the process's, from start to stop: see the module's doc
@@ -373,21 +376,19 @@ class Runner:
                 signal.signal(s, handler)
 
     def _run(self, every, cron, jitter, misfire_grace, run_now) -> int:
-        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
-        from apscheduler.executors.pool import ThreadPoolExecutor
-        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED  # noqa: PLC0415 -- `run` only
+        from apscheduler.executors.pool import ThreadPoolExecutor  # noqa: PLC0415 -- `run` only
+        from apscheduler.schedulers.background import BackgroundScheduler  # noqa: PLC0415 -- `run` only
 
         trigger = make_trigger(every, cron, jitter)
         if not self.check_agents():
             log.info("stopped")
             return 0
-        from brainstem.daemon import telegram
+        from brainstem.daemon import telegram  # noqa: PLC0415 -- `run` only
 
         poller = telegram.start(self.settings, self.agents[0].prefix, label=self.agents[0].name or "default",
                                 agents=len(self.agents))  # None unless the bot token and chat are set
         if self.metrics is not None:
-            from brainstem.state.budget import daily_spent
-
             for agent in self.agents:
                 self.metrics.watch_spend(agent.name or "default", lambda a=agent: (daily_spent(a.store),
                                                                                    self.settings.max_daily_cost))
@@ -446,30 +447,35 @@ class Runner:
         return 0
 
     def _force_interrupted(self, agent: Agent) -> None:
-        """A session that did not stop within the grace period: record it as interrupted, not crashed."""
-        from brainstem.state import history as session_history
-        from brainstem.store import karma as karma_mod
-        from brainstem.store.lease import host_name
-
+        """A session that did not stop within the grace period: record it as interrupted, not crashed. Only
+        while its lease is still this process's, and fenced by it: a session that lost its lease is the
+        next holder's to record, and the breadcrumb may already be that holder's own running session."""
         store = agent.store
         if store is None:  # never opened: no session ran
             return
         try:
-            breadcrumb = karma_mod.read_breadcrumb(store)
-            if breadcrumb and breadcrumb.get("id"):
-                session_history.close_dead_session(store, breadcrumb, outcomes.INTERRUPTED,
-                                           reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
+            owner = store.lease_owner(keys.WAKE_LEASE)
+            if not (owner and owner.startswith(f"{host_name()}:{os.getpid()}:")):
+                log.warning("%s: session still running after the grace period, its lease no longer this "
+                            "process's; the wake that holds it records its end", agent.name or "default")
+                return
+            fenced = FencedStore(store, keys.WAKE_LEASE, owner)
+            breadcrumb = karma_mod.read_breadcrumb(fenced)
+            if breadcrumb and breadcrumb.get("id") and breadcrumb.get("lease") in (None, owner):
+                session_history.close_dead_session(fenced, breadcrumb, outcomes.INTERRUPTED,
+                                                   reason=f"shutdown grace period ({self.grace:.0f}s) ran out")
                 # As a session interrupted in time would leave it: due again a minute on, not at the
                 # pessimistic advance it set when it began.
-                store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
-                                             "sleep_seconds": 60, "set_by": breadcrumb["id"]})
-                karma_mod.end_session(store, breadcrumb["id"])
-            # Its lease is this process's: let it go now, or the next runtime waits out its time to live
-            # (and a call that comes back later finds its writes refused: the lease is no longer its own).
-            owner = store.lease_owner(keys.WAKE_LEASE)
-            if owner and owner.startswith(f"{host_name()}:{os.getpid()}:"):
-                store.release_lease(keys.WAKE_LEASE, owner)
+                fenced.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(seconds=60)),
+                                              "sleep_seconds": 60, "set_by": breadcrumb["id"]})
+                karma_mod.end_session(fenced, breadcrumb["id"])
+            # Let the lease go now, or the next runtime waits out its time to live (and a call that comes
+            # back later finds its writes refused: the lease is no longer its own).
+            store.release_lease(keys.WAKE_LEASE, owner)
             log.warning("%s: session still running after the grace period; recorded as interrupted, its "
                         "lease released", agent.name or "default")
+        except LeaseLost:
+            log.warning("%s: session still running after the grace period lost its lease meanwhile; the wake "
+                        "that holds it records its end", agent.name or "default")
         except StoreUnavailable:
             pass

@@ -50,7 +50,7 @@ def watch(runner: Any, sched: Any) -> None:
 
 def run_pass(runner: Any, agent: Any) -> None:
     """One pass over ``agent``'s due schedules (:func:`brainstem.session.schedule_run.run_due`). Never raises."""
-    from brainstem.session.schedule_run import run_due
+    from brainstem.session.schedule_run import run_due  # noqa: PLC0415 -- `run` only (see the scheduler's imports)
 
     label = agent.name or "default"
     if runner.stopping.is_set() or agent.store is None or not agent.scheduling.acquire(blocking=False):

@@ -43,6 +43,7 @@ from brainstem.core.errors import BrainstemError, StoreUnavailable
 from brainstem.state import inbox
 from brainstem.store import open_store
 from brainstem.store.base import Store
+from brainstem.store.lease import holder_is_dead, host_name
 from brainstem.tools.bot_api import (
     MAX_ERROR_CHARS,
     POLL_TIMEOUT,
@@ -284,8 +285,6 @@ class Poller:
 
     def _hold_lease(self, store: Store) -> bool:
         """Hold (or renew) the agent's poll lease; False while another live process holds it."""
-        from brainstem.store.lease import holder_is_dead
-
         ttl_ms = int((self.timeout + LEASE_MARGIN) * 1000)
         if store.renew_lease(keys.TELEGRAM_LEASE, self._owner, ttl_ms) or \
                 store.acquire_lease(keys.TELEGRAM_LEASE, self._owner, ttl_ms):
@@ -311,8 +310,6 @@ class Poller:
 
 
 def _host() -> str:
-    from brainstem.store.lease import host_name
-
     return host_name()
 
 

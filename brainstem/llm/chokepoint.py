@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from brainstem.core import events
+from brainstem.core.outcomes import PROVIDER_FAULTS
 from brainstem.llm.messages import request_chars
 from brainstem.llm.openrouter import REDACTED, LLMResponse, ProviderError
 from brainstem.llm.overrun import flag_overrun
@@ -82,8 +83,6 @@ def is_simulated(provider) -> bool:
 
 def provider_fault(tier: str, exc: ProviderError) -> str | None:
     """The outcome a provider failure stands for, or None when it may be the agent's doing."""
-    from brainstem.core.outcomes import PROVIDER_FAULTS
-
     if tier != "hardcoded":
         return None  # tiers 1 and 2 are code the agent wrote: their failures are its own
     return PROVIDER_FAULTS.get(getattr(exc, "kind", None) or "")

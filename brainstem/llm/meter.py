@@ -35,15 +35,20 @@ it is ended (:class:`SpendOverrun`): one request past the reservation, never two
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
+import socket
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
+import httpx
+
 from brainstem.core import events
 from brainstem.core.json_numbers import count, finite
+from brainstem.core.secrets import LLM_KEY, normalise_host
 from brainstem.llm.messages import MESSAGE_KEYS, non_text_parts, unknown_message_keys
 from brainstem.llm.overrun import flag_overrun
 from brainstem.llm.pricing import MIN_USEFUL_TOKENS, listed_cost, parts_cost, worst_case_cost
@@ -78,10 +83,6 @@ class WireMeter:
                  operator_ids: frozenset[str] = frozenset()):
         """``operator_ids``: the models the operator's own price list names; a variant id (``x:online``)
         may be sent only when it is one of them."""
-        import httpx
-
-        from brainstem.core.secrets import normalise_host
-
         url = httpx.URL(llm_base_url)
         self.host = normalise_host(url.host or "")
         self.port = url.port or (443 if url.scheme == "https" else 80)
@@ -112,9 +113,6 @@ class WireMeter:
         spelling of it (``localhost``, ``127.1``, ``0x7f.0.0.1``) is the LLM host too. A public host's
         addresses are shared with other sites (a CDN), and its key is bound to its name: its name decides."""
         if self._addresses is None:
-            import ipaddress
-            import socket
-
             try:
                 infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
                 found = {ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos}
@@ -127,8 +125,6 @@ class WireMeter:
         return host == self.host or (ip is not None and ip in self.local_addresses())
 
     def applies(self, host: str, port: int, injected: list[str], ip: str | None = None) -> bool:
-        from brainstem.core.secrets import LLM_KEY
-
         return (self.is_llm_host(host, ip) and port == self.port) or LLM_KEY in injected
 
     def before(self, method: str, path: str, body: bytes | None, note: dict, query: str = "") -> bytes | None:

@@ -24,6 +24,7 @@ from brainstem.operator.commands.kv import changes, diff, history, kv, rollback
 from brainstem.operator.commands.refusals import refusals
 from brainstem.operator.commands.replay import replay
 from brainstem.operator.commands.review import review
+from brainstem.operator.commands.schedule import schedule
 from brainstem.operator.commands.seed import seed
 from brainstem.operator.commands.status import anomaly, status
 from brainstem.operator.commands.tool import tool
@@ -54,6 +55,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
       brainstem replay 12                    # session 12 again, against today's prompts and config
 
     \b
+    Doing the same thing regularly, without a session:
+      brainstem schedule add check_or_balance --every 6h --notify inbox
+      brainstem schedule list                # yours and the agent's, with their next runs
+
+    \b
     Talking with it:
       brainstem tell "check the wallet"      # a message its next session reads (--urgent: due now)
       brainstem inbox                        # what you left, and whether it has read it
@@ -63,7 +69,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 # The order commands were added in (``--help`` lists them by name either way).
 for command in (seed, demo, wake, run, status, sessions, anomaly, tool, agents, kv, history, diff, rollback, changes,
-                karma, wakes, dashboard, refusals, replay, review, tell, inbox_command):
+                karma, wakes, dashboard, refusals, replay, review, tell, inbox_command, schedule):
     cli.add_command(command)
 
 

@@ -135,6 +135,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "reviews_pending": len(review_items(store)),
         "inbox": inbox.summary(store),
         "reflexes": _reflexes(store),
+        "schedules": _schedules(store),
         "tool_mode_floors": settings.mode_floors() or None,
         "sandbox": _sandbox_report(),
     }
@@ -151,6 +152,24 @@ def _reflexes(store: Store) -> dict[str, Any] | None:
     if not rules:
         return None
     return {"rules": [{"name": r.name, "last_fired": fired.get(r.name)} for r in rules]}
+
+
+def _schedules(store: Store) -> list[dict[str, Any]]:
+    """Each schedule by id: what it runs, when, its next run (``due`` once that has come) and how its last run
+    ended; a value under ``schedule:`` that is not a schedule, with why (it never runs)."""
+    from brainstem.core.clock import now_utc, parse_iso
+    from brainstem.state import schedules
+
+    now, inventory = now_utc(), schedules.load_all(store)
+    out: list[dict[str, Any]] = []
+    for s in inventory.schedules:
+        next_run = schedules.upcoming(s, now)
+        out.append({"id": s.id, "tool": s.tool, "when": s.when, "enabled": s.enabled, "created_by": s.created_by,
+                    "notify": s.notify, "next_run": next_run, "due": (parse_iso(next_run) or now) <= now if next_run
+                    else False, "last_run": s.last_run, "last_outcome": s.last_outcome})
+    out += [{"id": schedules.id_of(p.key), "key": p.key, "error": p.reason.removeprefix(f"{p.key}: ")}
+            for p in inventory.problems]
+    return out
 
 
 def _soul_state(store: Store) -> bool | str:
@@ -176,8 +195,8 @@ def _sandbox_report() -> dict[str, Any]:
 def render(report: dict[str, Any]) -> list[str]:
     """The report as labelled lines, in a fixed order: the agent, what runs, spend and schedule,
     what needs the operator, then the protections."""
-    return (_agent_lines(report) + _running_lines(report) + _spend_lines(report) + _attention_lines(report)
-            + _protection_lines(report))
+    return (_agent_lines(report) + _running_lines(report) + _spend_lines(report) + _schedule_lines(report)
+            + _attention_lines(report) + _protection_lines(report))
 
 
 def _agent_lines(report: dict[str, Any]) -> list[str]:
@@ -248,6 +267,26 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
            labelled("deep reflection", f"{'due at next wake' if report['deep_reflection_due_next_wake'] else 'not due'}"
                                        f" ({as_text(report['deep_reflection'])})")]
     out += [labelled("config problem", as_text(p)) for p in report["config_problems"] or []]
+    return out
+
+
+def _schedule_lines(report: dict[str, Any]) -> list[str]:
+    """Each schedule by id: what it runs and when, its next run, its last run and how it ended."""
+    out = []
+    for s in report.get("schedules") or []:
+        if s.get("error"):
+            out.append(labelled("schedule", f"{as_text(s.get('id') or s.get('key'))}: INVALID, never runs: "
+                                            f"{as_text(s['error'])}"))
+            continue
+        if s["enabled"]:
+            upcoming = f"next run {as_text(s['next_run'])}{' (due now)' if s['due'] else ''}"
+        else:
+            upcoming = "PAUSED (brainstem schedule resume " + s["id"] + ")"
+        last = ("never run" if s["last_run"] is None and s["last_outcome"] is None
+                else f"last {as_text(s['last_outcome'])} at {as_text(s['last_run'])}")
+        out.append(labelled("schedule", f"{s['id']}: {s['tool']} {s['when']}; {upcoming}; {last}; "
+                                        f"{s['created_by']}'s" + (f", notify {s['notify']}" if s["notify"] != "none"
+                                                                   else "")))
     return out
 
 

@@ -32,6 +32,7 @@ import time
 import urllib.parse
 import zlib
 from collections.abc import Callable
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -293,8 +294,6 @@ def fetch(
 
 
 def _no_cookies():
-    from http.cookiejar import CookieJar, DefaultCookiePolicy
-
     return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+from brainstem.sandbox import forkserver
 from brainstem.sandbox.protocol import CONTROL, FORK, START
 
 START_TIMEOUT_S = 20.0
@@ -71,12 +72,10 @@ _keeper = _Keeper()
 
 class ForkServer:
     def __init__(self) -> None:
-        from brainstem.sandbox.forkserver import BOOT
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", BOOT, json.dumps(sys.path), str(theirs.fileno())],
+                [sys.executable, "-I", "-S", "-c", forkserver.BOOT, json.dumps(sys.path), str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 env={},
                 stdin=subprocess.DEVNULL,

@@ -53,12 +53,11 @@ import socket
 import sys
 import time
 
+from brainstem.sandbox.kernel.switch import switch_from_env
 from brainstem.sandbox.protocol import CONTROL, FORK, REPORT, START
 
 
 def _boot() -> str:
-    from brainstem.sandbox.kernel.switch import switch_from_env
-
     disabled = switch_from_env()  # a tuple of known layer names only
     return (
         "import sys,json;sys.path[:]=json.loads(sys.argv[1]);"
@@ -123,7 +122,8 @@ def _kill(pid: int) -> None:
 
 
 def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
-    from brainstem.sandbox import worker  # also imports restricted (RestrictedPython, namespaces)
+    # Only the server runs main: the runtime imports this module for BOOT, and never the workers' modules.
+    from brainstem.sandbox import worker  # noqa: PLC0415 -- also restricted (RestrictedPython, namespaces)
 
     parent = os.getppid()
     try:
@@ -181,8 +181,8 @@ def main(control_fd: int, disabled: tuple[str, ...] = ()) -> None:
 
 def _set_up(disabled: tuple[str, ...], parent: int):
     """Warm the interpreter, build the kernel isolation (or say why not), and die with the runtime."""
-    from brainstem.sandbox import worker
-    from brainstem.sandbox.kernel.setup import setup_failed, setup_server
+    from brainstem.sandbox import worker  # noqa: PLC0415 -- the server's alone (see main)
+    from brainstem.sandbox.kernel.setup import setup_failed, setup_server  # noqa: PLC0415 -- the server's alone
 
     worker.prctl(worker._PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent == 1:

@@ -139,12 +139,12 @@ def make_globals(sink: OutputSink) -> dict[str, Any]:
 
 def warm_up() -> None:
     """Import lazily-loaded stdlib pieces now (workers cannot open files later)."""
-    import encodings.ascii  # noqa: F401
-    import encodings.cp1252  # noqa: F401
-    import encodings.idna  # noqa: F401
-    import encodings.latin_1  # noqa: F401
-    import encodings.utf_16  # noqa: F401
-    import encodings.utf_32  # noqa: F401
+    import encodings.ascii  # noqa: F401, PLC0415 -- warm_up's point: before the fork
+    import encodings.cp1252  # noqa: F401, PLC0415 -- warm_up's point: before the fork
+    import encodings.idna  # noqa: F401, PLC0415 -- warm_up's point: before the fork
+    import encodings.latin_1  # noqa: F401, PLC0415 -- warm_up's point: before the fork
+    import encodings.utf_16  # noqa: F401, PLC0415 -- warm_up's point: before the fork
+    import encodings.utf_32  # noqa: F401, PLC0415 -- warm_up's point: before the fork
     _datetime.datetime.strptime("2024-01-02 03:04:05", "%Y-%m-%d %H:%M:%S")
     _datetime.datetime.now().astimezone()
     _time.localtime()

@@ -17,21 +17,25 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from brainstem.core import keys
+from brainstem.core import events, keys
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import ConfigError
+from brainstem.core.secrets import public_url
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
 from brainstem.session.state import SessionState
 from brainstem.session.stopping import Stopping
+from brainstem.state import refusals, review
 from brainstem.state.budget import Budget, clamp
 from brainstem.state.config import Defaults, Models, SessionBudget
 from brainstem.state.guarded import AgentKV
+from brainstem.state.schedules import Limits
 from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
 from brainstem.store.lease import Lease
+from brainstem.tools.adapters import dynamic_providers
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolOutcome, run_tool
 
@@ -109,9 +113,6 @@ def queue_review(store: Store, karma: Karma, session_id: str, tool: str, step_id
                  outcome: ToolOutcome, cap: int) -> None:
     """A supervised tool's run, put in the review inbox to wait for the operator's verdict (recorded
     ``review_queued``; ``review_dropped`` when ``session_id`` has ``cap`` runs waiting already)."""
-    from brainstem.core import events
-    from brainstem.state import review
-
     redact = karma.redact
     item = review.add(store, tool=tool, session_id=session_id, step_id=step_id, input=redact(args), ok=outcome.ok,
                       result=redact(outcome.value), error=redact(outcome.error), max_per_session=cap)
@@ -124,7 +125,7 @@ def queue_review(store: Store, karma: Karma, session_id: str, tool: str, step_id
 def build_session(deps: SessionDeps, state: SessionState, spec: SessionSpec = SessionSpec()) -> Session:
     """A session ready to plan, with ``state`` as it starts (the context orient is shown, the effort)."""
     settings, store, karma = deps.settings, deps.store, deps.karma
-    agent_kv = spec.agent_kv or agent_view(store, karma, deps.id)
+    agent_kv = spec.agent_kv or agent_view(store, karma, deps.id, settings)
     policy = spec.policy or ToolPolicy.from_settings(settings, on_secrets=learner(karma))
     registry = store.get_json(keys.CONFIG_TOOL_REGISTRY, default={})
     providers = spec.providers if spec.providers is not None else cascade(deps, agent_kv, policy)
@@ -145,9 +146,6 @@ def answer_screen(deps: SessionDeps, policy: ToolPolicy | None) -> Callable[[str
 
 def screen_answers(store: Store, karma: Karma, policy: ToolPolicy) -> Callable[[str, bool], bool]:
     """:func:`answer_screen` for any recorder of model calls (a session, a scheduled run)."""
-    from brainstem.core import events
-    from brainstem.state import refusals
-
     scrubber = policy.scrubber(store)
 
     def screen(text: str, key_masked: bool) -> bool:
@@ -176,10 +174,11 @@ def learner(karma: Karma) -> Callable[[dict[str, str]], None]:
     return learn
 
 
-def agent_view(store: Store, karma: Karma, sid: str) -> AgentKV:
-    """The store as the agent's code and plans write it: checked, and every privileged write versioned."""
+def agent_view(store: Store, karma: Karma, sid: str, settings: Settings) -> AgentKV:
+    """The store as the agent's code and plans write it: checked (its schedules within the operator's limits),
+    and every privileged write versioned."""
     return AgentKV(store, karma.record, on_privileged_write=lambda key, old, new, source: record_write(
-        store, key, old, new, source=source, session_id=sid))
+        store, key, old, new, source=source, session_id=sid), limits=Limits.from_settings(settings))
 
 
 # --- its parts ---
@@ -206,9 +205,6 @@ def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
 
 def cascade(deps: SessionDeps, agent_kv: AgentKV, policy: ToolPolicy) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
-    from brainstem.core.secrets import public_url
-    from brainstem.tools.adapters import dynamic_providers
-
     settings = deps.settings
     dynamic = dynamic_providers(deps.store, agent_kv, deps.karma.record, policy,
                                 base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),

@@ -20,16 +20,20 @@ characters of any text, so the index is marked as a whole.
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from brainstem.core import events, keys
+from brainstem.core.clock import now_utc
 from brainstem.core.errors import NotText
 from brainstem.core.templates import PLACEHOLDER, to_text
 from brainstem.core.untrusted import PLAIN_NAME, Untrusted, untrusted
-from brainstem.state import inbox
+from brainstem.state import inbox, schedules
 from brainstem.store.base import Store
 
 NEVER_LOADED_PREFIXES = (keys.SECRET_PREFIX, "karma:", "__")
+MAX_SCHEDULES_SHOWN = 50  # more than an agent may have by default, and a bound on the prompt whatever is stored
+MAX_INPUT_CHARS = 300  # of each schedule's input, as JSON
 
 
 def load_keys(store: Store, names: list[Any], max_keys: int, max_bytes: int) -> tuple[dict[str, Any], list[Any]]:
@@ -83,9 +87,37 @@ def kv_index(store: Store, max_keys: int) -> Untrusted:
     return Untrusted(index, "kv:key-index")
 
 
+def schedules_context(store: Store, limits: schedules.Limits, now: datetime) -> dict[str, Any]:
+    """The agent's schedules, the operator's among them, as orient plans around them: what each runs, when,
+    its next run and how its last run ended; and the operator's limits on its own.
+
+    The list is marked untrusted: the agent wrote most of it (a tool's input may quote what a tool
+    returned), and a value under ``schedule:`` that is not a schedule is shown with why."""
+    inventory = schedules.load_all(store)
+    rows: list[dict[str, Any]] = []
+    for s in inventory.schedules[:MAX_SCHEDULES_SHOWN]:
+        shown = to_text(s.input)
+        row: dict[str, Any] = {"id": s.id, "tool": s.tool, "input": s.input if len(shown) <= MAX_INPUT_CHARS
+                               else shown[:MAX_INPUT_CHARS] + "... [capped]", "when": s.when,
+                               "created_by": s.created_by, "enabled": s.enabled,
+                               "next_run": schedules.upcoming(s, now), "last_run": s.last_run,
+                               "last_outcome": s.last_outcome, "notify": s.notify}
+        rows.append(row)
+    rows += [{"id": schedules.id_of(p.key), "error": p.reason, **({"created_by": "operator"} if p.operator else {})}
+             for p in inventory.problems[:MAX_SCHEDULES_SHOWN - len(rows)]]
+    out: dict[str, Any] = {"yours": inventory.agent_count(), "most_you_may_have": limits.max_count,
+                           "shortest_interval_seconds": limits.min_interval,
+                           "schedules": Untrusted(rows, "kv:schedule:*")}
+    hidden = len(inventory.schedules) + len(inventory.problems) - len(rows)
+    if hidden > 0:
+        out["note"] = f"{hidden} more not shown"
+    return out
+
+
 def load_session_context(session) -> None:
     """Fill orient's context (the session's ``state.context``): the keys the last reflection asked to load
-    (or the defaults), the last reflection, a bounded index of the store, the effort, the operator's messages."""
+    (or the defaults), the last reflection, a bounded index of the store, the effort, the operator's messages
+    and the schedules."""
     deps, state = session.deps, session.state
     context = state.context
     d = deps.defaults.memory
@@ -112,6 +144,7 @@ def load_session_context(session) -> None:
     shown, more = inbox.for_session(deps.store)
     context["inbox"] = inbox.prompt_text(shown, more)
     state.inbox_ids = [m["id"] for m in shown]
+    context["schedules"] = schedules_context(deps.store, schedules.Limits.from_settings(deps.settings), now_utc())
 
 
 INBOX_SECTION = """

@@ -20,9 +20,12 @@ from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
 from brainstem.session.reflect import run_deep_reflect, run_reflect
 from brainstem.session.stopping import OUTCOMES, SessionStopped, stop_of
+from brainstem.state import config, reflexes
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
+from brainstem.state.memory import summary as memory_summary
 from brainstem.store import karma as karma_mod
+from brainstem.tools.tool import ToolError, load_tool
 
 CONTEXT_RECORD_CHARS = 1_000_000  # orient's context as karma records it for replay
 
@@ -42,8 +45,6 @@ def think(session: Session, orient_template: str, left_today: float, deep: tuple
     else:
         session.record(events.CONTEXT, context=None, too_large=size, limit=CONTEXT_RECORD_CHARS)
     if due:
-        from brainstem.state.memory import summary as memory_summary
-
         context["memoryStats"] = memory_summary(session.deps.store, session.deps.number)
         state.kind = "deep_reflect"
         session.record(events.DEEP_REFLECT, phase="start", reason=why)
@@ -137,8 +138,6 @@ def check_reflexes(session: Session, facts: dict, now, deep_due: bool = False,
     handled the wake, else None (the wake goes on to orient, with any effort a reflex set). When deep
     reflection is due (``deep_due``), or an urgent message from the operator waits (``urgent_inbox``), a
     reflex's tools run but it does not put the agent back to sleep."""
-    from brainstem.state import reflexes
-
     store, state = session.deps.store, session.state
     try:
         rules, fired_at = reflexes.load(store)
@@ -186,8 +185,6 @@ def reflex_tools(session: Session, rule) -> bool:
     """Run a reflex's tool calls in order, under the session's budgets; False (recorded) when one is
     missing, refused by the budget or fails: the wake then goes on to a normal session."""
     deps = session.deps
-    from brainstem.tools.tool import ToolError, load_tool
-
     for i, call in enumerate(rule.do.tools):
         step_id = f"reflex:{rule.name}:{i + 1}"
         try:
@@ -206,6 +203,4 @@ def reflex_tools(session: Session, rule) -> bool:
 
 
 def max_effort(a: str, b: Any) -> str:
-    from brainstem.state.config import max_effort
-
-    return max_effort(a, b if isinstance(b, str) else None)
+    return config.max_effort(a, b if isinstance(b, str) else None)

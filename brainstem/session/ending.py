@@ -22,6 +22,7 @@ from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state import inbox
 from brainstem.state.config import DEFAULT_SLEEP_SECONDS
+from brainstem.state.memory import flush_reads
 from brainstem.state.versions import save_clean_snapshot
 from brainstem.store import karma as karma_mod
 from brainstem.store import unrecorded
@@ -153,8 +154,6 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
         if summary:
             entry["summary"] = str(summary)[:300]
     if state.reads:
-        from brainstem.state.memory import flush_reads
-
         flush_reads(store, state.reads, deps.number)
     if state.outcome == outcomes.CLEAN and state.kind == "session" and state.clean_snapshot is not None:
         save_clean_snapshot(store, state.clean_snapshot, deps.id)

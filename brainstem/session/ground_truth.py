@@ -17,7 +17,10 @@ from typing import Any
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_utc
 from brainstem.core.templates import _MISSING, lookup
+from brainstem.llm.openrouter import fetch_credit
+from brainstem.session.wallet import usdc_balance
 from brainstem.state.config import EFFORT_ORDER, Tripwire
+from brainstem.tools.adapters import checked_number
 
 Check = Callable[[], Any]
 
@@ -95,22 +98,16 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
     recorded in karma and kept for ``status``. The agent's checkers are code under the operator's mode
     floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them."""
-    from brainstem.tools.adapters import checked_number
-
     key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
 
     def credit():
         if key is None and "openrouter.ai" in settings.openrouter_base_url:
             return None  # nothing to ask without a key (the offline demo, a cassette)
-        from brainstem.llm.openrouter import fetch_credit
-
         return known(fetch_credit, base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
 
     def wallet():
         if not settings.wallet_address:
             return None
-        from brainstem.session.wallet import usdc_balance
-
         return known(usdc_balance, settings.base_rpc_url, settings.wallet_address, timeout=timeout)
 
     floors = settings.mode_floors()

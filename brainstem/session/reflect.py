@@ -37,6 +37,10 @@ from brainstem.session.stopping import SessionStopped
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.config import Defaults, Models
+from brainstem.state.guarded import check_value
+from brainstem.state.memory import notes_for_prompt, remember_note
+from brainstem.state.review import tool_records
+from brainstem.store.base import encode
 from brainstem.store.karma import read as read_karma
 
 KARMA_LINES_FOR_REFLECT = 150
@@ -130,8 +134,8 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
              else untrusted(previous, "memory:last_reflect"))
     variables = {"karma": karma_digest(deps.store, deps.id), "sessionCost": round(deps.budget.spent, 6),
                  "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
-                 "context": {"lastReflect": shown,
-                             "balances": session.state.context.get("balances")}}
+                 "context": {"lastReflect": shown, "balances": session.state.context.get("balances"),
+                             "schedules": session.state.context.get("schedules")}}
     raw, error = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
@@ -144,8 +148,6 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
         kept = {**kept, ("call_error" if failed_call else "parse_error"): failure}
         deps.store.put(keys.LAST_REFLECT, kept)
         return None
-    from brainstem.state.memory import remember_note
-
     remember_note(deps.store, out.note_to_future_self, deps.id)
     # Only the known fields are memory: unknown ones are ignored (and named in karma), not stored.
     memory = out.model_dump(include=set(ReflectOutput.model_fields) - {"kv_operations", "model_details_updates"},
@@ -197,13 +199,9 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
 def run_deep_reflect(session) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
     deps = session.deps
-    from brainstem.state.memory import notes_for_prompt, remember_note
-
     store = deps.store
     template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
     # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
-    from brainstem.state.review import tool_records
-
     context = {**session.state.context, "notes": notes_for_prompt(store),
                # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
                "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
@@ -340,9 +338,6 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     ``stats:replay_gate``; a refusal as ``kv_operations_rejected``, its reason starting
     ``replay_gate``), and the next deep reflection is shown it."""
     deps = session.deps
-    from brainstem.state.guarded import check_value
-    from brainstem.store.base import encode
-
     # What the batch leaves in the gated keys, however it gets there (put, rename, copy); a batch the
     # store view refuses is not replayed: applying it records the refusal.
     staged = {k: v or "" for k, v in session.agent_kv.staged(kv_operations).items() if k in GATED_KEYS}

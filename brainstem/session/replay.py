@@ -41,6 +41,7 @@ from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse
+from brainstem.sandbox.egress import FetchError
 from brainstem.session.build import (
     SessionDeps,
     SessionSpec,
@@ -59,6 +60,7 @@ from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.overlay import OverlayStore
+from brainstem.tools.operator_chat import NotSent
 from brainstem.tools.policy import ToolPolicy
 
 # Entries re-recorded with the answer that served them: what the original call logged on its way
@@ -257,8 +259,6 @@ class RecordedFetches:
 
     def telegram(self, tool: str) -> Any:
         """The message id the original session's send of ``tool`` got (in order); never Telegram's."""
-        from brainstem.tools.operator_chat import NotSent
-
         queue = self.sends.get(tool)
         if not queue:
             raise NotSent("telegram: replay: the original session sent no such message; a replay never reaches "
@@ -273,8 +273,6 @@ class RecordedFetches:
         return (tool, str(method).upper(), scheme, (host or "").lower(), port, path or "/")
 
     def answer(self, tool: str, method: str, url: str) -> dict:
-        from brainstem.sandbox.egress import FetchError
-
         try:
             parts = urlsplit(url)
             port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)

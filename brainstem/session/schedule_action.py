@@ -131,7 +131,8 @@ def _run_tool(run: _Run) -> ToolOutcome:
         queue_review(run.store, run.karma, run.run_id, schedule.tool, None, schedule.input, outcome, cap)
 
     return run_tool(schedule.tool, dict(schedule.input), store=run.store,
-                    agent_kv=agent_view(run.store, run.karma, run.run_id), record=run.record, policy=run.policy,
+                    agent_kv=agent_view(run.store, run.karma, run.run_id, settings), record=run.record,
+                    policy=run.policy,
                     max_timeout_ms=int(run.budget.max_duration * 1000), enforce_mode=True,
                     on_supervised=supervised, review_room=review_room, floors=settings.mode_floors())
 

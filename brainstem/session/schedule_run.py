@@ -9,9 +9,9 @@ ID`` runs one now (:func:`run_now`). A dry run (``brainstem wake --dry-run``) ru
 Claiming a run. A short claim lease (``schedule_claim:ID``) serialises the decision: under it the schedule
 is read again and :func:`~brainstem.state.schedules.decide` asked. A run or a skip moves ``next_run``
 before anything runs, so whoever looks next finds it not due; a run is claimed by writing ``last_run``
-(``last_outcome`` cleared until it ends) and a marker, ``stats:schedule_running:ID`` (run id, owner,
-scheduled time). The run holds the run lease ``schedule_run:ID``, renewed while it runs, and writes only
-through a view fenced by it (the claim's writes are fenced by the claim lease). So:
+(the time it was due; ``last_outcome`` cleared until it ends) and a marker, ``stats:schedule_running:ID``
+(run id, owner, scheduled time). The run holds the run lease ``schedule_run:ID``, renewed while it runs,
+and writes only through a view fenced by it (the claim's writes are fenced by the claim lease). So:
 
 * two processes that find one run due: one claims it; the other finds the claim lease held (it leaves
   the schedule alone) or the run claimed (``next_run`` moved on): it neither runs it nor records anything;
@@ -244,7 +244,7 @@ def _decide(ctx: _Ctx, view: Store, schedule_id: str, nonce: str,
         return _skip(ctx, view, schedule, SKIPPED_OVERLAP, scheduled, next_run, missed,
                      "its previous run is still running")
     try:
-        last_run = iso(now)
+        last_run = scheduled  # the time it was due (now, for a run asked for now)
         save(view, schedule.model_copy(update={"next_run": next_run, "last_run": last_run, "last_outcome": None}))
         run_id = _run_id(view, schedule_id, scheduled)
         view.put(keys.schedule_running(schedule_id), {"run": run_id, "owner": token, "scheduled": scheduled,

@@ -75,6 +75,7 @@ from brainstem.store.lease import (
     session_alive_here,
     use_host_name,
 )
+from brainstem.store.overlay import OverlayStore
 from brainstem.tools.policy import ToolPolicy
 
 # --- the wake --------------------------------------------------------------------
@@ -155,8 +156,6 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
     entry), and of everything it writes only its karma (marked ``dry_run``) and today's spend (the LLM
     calls are real, and so is their cost) reach the store. No lease is taken and no crash is closed:
     it changes nothing another wake could trip over."""
-    from brainstem.store.overlay import OverlayStore
-
     check_ready(store, settings, need_key=providers is None)
     sid = f"dry-{uuid.uuid4().hex[:8]}"
     through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.DAILY_SIMULATED_COST,
@@ -311,7 +310,7 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
     """Ground truth and effort, the session put together, then reflexes and the session's thinking."""
     settings, store, karma, budget, sid = deps.settings, deps.store, deps.karma, deps.budget, deps.id
     defaults = deps.defaults
-    agent_kv = agent_view(store, karma, sid)
+    agent_kv = agent_view(store, karma, sid, settings)
 
     def on_anomaly(anomaly: dict) -> None:
         note_anomaly(store, anomaly, sid)

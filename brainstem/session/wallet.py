@@ -50,7 +50,7 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list
             warnings.simplefilter("ignore", DeprecationWarning)
             limit = sys.getrecursionlimit()
             try:
-                from web3 import Web3
+                from web3 import Web3  # noqa: PLC0415 -- heavy, optional: only a wallet balance needs it
             finally:
                 # py_ecc, which web3 imports, raises the interpreter's recursion limit to 100,000 for its
                 # own algorithms (never called here). Left that high, a deeply nested JSON answer (from an

@@ -29,6 +29,7 @@ from typing import Any
 from brainstem.core import keys
 from brainstem.core.clock import now_iso
 from brainstem.core.errors import BrainstemError
+from brainstem.state.shipped import seed_entries
 from brainstem.state.versions import unified_diff, versions
 from brainstem.store.base import Store
 
@@ -43,8 +44,6 @@ def digest(code: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _shipped() -> dict[str, str]:
     """The shipped seed's code, by name (tools and providers)."""
-    from brainstem.state.shipped import seed_entries
-
     try:
         entries = seed_entries(with_providers=True)
     except BrainstemError:

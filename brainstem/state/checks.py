@@ -1,4 +1,4 @@
-"""What a write of a ``config:*`` or ``prompt:*`` key must be, checked before it is stored: the
+"""What a write of a ``config:*``, ``prompt:*`` or ``schedule:*`` key must be, checked before it is stored: the
 operator's (``brainstem kv put``) and the agent's (:mod:`brainstem.state.guarded`) call this one check.
 
 The runtime reads these keys on every wake. A broken one does not stop the agent (``config.py``
@@ -12,6 +12,8 @@ the field; ``--force`` stores it anyway.
   ``{"tools": {NAME: {"description": TEXT, "input": {...}}, ...}}`` (what orient is shown).
 * ``config:reflexes``: a list of rules (:mod:`brainstem.state.reflexes`).
 * any other ``config:*``: valid JSON.
+* ``schedule:*``: a schedule (:mod:`brainstem.state.schedules`): its fields, its timing, its id the key's.
+  The agent's writes are checked further there (the operator's limits, never the operator's schedules).
 * ``prompt:*``: every ``{{`` opens a well-formed placeholder (``{{name}}``, ``{{a.b.0}}``): an
   unclosed one, or one with anything else inside (a filter such as ``{{x | upper}}``, which the
   renderer does not have), would reach the model verbatim. A stray ``}}`` is allowed: JSON examples
@@ -29,6 +31,9 @@ from pydantic import BaseModel, ValidationError
 
 from brainstem.core import keys
 from brainstem.core.templates import PLACEHOLDER
+from brainstem.state.config import Defaults, Models
+from brainstem.state.reflexes import ReflexError, parse
+from brainstem.state.schedules import ScheduleError, id_of, parse_text
 
 # Anything between ``{{`` and the next ``}}`` (or the end): what the renderer would have to understand.
 _OPENED = re.compile(r"\{\{(.*?)(\}\}|\Z)", re.S)
@@ -37,9 +42,11 @@ _OPENED = re.compile(r"\{\{(.*?)(\}\}|\Z)", re.S)
 def check_value(key: str, text: str) -> str | None:
     """Why ``text`` may not be stored as ``key`` (one line: ``KEY: FIELD: PROBLEM``), or None when it may.
 
-    Keys other than ``config:*``, ``prompt:*`` and ``secret:*`` are not checked here."""
+    Keys other than ``config:*``, ``prompt:*``, ``schedule:*`` and ``secret:*`` are not checked here."""
     if key.startswith("secret:"):
         why = secret_value_problem(text)
+    elif key.startswith(keys.SCHEDULE_PREFIX):
+        why = _schedule_problem(key, text)
     elif key.startswith("prompt:"):
         why = _prompt_problem(text)
     elif key.startswith("config:"):
@@ -68,8 +75,6 @@ def _config_problem(key: str, text: str) -> str | None:
     except ValueError as exc:
         return f"not valid JSON ({exc})"
     if key == keys.CONFIG_REFLEXES:
-        from brainstem.state.reflexes import ReflexError, parse
-
         try:
             parse(value)
         except ReflexError as exc:
@@ -77,13 +82,19 @@ def _config_problem(key: str, text: str) -> str | None:
             return str(exc).removeprefix(f"{key}: ").removeprefix(key).lstrip(" ")
         return None
     if key in (keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS):
-        from brainstem.state.config import Defaults, Models
-
         return _model_problem(Defaults if key == keys.CONFIG_DEFAULTS else Models, value)
     if key == keys.CONFIG_RESOURCES:
         return _named_objects(value, "resources", {})
     if key == keys.CONFIG_TOOL_REGISTRY:
         return _named_objects(value, "tools", {"description": str, "input": dict})
+    return None
+
+
+def _schedule_problem(key: str, text: str) -> str | None:
+    try:
+        parse_text(id_of(key) or "", text)
+    except ScheduleError as exc:
+        return str(exc).removeprefix(f"{key}: ")  # its messages name the key themselves: said once here
     return None
 
 

@@ -19,6 +19,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from brainstem.core import keys
+from brainstem.core.errors import BrainstemError
+from brainstem.state.shipped import seed_dirs
+from brainstem.state.versions import versions
 from brainstem.store.base import Store
 
 Effort = Literal["low", "medium", "high", "max"]
@@ -195,8 +198,6 @@ def load_model(store: Store, key: str, model: type[BaseModel], problems: list[st
 
 def _last_valid_version(store: Store, key: str, model: type[BaseModel]) -> tuple[int, Any] | None:
     """(version, value) of the newest recorded version of ``key`` that validates, if any."""
-    from brainstem.state.versions import versions
-
     for v in reversed(versions(store, key)):
         text = v.get("value")
         if not isinstance(text, str):
@@ -264,9 +265,6 @@ def floor_models(agent: Models, floor: Models, problems: list[str] | None = None
 
 def operator_models(store: Store) -> Models:
     """The operator's price list (see :func:`effective_models`)."""
-    from brainstem.core.errors import BrainstemError
-    from brainstem.state.versions import versions
-
     history = versions(store, keys.CONFIG_MODELS)
     if not history:  # every agent write is recorded, so with none recorded the value is the operator's
         try:
@@ -304,8 +302,6 @@ def _models_or_none(text: Any) -> Models | None:
 
 @functools.lru_cache(maxsize=1)
 def _shipped_text() -> str | None:
-    from brainstem.state.shipped import seed_dirs
-
     try:
         return (seed_dirs()[0] / "config" / "models.json").read_text()
     except Exception:  # noqa: BLE001 - no seed files: every model is priced as the unknown are

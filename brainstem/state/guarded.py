@@ -12,6 +12,9 @@ prompt and config updates) passes through :class:`AgentKV`:
   whose it is, :meth:`Store.check_writable`), before anything is written;
 * a ``config:*`` or ``prompt:*`` value passes the check ``brainstem kv put`` makes
   (:mod:`brainstem.state.checks`), without its ``--force``;
+* a ``schedule:*`` write is a schedule of the agent's own within the operator's limits
+  (:func:`brainstem.state.schedules.check_agent_write`), stored with its runtime fields filled in;
+  the operator's schedules are never changed or removed;
 * a ``kv_operations`` batch is validated whole before anything is written:
   one bad operation rejects the batch, and the reason is recorded;
 * a privileged write (``config:*``, ``prompt:*``, ``tool:*``, ``provider:*``,
@@ -20,14 +23,20 @@ prompt and config updates) passes through :class:`AgentKV`:
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Callable
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from brainstem.core import events, keys, names
+from brainstem.core.clock import now_utc
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
+from brainstem.state import schedules
+from brainstem.state.checks import check_value as problem_with
+from brainstem.state.config import Defaults
 from brainstem.store.base import Store, encode
 
 MAX_KEY_LENGTH = 512
@@ -79,8 +88,6 @@ def check_value(store: Store, key: str, text: str | None) -> None:
     (:func:`brainstem.state.checks.check_value`: one function for both writers). One rule is the
     agent's alone: ``config:defaults`` may not lower ``deep_reflect.replay_gate_sessions`` below what
     is stored, by a put or by going away (``text`` None: its defaults apply then)."""
-    from brainstem.state.checks import check_value as problem_with
-
     if text is not None:
         problem = problem_with(key, text)
         if problem is not None:
@@ -90,8 +97,6 @@ def check_value(store: Store, key: str, text: str | None) -> None:
 
 
 def _gate_not_lowered(store: Store, text: str | None) -> None:
-    from brainstem.state.config import Defaults
-
     try:
         current = Defaults.model_validate_json(store.get(keys.CONFIG_DEFAULTS) or "{}")
     except (ValidationError, ValueError):
@@ -151,19 +156,55 @@ def parse_operations(raw: Any) -> list[PutOp | DeleteOp | RenameOp | CopyOp]:
                              '{"op":"rename","key":OLD,"value":NEW}, {"op":"copy","key":FROM,"value":TO}') from None
 
 
+class _ScheduleWrites:
+    """The agent's schedules as a batch leaves them so far (read on the batch's first ``schedule:*`` key):
+    each write under ``schedule:`` is checked against them, so the batch as a whole keeps to the limits."""
+
+    def __init__(self, store: Store, limits: schedules.Limits, now: datetime):
+        self._store, self._limits, self._now = store, limits, now
+        self._inventory: schedules.Inventory | None = None
+
+    def _current(self) -> schedules.Inventory:
+        if self._inventory is None:
+            self._inventory = schedules.load_all(self._store)
+        return self._inventory
+
+    def check(self, key: str, text: str | None) -> str | None:
+        """What is stored at ``key`` for the agent's ``text`` (None: the key goes away), or KVWriteRefused."""
+        schedule_id = schedules.id_of(key) or ""
+        try:
+            if text is None:
+                schedules.check_agent_delete(self._current(), schedule_id)
+                self._inventory = self._current().replaced(schedule_id, None)
+                return None
+            try:
+                raw = json.loads(text)
+            except ValueError as exc:
+                raise schedules.ScheduleError(f"{key}: not valid JSON ({exc})") from None
+            schedule = schedules.check_agent_write(self._current(), schedule_id, raw, self._limits, self._now)
+        except schedules.ScheduleError as exc:  # not a schedule: refused like any other bad write
+            raise KVWriteRefused(str(exc)) from None
+        self._inventory = self._current().replaced(schedule_id, schedule)
+        return encode(schedules.dump(schedule))
+
+
 class AgentKV:
     """The guarded store an agent session writes through.
 
     ``record`` is the session's karma recorder. ``on_privileged_write(key, old,
     new, source)`` is called before a privileged key changes (the version history
     hooks in here; ``source`` says which path wrote: reflect, deep_reflect, tool:NAME...).
+    ``limits`` are the operator's on the agent's schedules (``Limits.from_settings``).
     """
 
     def __init__(self, store: Store, record: Recorder | None = None,
-                 on_privileged_write: Callable[[str, str | None, str | None, str], object] | None = None):
+                 on_privileged_write: Callable[[str, str | None, str | None, str], object] | None = None,
+                 limits: schedules.Limits | None = None, clock: Callable[[], datetime] = now_utc):
         self.store = store
         self._record = record or (lambda *a, **k: None)
         self._on_privileged = on_privileged_write
+        self.limits = limits or schedules.Limits()
+        self._clock = clock
 
     # Reads are not restricted here: scope for tools is enforced by the tool context.
     def get(self, key: str, type: Literal["text", "json"] = "text", default: Any = None) -> Any:
@@ -181,18 +222,22 @@ class AgentKV:
                                  f"never moved or read")
         return key
 
-    def _check_write(self, key: Any, text: str | None) -> str:
-        """The one check of every key an operation writes (``text`` None: the key goes away)."""
+    def _check_write(self, key: Any, text: str | None, scheduled: _ScheduleWrites) -> tuple[str, str | None]:
+        """The one check of every key an operation writes (``text`` None: the key goes away): the key, and
+        the text to store (a schedule's with its runtime fields filled in)."""
         key = self._writable(key)
         if text is not None and len(text.encode()) > MAX_VALUE_BYTES:
             raise KVWriteRefused(f"value for {key!r} is {len(text.encode())} bytes; the limit is {MAX_VALUE_BYTES}")
+        if key.startswith(keys.SCHEDULE_PREFIX):
+            return key, scheduled.check(key, text)
         check_value(self.store, key, text)
-        return key
+        return key, text
 
     def plan(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> list[tuple[str, str, str | None]]:
         """What ``ops`` write, in order, each checked as a put (or delete) of that key would be:
         ``(op, key, value or None)``. :class:`KVWriteRefused` if any is refused."""
         pending: dict[str, str | None] = {}  # what the batch has written so far
+        scheduled = _ScheduleWrites(self.store, self.limits, self._clock())
 
         def current(k: str) -> str | None:
             return pending[k] if k in pending else self.store.get(k)
@@ -201,18 +246,17 @@ class AgentKV:
         for op in ops:
             done = len(writes)
             if isinstance(op, PutOp):
-                text = encode(op.value)
-                writes.append(("put", self._check_write(op.key, text), text))
+                writes.append(("put", *self._check_write(op.key, encode(op.value), scheduled)))
             elif isinstance(op, DeleteOp):
-                writes.append(("delete", self._check_write(op.key, None), None))
+                writes.append(("delete", *self._check_write(op.key, None, scheduled)))
             else:
                 src = self._readable_source(op.key)
                 value = current(src)
                 if value is None:
                     raise KVWriteRefused(f"cannot {op.op} {src!r}: it does not exist")
-                writes.append(("put", self._check_write(op.value, value), value))
+                writes.append(("put", *self._check_write(op.value, value, scheduled)))
                 if isinstance(op, RenameOp):
-                    writes.append(("delete", self._check_write(src, None), None))
+                    writes.append(("delete", *self._check_write(src, None, scheduled)))
             for _, key, text in writes[done:]:
                 pending[key] = text
         return writes

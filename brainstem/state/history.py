@@ -25,6 +25,7 @@ from typing import Any
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration, parse_iso
 from brainstem.core.errors import ConfigError, MalformedValue
+from brainstem.core.outcomes import ALL
 from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma
@@ -360,8 +361,6 @@ def _cost(h: dict) -> float:
 def totals(entries: list[dict]) -> dict[str, Any]:
     """``{"sessions": N, "cost": USD, "outcomes": {outcome: count}}`` over ``entries``, outcomes in the
     order of the outcomes table (``clean`` first), any others after them by name."""
-    from brainstem.core.outcomes import ALL
-
     counts: dict[str, int] = {}
     for h in entries:
         name = str(h.get("outcome") or "unknown")

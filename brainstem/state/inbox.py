@@ -144,7 +144,7 @@ def prompt_text(shown: list[dict[str, Any]], more: int = 0) -> str:
     text sanitised and quoted, so no message can pass for another or for the runtime's own words."""
     if not shown:
         return NO_MESSAGES
-    from brainstem.core.sanitize import sanitize
+    from brainstem.core.sanitize import sanitize  # noqa: PLC0415 -- the sleep path: its patterns take ms to build
 
     lines = [f"{len(shown)} unread message{'' if len(shown) == 1 else 's'}, oldest first:"]
     for msg in shown:

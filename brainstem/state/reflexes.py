@@ -32,7 +32,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from brainstem.core import keys
+from brainstem.core.clock import parse_iso
 from brainstem.core.errors import BrainstemError, NotText
+from brainstem.state.versions import failing_streak
 
 MAX_RULES = 50
 MAX_TOOLS_PER_RULE = 5
@@ -152,8 +155,6 @@ def parse_text(text: str) -> list[Reflex]:
 def load(store) -> tuple[list[Reflex], dict[str, str]]:
     """The stored rules and when each last fired; :class:`ReflexError` when the stored list is invalid
     (written around Brainstem, or not even text): then it is ignored whole, never half-applied."""
-    from brainstem.core import keys
-
     try:
         raw = store.get(keys.CONFIG_REFLEXES)
     except NotText as exc:
@@ -165,8 +166,6 @@ def load(store) -> tuple[list[Reflex], dict[str, str]]:
 
 def facts(balances: dict | None, kv_usage: Any, effort: str, history: list, now: datetime) -> dict[str, Any]:
     """What conditions range over; ``history`` is the session history, oldest first."""
-    from brainstem.state.versions import failing_streak
-
     last = next((h for h in reversed(history) if isinstance(h, dict)), None)
     return {"balances": dict(balances or {}), "kvUsage": kv_usage, "effort": effort,
             "last_outcome": last.get("outcome") if last else None,
@@ -208,8 +207,6 @@ def holds(c: dict, fs: dict) -> bool:
 
 def cooling(rule: Reflex, fired_at: dict, now: datetime) -> str | None:
     """When ``rule`` last fired, if that is within its cooldown (so it is held back); else None."""
-    from brainstem.core.clock import parse_iso
-
     last = parse_iso(fired_at.get(rule.name)) if isinstance(fired_at, dict) else None
     if last is not None and now - last < timedelta(seconds=rule.cooldown_seconds):
         return fired_at[rule.name]

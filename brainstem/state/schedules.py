@@ -28,7 +28,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
@@ -36,6 +36,9 @@ from brainstem.core import keys, recurrence
 from brainstem.core.clock import iso, parse_iso
 from brainstem.core.errors import BrainstemError, ConfigError, KVWriteRefused, MalformedValue
 from brainstem.store.base import Store
+
+if TYPE_CHECKING:
+    from brainstem.core.settings import Settings
 
 # How one run of a schedule ended (``last_outcome``, and what the runner records).
 OK = "ok"  # the tool ran and answered
@@ -71,6 +74,10 @@ class Limits:
 
     min_interval: int = 300  # seconds: no schedule of the agent's runs more often
     max_count: int = 20  # schedules the agent may have (the operator's are not counted)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(settings.schedule_min_interval, settings.schedule_max)
 
 
 class Schedule(BaseModel):
@@ -131,6 +138,13 @@ class Schedule(BaseModel):
     @property
     def rule(self) -> recurrence.Rule:
         return self._rule
+
+    @property
+    def when(self) -> str:
+        """Its timing as a person reads it: ``every 30m``, ``cron 0 9 * * MON-FRI (Europe/London)``."""
+        if self.every is not None:
+            return f"every {self.every}"
+        return f"cron {self.cron}" + ("" if self.tz == "UTC" else f" ({self.tz})")
 
 
 def check_id(schedule_id: Any) -> str:
@@ -225,6 +239,13 @@ class Inventory:
     def agent_count(self, besides: str | None = None) -> int:
         return sum(1 for s in self.schedules if s.created_by == "agent" and s.id != besides)
 
+    def replaced(self, schedule_id: str, schedule: Schedule | None) -> Inventory:
+        """The inventory once ``schedule:ID`` holds ``schedule`` (None: once it is gone): what the rest of
+        a batch of writes is checked against."""
+        key = keys.schedule(schedule_id)
+        kept = [s for s in self.schedules if s.id != schedule_id] + ([schedule] if schedule is not None else [])
+        return Inventory(sorted(kept, key=lambda s: keys.schedule(s.id)), [p for p in self.problems if p.key != key])
+
 
 def _claims_operator(text: str) -> bool:
     try:
@@ -285,6 +306,14 @@ def first_run(rule: recurrence.Rule, now: datetime, last_run: str | None = None,
     if last is not None and last + timedelta(seconds=min_interval - 1) > now:
         after = last + timedelta(seconds=min_interval - 1)
     return iso(recurrence.next_after(rule, after))
+
+
+def upcoming(schedule: Schedule, now: datetime) -> str | None:
+    """Its next run as the runtime sees it: ``next_run``, or the first run after ``now`` while it has none (what
+    the runtime stores when it first looks); None while it is paused."""
+    if not schedule.enabled:
+        return None
+    return schedule.next_run or first_run(schedule.rule, now)
 
 
 def filled(schedule: Schedule, now: datetime) -> Schedule:

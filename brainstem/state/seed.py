@@ -16,6 +16,7 @@ from brainstem.core import keys
 from brainstem.core.errors import ConfigError
 from brainstem.state import approval
 from brainstem.state.shipped import EXAMPLE_SOUL, seed_dirs, seed_entries
+from brainstem.state.versions import record_write
 from brainstem.store.base import Store
 
 
@@ -73,8 +74,6 @@ def seed(store: Store, soul_file: Path | None = None, force: bool = False,
             continue
         store.put(key, value)
         if old is not None:
-            from brainstem.state.versions import record_write
-
             record_write(store, key, old, value, source="seed --force")
         report.written.append(key)
     _approve_shipped_code(store, entries)

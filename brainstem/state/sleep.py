@@ -8,11 +8,16 @@ library: no pydantic, no click, no HTTP client, no web3.
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from brainstem.core import environment
+from brainstem.core import environment, keys
 from brainstem.core.clock import iso, now_utc, parse_iso
+from brainstem.core.errors import BrainstemError
+from brainstem.state.inbox import urgent_pending
+from brainstem.store import open_store
+from brainstem.store.lease import held_alive, holder_is_dead
 
 if TYPE_CHECKING:
     from brainstem.store.base import Store
@@ -41,10 +46,6 @@ def agent_sleeping_until(store: Store, wake_config: Any, leased: bool = False,
     An urgent message from the operator that no session has been shown yet makes a sleeping agent
     due now (``urgent``: False asks what the schedule alone says), unless a session is running: that
     one's end lets the next wake see it."""
-    from brainstem.core import keys
-    from brainstem.state.inbox import urgent_pending
-    from brainstem.store.lease import holder_is_dead
-
     now = now_utc()
     until = sleeping_until(wake_config, now)
     if until is None:
@@ -79,8 +80,6 @@ def schedules_due(store: Store, now: datetime | None = None) -> bool:
 
 def schedules_look(store: Store, now: datetime | None = None) -> tuple[bool, datetime | None]:
     """(:func:`schedules_due`, the earliest ``next_run`` still to come among the enabled schedules)."""
-    from brainstem.core import keys
-
     found = [k for k in store.list(keys.SCHEDULE_PREFIX).keys if k.name.startswith(keys.SCHEDULE_PREFIX)]
     now = now or now_utc()
     reported: list[dict] = []  # read once, when something looks due
@@ -99,8 +98,6 @@ def schedules_look(store: Store, now: datetime | None = None) -> tuple[bool, dat
 
 
 def _text(store: Store, key: str) -> str | None:
-    from brainstem.core.errors import BrainstemError
-
     try:
         return store.get_text(key)
     except BrainstemError:
@@ -110,9 +107,6 @@ def _text(store: Store, key: str) -> str | None:
 def _look(store: Store, key: str, text: str | None, now: datetime) -> bool | datetime | None:
     """True when the value at ``key`` is due, its run died, or it is plainly not a schedule (all of which
     the runner handles); else its ``next_run`` (None: disabled). The rest of the checks are the runner's."""
-    from brainstem.core import keys
-    from brainstem.store.lease import held_alive
-
     try:
         raw = json.loads(text) if text is not None else None
     except ValueError:
@@ -135,19 +129,15 @@ def _look(store: Store, key: str, text: str | None, now: datetime) -> bool | dat
 
 def reported_problems(store: Store) -> dict:
     """The values under ``schedule:`` the runner reported as not schedules: key -> :func:`digest`."""
-    from brainstem.core import keys
-
     try:
         value = json.loads(store.get_text(keys.SCHEDULE_PROBLEMS) or "{}")
-    except ValueError:
+    except (ValueError, BrainstemError):
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def digest(text: str | None, is_log: bool = False) -> str:
     """A short fingerprint of a value under ``schedule:`` (what was reported of it stands until it changes)."""
-    import zlib
-
     if is_log:
         return "log"
     if text is None:
@@ -179,9 +169,6 @@ def asleep_fast() -> datetime | None:
     if environment.env_file():
         return None  # settings may come from a file: let the full path read them
     try:
-        from brainstem.core import keys
-        from brainstem.store import open_store
-
         # No retries here: an unreachable store or a value that is not text (or not JSON) means
         # "due", and the full path reports it in one line.
         store = open_store(check=False, retry_seconds=0, register=False)

@@ -64,7 +64,7 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
     url = url or default_store_url()
     prefix = selected(url, environment.agent_name()) if prefix is None else agent_prefix(prefix)
     if url.startswith(("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")):
-        from brainstem.store.redis import RedisStore
+        from brainstem.store.redis import RedisStore  # noqa: PLC0415 -- only the backend the URL names
 
         store = RedisStore(url, prefix=prefix, retry_seconds=retry_seconds)
         store.registers = register
@@ -72,7 +72,7 @@ def open_store(url: str | None = None, prefix: str | None = None, check: bool = 
             store.ping()
         return store
     if url.startswith("sqlite:"):
-        from brainstem.store.sqlite import SQLiteStore
+        from brainstem.store.sqlite import SQLiteStore  # noqa: PLC0415 -- only the backend the URL names
 
         sqlite_view = SQLiteStore(sqlite_path(url), prefix=prefix, retry_seconds=retry_seconds)
         sqlite_view.registers = register

@@ -101,10 +101,17 @@ class Store:
         return self.prefix[:-1] or None
 
     def registered_agents(self) -> set[str]:
-        """Every agent name registered in this store."""
+        """Every agent name registered in this store; a named view sees only its own name."""
         found = self._registry_names()
         self._known_agents = self._known_agents | found
-        return found
+        return found & {self.agent} if self.prefix else found
+
+    def _own_registry(self, name: str, what: str) -> None:
+        # The registry is the operator's: a named view may only register (or remove) its own name, so no
+        # agent's runtime can hand another agent the default agent's keys or take a name away.
+        if self.prefix and name != self.agent:
+            raise ForeignAgentKey(f"agent {self.agent!r} cannot {what} agent {name!r}: only the operator's view "
+                                  f"of the store (the default agent's) does")
 
     def register_agent(self, name: str, adopt: bool = False) -> None:
         """Record ``name`` in the registry (idempotent).
@@ -117,6 +124,7 @@ class Store:
         name = names.agent_prefix(name, "agent name")[:-1]
         if not name:
             raise ConfigError("the default agent has no name to register")
+        self._own_registry(name, "register")
         self._registry_add(name, adopt)
         self._known_agents = self._known_agents | {name}
         if name == self.agent:
@@ -129,6 +137,7 @@ class Store:
         name = names.agent_prefix(name, "agent name")[:-1]
         if not name:
             raise ConfigError("the default agent is not registered; it cannot be removed")
+        self._own_registry(name, "remove")
         if not self._registry_has(name):
             return None
         held = self._registry_remove(name)
@@ -148,6 +157,8 @@ class Store:
         seg = names.candidate(key)
         if seg is None:
             return None
+        if key[len(seg) + 1:].startswith(names.INTERNAL):
+            return names.INTERNAL  # NAME:__…: the internals of agent NAME, whether or not it is registered yet
         if seg in self._known_agents:
             return seg
         if self._registry_has(seg):  # not cached when absent: a name may be registered at any time
@@ -218,6 +229,8 @@ class Store:
             agents = self.registered_agents()  # one lookup for the whole page
             keys = [k for k in keys if names.candidate(k.name) not in agents]
         res.keys = keys
+        if res.cursor is not None and not self.prefix and res.cursor not in {k.name for k in keys}:
+            res.cursor = _past_owner(res.cursor, self.owner_of(res.cursor))
         return res
 
     def append(self, log_key: str, entry: Any, *, fence: Fence | None = None) -> int:
@@ -357,6 +370,18 @@ class Store:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _past_owner(cursor: str, owner: str | None) -> str:
+    """A cursor (a key name, where a backend's cursor is one) that names no key this view may not see: past
+    every key of the agent (or the internals) the page ended in, which says only that it exists."""
+    if owner is None:
+        return cursor
+    if owner != names.INTERNAL:
+        return owner + ":\U0010ffff"
+    if cursor.startswith(names.INTERNAL):
+        return names.INTERNAL + "\U0010ffff"
+    return f"{names.candidate(cursor)}:{names.INTERNAL}\U0010ffff"  # NAME:__…
 
 
 def unknown_agent(name: str, where: str) -> str:

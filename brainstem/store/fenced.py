@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
+from brainstem.core.errors import ForeignAgentKey
 from brainstem.core.keys import UNFENCED
 from brainstem.store.base import Fence, ListResult, Store
 
@@ -55,34 +56,34 @@ class FencedStore(Store):
         return self.store._registry_names()
 
     def _registry_add(self, name: str, adopt: bool) -> None:
-        self.store._registry_add(name, adopt)
+        raise ForeignAgentKey(f"a session does not register agents (asked to register {name!r})")
 
     def _registry_remove(self, name: str) -> int:
-        return self.store._registry_remove(name)
+        raise ForeignAgentKey(f"a session does not remove agents (asked to remove {name!r})")
 
     # --- writes: fenced ---
     def _put(self, key: str, text: str, metadata: dict | None, ttl: float | None, fence: Fence | None) -> None:
-        self.store._put(key, text, metadata, ttl, fence or self.fence_for(key))
+        self.store._put(key, text, metadata, ttl, self.fence_for(key))
 
     def _delete(self, key: str, fence: Fence | None) -> bool:
-        return self.store._delete(key, fence or self.fence_for(key))
+        return self.store._delete(key, self.fence_for(key))
 
     def _incr(self, key: str, amount: int, fence: Fence | None) -> int:
-        return self.store._incr(key, amount, fence or self.fence_for(key))
+        return self.store._incr(key, amount, self.fence_for(key))
 
     def _append(self, log_key: str, text: str, fence: Fence | None) -> int:
-        return self.store._append(log_key, text, fence or self.fence_for(log_key))
+        return self.store._append(log_key, text, self.fence_for(log_key))
 
     def _delete_log(self, log_key: str, fence: Fence | None) -> bool:
-        return self.store._delete_log(log_key, fence or self.fence_for(log_key))
+        return self.store._delete_log(log_key, self.fence_for(log_key))
 
     def _trim_log(self, log_key: str, keep: int, fence: Fence | None) -> None:
-        self.store._trim_log(log_key, keep, fence or self.fence_for(log_key))
+        self.store._trim_log(log_key, keep, self.fence_for(log_key))
 
     def _reserve_spend(self, day: str, amount: float, ceiling: float, token: str, ttl_s: float,
                        fence: Fence | None) -> bool:
         # A session that lost its lease spends nothing more.
-        return self.store._reserve_spend(day, amount, ceiling, token, ttl_s, fence or self.fence)
+        return self.store._reserve_spend(day, amount, ceiling, token, ttl_s, self.fence)
 
     # --- not fenced: the lease itself, and money already spent ---
     def _acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.json_numbers import finite
 from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse, ProviderError
+from brainstem.sandbox import Limits, run
+from brainstem.state import approval
 from brainstem.state.budget import BudgetExceeded
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
+from brainstem.store.karma import Redactor
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolServices
 from brainstem.tools.tool import ToolError, ToolMeta, parse_meta
@@ -65,8 +69,6 @@ class SandboxedAdapter:
         self._base_url = base_url
 
     def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
-        from brainstem.sandbox import Limits, run
-
         budget_ms = int(timeout * 1000)
         clipped = budget_ms < self._meta.timeout_ms
         if self._base_url:
@@ -150,8 +152,6 @@ def _held_back(store: Store, name: str, code: str, floors: Mapping[str, str] | N
                record: Callable[..., Any], tier: str | None = None) -> bool:
     """Whether provider ``code``, run as ``name``, must not run now: a ``tool_would_do`` entry says why, or
     for an adapter's ``tier`` a ``provider_fallback`` entry."""
-    from brainstem.state import approval
-
     try:
         meta_mode = _meta(store, f"{name}:meta").mode
     except ToolError:
@@ -200,11 +200,6 @@ def checked_number(store: Store, name: str, fallback: Callable[[], float | None]
     if code is not None and _held_back(store, f"provider:{name}", code, floors, dry_run, record):
         code = None
     if code is not None:
-        from dataclasses import replace
-
-        from brainstem.sandbox import Limits, run
-        from brainstem.store.karma import Redactor
-
         granted = Redactor()
 
         def record_redacted(event: str, **fields: Any) -> Any:

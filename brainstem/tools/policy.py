@@ -5,6 +5,7 @@ it may send to (through the runtime: the bot token is never code's).
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,10 @@ from typing import Any
 from brainstem.core.errors import BrainstemError
 from brainstem.core.scrubber import Scrubber
 from brainstem.core.secrets import NEVER_GRANTED, Binding, placeholder_for
+from brainstem.llm.meter import WireMeter
+from brainstem.sandbox.egress import one_form
+from brainstem.state.budget import Budget, DailyLedger, daily_spent
+from brainstem.state.config import effective_models, operator_models
 from brainstem.store.base import Store
 from brainstem.tools.bot_api import ClientConfig
 
@@ -100,10 +105,6 @@ def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., An
     """The policy of a tool run outside a session (``brainstem tool run``): the same grants, and LLM
     requests metered under one session's ceiling and today's (each held against today's in the store
     before it goes, so tool runs at once cannot pass it together), priced at no less than the operator's."""
-    from brainstem.llm.meter import WireMeter
-    from brainstem.state.budget import Budget, DailyLedger, daily_spent
-    from brainstem.state.config import effective_models, operator_models
-
     left_today = max(0.0, settings.max_daily_cost - daily_spent(store))
     budget = Budget(max_cost=min(settings.max_session_cost, left_today), max_steps=1,
                     max_duration=settings.max_session_seconds, reserve_fraction=0.0,
@@ -117,8 +118,6 @@ def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., An
 def _addresses(hosts: Any) -> set[str]:
     """Every address the host names resolve to (an IP literal is its own); a name that does not resolve
     adds none."""
-    import socket
-
     out: set[str] = set()
     for host in set(hosts):
         try:
@@ -128,8 +127,3 @@ def _addresses(hosts: Any) -> set[str]:
             continue
     return out
 
-
-def one_form(address: str) -> str:
-    from brainstem.sandbox.egress import one_form as spelled  # httpx: off the sleep path
-
-    return spelled(address)

@@ -71,7 +71,7 @@ def check_arguments(schema: dict[str, Any], arguments: str) -> tuple[Any, str | 
         return None, f"the arguments are not valid JSON ({_short(exc)}); send one JSON object"
     if not isinstance(args, dict):
         return None, f"the arguments must be a JSON object, not {type(args).__name__}"
-    from jsonschema import Draft202012Validator  # only an agent step needs it
+    from jsonschema import Draft202012Validator  # noqa: PLC0415 -- heavy: only an agent step needs it
 
     try:
         error = next(iter(Draft202012Validator(_evaluated(schema)).iter_errors(args)), None)
@@ -86,8 +86,8 @@ def check_arguments(schema: dict[str, Any], arguments: str) -> tuple[Any, str | 
 
 
 def _check_schema(schema: Any) -> None:
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError as JSONSchemaError
+    from jsonschema import Draft202012Validator  # noqa: PLC0415 -- heavy: only an agent step needs it
+    from jsonschema.exceptions import SchemaError as JSONSchemaError  # noqa: PLC0415 -- as above
 
     try:
         Draft202012Validator.check_schema(schema)

@@ -22,12 +22,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, quote_plus, urlsplit
 
 from brainstem.core import events, keys
 from brainstem.core.scrubber import put_back, put_back_url
-from brainstem.state import refusals
+from brainstem.core.secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok, grant
+from brainstem.llm.meter import MeterRefused, SpendOverrun
+from brainstem.sandbox import Limits, StopExecution, run
+from brainstem.sandbox.egress import EgressDenied, FetchError
+from brainstem.sandbox.fetch import fetch
+from brainstem.state import approval, refusals
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
+from brainstem.tools.operator_chat import send
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.tool import ToolError, ToolMeta, load_tool
 
@@ -61,8 +68,6 @@ class ToolServices:
     def __init__(self, name: str, meta: ToolMeta, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
                  policy: ToolPolicy, env: Mapping[str, str] | None = None,
                  on_read: Callable[[list[str]], None] | None = None):
-        from brainstem.core.secrets import grant
-
         self.name = name
         self.kv_access = meta.kv_access
         self._store = store
@@ -101,8 +106,6 @@ class ToolServices:
         if self._policy.withdrawn:
             # Another run of this session was stopped: code already running ends at its next ctx call, so
             # it cannot watch for the stop (and what it confirmed) and act on it before the operator looks.
-            from brainstem.sandbox import StopExecution
-
             raise StopExecution(f"stopped: {refusals.HELD_MESSAGE}")
         held = self.scrubber.holds(value)
         if held:
@@ -111,8 +114,6 @@ class ToolServices:
     def refuse_value(self, labels: list[str], **where: Any) -> None:
         """Code sent (or was about to be handed) secret text it cannot account for: record it, hold all
         of the agent's code until the operator has looked, and stop it at once, with no answer."""
-        from brainstem.sandbox import StopExecution
-
         self._record(events.SECRET_REFUSED, tool=self.name, secrets=labels, **where,
                      reason="secret text the code can only have through a leak or a guess; stopped, and the "
                             "agent's code is held until the operator clears it (brainstem refusals --clear)")
@@ -159,8 +160,6 @@ class ToolServices:
     def _charge_record(self, what: str, size: int) -> None:
         """What the runtime records for the code (fetch answers, log lines) counts against the write
         quotas too, so karma stops growing at them: past them the code ends, ``quota_exceeded``."""
-        from brainstem.sandbox import StopExecution
-
         try:
             self._charge_quota(f"karma ({what})", size)
         except QuotaExceeded as exc:
@@ -199,9 +198,6 @@ class ToolServices:
 
     # --- ctx.fetch / ctx.log ---
     def fetch(self, url, method="GET", headers=None, json=None, data=None, timeout=None) -> dict:
-        from brainstem.sandbox.egress import FetchError
-        from brainstem.sandbox.fetch import fetch
-
         trace: list = []
         t0 = time.monotonic()
         self._charge_record("fetch", FETCH_RECORD_MIN_BYTES)  # no request goes out once the quota is spent
@@ -218,8 +214,6 @@ class ToolServices:
 
     def _replayed_fetch(self, url: Any, method: Any, t0: float) -> dict:
         """A replay's fetch: the answer the original session received, never the world's."""
-        from brainstem.sandbox.egress import FetchError
-
         fields = {"tool": self.name, "method": str(method).upper()[:10], **_url_fields(url), "replayed": True}
         try:
             result = self._policy.fetch_replay.answer(self.name, fields["method"], str(url))
@@ -253,8 +247,6 @@ class ToolServices:
         if result is not None:
             fields["response"] = recorded_response(result)
             size = len(json.dumps(fields["response"], ensure_ascii=False, default=str))
-            from brainstem.sandbox import StopExecution
-
             try:
                 self._charge_record("fetch", size)
             except StopExecution:
@@ -266,8 +258,6 @@ class ToolServices:
 
     # --- ctx.send_telegram: the act, not the token ---
     def send_telegram(self, text: str, timeout: float) -> dict:
-        from brainstem.tools.operator_chat import send
-
         return send(self._policy, text, timeout, tool=self.name, record=self._record, charge=self._charge_record)
 
     def log(self, message: str) -> None:
@@ -289,8 +279,6 @@ def recorded_response(result: dict) -> dict:
 
 def _url_fields(url: Any) -> dict[str, Any]:
     """Where a refused URL pointed, for karma: never its query string."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(str(url)[:2048])
         return {"scheme": parts.scheme or None, "host": parts.hostname, "port": parts.port, "path": parts.path or "/"}
@@ -311,11 +299,6 @@ class _FetchGuard:
         self._sent: dict[int, dict[str, str]] = {}
 
     def outgoing(self, hop):
-        from urllib.parse import quote, quote_plus
-
-        from brainstem.core.secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok
-        from brainstem.sandbox.egress import EgressDenied
-
         headers = dict(hop.headers)
         basic = {k: _basic_decode(v) for k, v in headers.items()}
         body_text = hop.body.decode("utf-8", "surrogateescape") if hop.body is not None else ""
@@ -337,8 +320,6 @@ class _FetchGuard:
         hop.note["secrets"] = [g.name for g in found]
         body = hop.body
         if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found], hop.ip):
-            from brainstem.llm.meter import MeterRefused
-
             try:
                 body = self.meter.before(hop.method, hop.path, body, hop.note, query=hop.url.partition("?")[2])
             except MeterRefused as exc:
@@ -386,9 +367,6 @@ class _FetchGuard:
         if error is not None:
             hop.note["error"] = error
         if "worst_case" in hop.note and self.meter is not None:
-            from brainstem.llm.meter import SpendOverrun
-            from brainstem.sandbox import StopExecution
-
             try:
                 self.meter.after(hop.note, status, text, error, self.s.name)
             except SpendOverrun as exc:  # booked and recorded: the code that sent it ends, with no answer
@@ -424,9 +402,6 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     meta says, decided on the very bytes that run (see :mod:`brainstem.state.approval`). ``dry_run``
     runs nothing at all. An operator's own ``brainstem tool run`` runs whatever the mode.
     """
-    from brainstem.sandbox import Limits, run
-    from brainstem.state import approval
-
     t0 = time.monotonic()
     refused = _refused_input(name, args, store, record, policy, step_id)
     if refused is not None:

@@ -167,3 +167,18 @@ def test_a_bound_environment_secret_that_could_not_travel_as_it_is_stops_every_c
         load_settings()
     monkeypatch.setenv("API_TOKEN", "tok-live-0123456789")
     assert load_settings().bindings()["API_TOKEN"].hosts == frozenset({"api.example.org"})
+
+
+def test_the_operators_limits_on_the_agents_schedules(clean_env):
+    s = load_settings()
+    assert (s.schedule_min_interval, s.schedule_max) == (300, 20)
+    clean_env.setenv("BRAINSTEM_SCHEDULE_MIN_INTERVAL", "3600")
+    clean_env.setenv("BRAINSTEM_SCHEDULE_MAX", "0")  # the agent may add none
+    assert (load_settings().schedule_min_interval, load_settings().schedule_max) == (3600, 0)
+    for name, bad in (("BRAINSTEM_SCHEDULE_MAX", "-1"), ("BRAINSTEM_SCHEDULE_MIN_INTERVAL", "0"),
+                      ("BRAINSTEM_SCHEDULE_MIN_INTERVAL", "5m")):
+        clean_env.setenv(name, bad)
+        with pytest.raises(ConfigError, match=f"setting {name}: ") as exc:
+            load_settings()
+        assert "\n" not in str(exc.value)
+        clean_env.delenv(name)

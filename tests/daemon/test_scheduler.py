@@ -128,3 +128,54 @@ def test_a_one_shot_wake_leaves_no_worker_waiting(tmp_path, llm):
     assert pool.ready() == [] and pool.users() == 0
     assert wait_for(lambda: not named("brainstem-idle"), 5.0), "workers still wait after the wake"
     store.close()
+
+
+def _store_view(tmp_path):
+    from brainstem.store.sqlite.store import SQLiteStore
+
+    return SQLiteStore(tmp_path / "shared.db", prefix="bob:")
+
+
+def test_shutdown_never_closes_the_session_of_the_host_that_took_the_lease_over(tmp_path):
+    """A session of this daemon's still running after the grace period lost its lease to another host,
+    which runs its own session now: the daemon's shutdown leaves that session's breadcrumb, schedule and
+    karma alone (the holder records the lost one's end)."""
+    import os
+
+    from brainstem.core import keys
+    from brainstem.daemon.scheduler import Agent
+    from brainstem.store import karma
+    from brainstem.store.lease import host_name
+
+    st = _store_view(tmp_path)
+    mine = f"{host_name()}:{os.getpid()}:mine"
+    assert st.acquire_lease(keys.WAKE_LEASE, mine, 30_000)
+    assert st.release_lease(keys.WAKE_LEASE, mine) and st.acquire_lease(keys.WAKE_LEASE, "host-b:2:theirs", 30_000)
+    karma.begin_session(st, "2-theirs", lease="host-b:2:theirs")
+    st.put(keys.WAKE_CONFIG, {"next_wake_after": "2999-01-01T00:00:00Z", "set_by": "2-theirs"})
+    before = {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")}
+    runner = Runner.__new__(Runner)
+    runner.grace = 30.0
+    runner._force_interrupted(Agent(name="bob", prefix="bob:", store=st))
+    after = {k.name: st.get(k.name) if not k.is_log else st.read_log(k.name) for k in st.list_all("")}
+    assert after == before and st.lease_owner(keys.WAKE_LEASE) == "host-b:2:theirs"
+
+
+def test_shutdown_records_its_own_session_still_running_as_interrupted(tmp_path):
+    import os
+
+    from brainstem.core import keys, outcomes
+    from brainstem.daemon.scheduler import Agent
+    from brainstem.state import history
+    from brainstem.store import karma
+    from brainstem.store.lease import host_name
+
+    st = _store_view(tmp_path)
+    mine = f"{host_name()}:{os.getpid()}:mine"
+    assert st.acquire_lease(keys.WAKE_LEASE, mine, 30_000)
+    karma.begin_session(st, "1-mine", lease=mine)
+    runner = Runner.__new__(Runner)
+    runner.grace = 30.0
+    runner._force_interrupted(Agent(name="bob", prefix="bob:", store=st))
+    assert karma.read_breadcrumb(st) is None and st.lease_owner(keys.WAKE_LEASE) is None
+    assert [e["outcome"] for e in history.recent(st, 5)] == [outcomes.INTERRUPTED]

@@ -11,6 +11,7 @@ line and one karma entry, never a traceback and never a full wake every tick; an
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -223,3 +224,21 @@ def test_two_daemons_on_two_hosts_run_each_due_run_once(redis_url, agents, llm, 
     # a skip here is a run still running when the next came due on the other host, never a false one
     assert all(e["outcome"] == "skipped_overlap" and "still running" in e["reason"] for e in done if e not in ran)
     assert "Traceback" not in d1.stderr + d2.stderr
+
+
+# --- the operator's commands, and a run now --------------------------------------------------------------------
+
+def test_an_operator_adds_a_schedule_runs_it_now_and_reads_what_it_did(agent, env, llm):
+    added = ok(run_cli("schedule", "add", "prices", "--every", "6h", "--notify", "inbox", env=env))
+    schedule_id = added.strip().splitlines()[0].strip()
+    assert load(agent, schedule_id).created_by == "operator"
+    ran = run_cli("schedule", "run", schedule_id, "--json", env=env)
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    result = json.loads(ran.stdout)
+    assert result["outcome"] == "ok" and result["id"] == schedule_id and result["notified"].startswith("inbox:")
+    assert "outcome=ok" in ok(run_cli("karma", result["run_id"], env=env))
+    assert f"schedule {schedule_id}: prices" in ok(run_cli("inbox", env=env))
+    listed = [json.loads(line) for line in ok(run_cli("schedule", "list", "--json", env=env)).splitlines()]
+    [row] = [s for s in listed if s["id"] == schedule_id]
+    assert row["last_outcome"] == "ok" and parse_iso(row["next_run"]) > now_utc()  # its timing untouched
+    assert runs(agent) == 1

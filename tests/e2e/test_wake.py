@@ -279,6 +279,33 @@ def test_kv_index_stays_bounded_with_many_keys(st, env, llm):
     assert abs(len(big) - len(small)) < 1500, (len(small), len(big))
 
 
+def test_orient_sees_the_schedules_and_reflection_adds_one_within_the_operators_limits(st, real_store_url, llm):
+    st.put("schedule:report", {"tool": "kv_read", "input": {"key": "wisdom"}, "cron": "0 9 * * *",
+                               "tz": "Europe/London", "created_by": "operator", "next_run": "2999-01-01T09:00:00Z"})
+    env = wake_env(real_store_url, llm, BRAINSTEM_SCHEDULE_MAX=1, BRAINSTEM_SCHEDULE_MIN_INTERVAL=3600)
+    balance = {"tool": "check_or_balance", "every": "6h", "notify": "inbox", "next_run": "2020-01-01T00:00:00Z"}
+    llm.queue(plan(think("hello")), "hi", reflection(kv_operations=[
+        {"op": "put", "key": "schedule:balance", "value": balance}]))
+    finished(run_wake(env, "--force"), st, "clean")
+    orient, reflect = user_text(llm.requests[0]), user_text(llm.requests[2])
+    for prompt in (orient, reflect):
+        assert '"most_you_may_have": 1, "shortest_interval_seconds": 3600' in prompt
+        assert '"id": "report", "tool": "kv_read"' in prompt and "cron 0 9 * * * (Europe/London)" in prompt
+    stored = st.get_json("schedule:balance")
+    assert stored["created_by"] == "agent" and in_future(stored["next_run"], at_least=6 * 3600 - 120)
+    # A second one is past the operator's limit: the batch is refused whole, and recorded.
+    llm.reset()
+    llm.queue(plan(think("hello")), "hi", reflection(kv_operations=[
+        {"op": "put", "key": "notes:x", "value": "y"},
+        {"op": "put", "key": "schedule:more", "value": {"tool": "kv_read", "input": {"key": "x"}, "every": "1d"}}]))
+    _, entries = finished(run_wake(env, "--force"), st, "clean")
+    assert '"id": "balance", "tool": "check_or_balance"' in user_text(llm.requests[0])
+    (rejected,) = events_of(entries, "kv_operations_rejected")
+    assert "schedule:more: the agent has 1 schedules" in rejected["reason"]
+    assert "BRAINSTEM_SCHEDULE_MAX 1" in rejected["reason"]
+    assert st.get("schedule:more") is None and st.get("notes:x") is None
+
+
 DEEP_ANSWER = json.dumps({"reflection": "I have been too chatty.", "note_to_future_self": "be brief",
                           "updated_wisdom": "WISDOM-V2: fewer words.",
                           "next_deep_reflect": {"after_sessions": 5, "after_days": 3}})

@@ -531,3 +531,80 @@ def test_run_agent_names_are_normalised_and_checked():
     for bad in ("a:b", "", "config", "Bob"):
         with pytest.raises(ConfigError, match="--agent"):
             Runner(SimpleNamespace(kv_prefix="", prefix="", kv="sqlite:///unused.db"), [bad])
+
+
+# --- what a fresh attacker found in the store's own methods ------------------------------------------------
+
+def test_no_agent_plants_the_internals_of_an_agent_not_registered_yet(url):
+    """``carol:__lock__:wake`` written by the default agent before carol exists would be carol's wake lease the
+    day she is registered (on Redis, a lease that never runs out): NAME:__… is the internals of agent NAME,
+    registered or not, and no view writes it, nor the agent's plans."""
+    default = agent(url, None)
+    for key in ("carol:__lock__:wake", "carol:__meta__:soul", "carol:__holds__:stats:daily_cost", "carol:__x"):
+        with pytest.raises(ForeignAgentKey):
+            default.put(key, "attacker:1:x")
+        with pytest.raises(KVWriteRefused):
+            AgentKV(default, Recorder()).put(key, "attacker:1:x")
+    default.register_agent("carol")
+    carol = agent(url, "carol")
+    assert carol.acquire_lease(keys.WAKE_LEASE, "host:1:mine", 30_000)
+
+
+def test_registering_an_agent_is_refused_while_the_default_agent_holds_any_key_under_its_name(url):
+    """One lease key of the agent's own among them exempts only itself: the other keys still clash."""
+    default = agent(url, None)
+    default.put("dave:notes:plan", "the default agent's")
+    early = agent(url, "dave")
+    early.registers = False  # its wake took the lease before anyone registered it
+    early._registered = True
+    assert early.acquire_lease(keys.WAKE_LEASE, "host:1:early", 30_000)
+    with pytest.raises(ConfigError, match="already holds keys"):
+        default.register_agent("dave")
+
+
+def test_the_default_agents_cursors_never_name_another_agents_key(world, url):
+    """A page that ends among bob's keys goes on past all of them: the cursor says that bob exists (as a
+    refusal does), never which keys he holds."""
+    default = agent(url, None)
+    names, cursor, cursors = [], None, []
+    while True:
+        page = default.list("", limit=1, cursor=cursor)
+        names += [k.name for k in page.keys]
+        if page.complete:
+            break
+        cursor = page.cursor
+        cursors.append(cursor)
+    assert not [n for n in names if n.startswith(("bob:", "alice:"))]
+    assert not [c for c in cursors if c.startswith(("bob:", "alice:")) and c[len("bob:"):] != "\U0010ffff"
+                and c[len("alice:"):] != "\U0010ffff"]
+    assert {"soul", "secret:k"} <= set(names)
+
+
+def test_the_default_agents_usage_counts_only_its_own_keys(world, url):
+    default = agent(url, None)
+    before = default.usage()["keys"]
+    agent(url, "bob").put("notes:more", "x" * 1000)
+    assert default.usage()["keys"] == before == len(default.list_all(""))
+
+
+def test_a_named_view_neither_registers_nor_removes_another_agent_nor_lists_them(world, url):
+    alice = agent(url, "alice")
+    with pytest.raises(ForeignAgentKey):
+        alice.register_agent("carol", adopt=True)
+    with pytest.raises(ForeignAgentKey):
+        alice.unregister_agent("bob")
+    assert alice.registered_agents() == {"alice"}
+    assert agent(url, None).registered_agents() >= {"alice", "bob"}
+
+
+def test_a_session_registers_no_agent_and_its_writes_carry_only_its_own_fence(world, url):
+    bob = agent(url, "bob")
+    assert bob.acquire_lease(keys.WAKE_LEASE, "host:1:mine", 30_000)
+    session = FencedStore(bob, keys.WAKE_LEASE, "host:1:mine")
+    with pytest.raises(ForeignAgentKey):
+        session.register_agent("bob")  # its own name, but a session never registers
+    assert bob.release_lease(keys.WAKE_LEASE, "host:1:mine")
+    assert bob.acquire_lease("mine", "host:1:other", 30_000)
+    with pytest.raises(Exception, match="lease"):  # a fence of its choosing does not replace the session's
+        session.put("notes:plan", "after the lease was lost", fence=("mine", "host:1:other"))
+    assert bob.get("notes:plan") == "bob's plan"

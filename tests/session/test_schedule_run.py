@@ -53,7 +53,7 @@ def test_a_due_run_runs_once_recorded_in_its_own_karma(st, configure, hello, rea
     assert "price" in end["message"] and "missed" not in end
     schedule = load(st, "prices")
     assert schedule.next_run == iso(parse_iso(due) + timedelta(hours=1))  # on the grid, not from now
-    assert schedule.last_outcome == "ok" and schedule.last_run is not None
+    assert schedule.last_outcome == "ok" and schedule.last_run == due  # the time it was due
     assert st.get(keys.schedule_running("prices")) is None
     assert st.lease_owner(keys.SCHEDULE_RUN_LEASE + "prices") is None
     assert hello.runs() == 1

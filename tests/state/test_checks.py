@@ -1,4 +1,4 @@
-"""``brainstem kv put`` checks config:* and prompt:* values before writing them (on SQLite and real Redis).
+"""``brainstem kv put`` checks config:*, prompt:* and schedule:* values before writing them (on SQLite and real Redis).
 
 A bad value is exit 2 with one line naming the key and the field, and the stored value is what it was;
 ``--force`` stores it anyway and says so; good values (the shipped ones among them) still go in.
@@ -46,6 +46,19 @@ BAD = [
     ("prompt:orient", "You are {{soul}}. Plan.", "prompt:orient: line 1: '{{soul}}' templates the soul"),
     ("prompt:reflect", "Who: {{ soul.name }}", "prompt:reflect: line 1: '{{ soul.name }}' templates the soul"),
     ("prompt:subplan", "  \n", "prompt:subplan: empty"),
+    ("schedule:s1", '{"tool": "t"}', "schedule:s1: give exactly one of every (e.g. 30m, 1d) and cron"),
+    ("schedule:s1", '{"tool": "t", "cron": "0 25 * * *"}', "schedule:s1: cron '0 25 * * *': hour '25' is out of range"),
+    ("schedule:s1", '{"tool": "t", "cron": "0 9 * * *", "tz": "Mars/Base"}',
+     "schedule:s1: tz 'Mars/Base' is not a known time zone"),
+    ("schedule:s1", '{"tool": "t", "every": "1h", "tz": "Europe/London"}', "schedule:s1: tz 'Europe/London' goes with "
+                                                                           "cron only"),
+    ("schedule:s1", '{"tool": "t", every', "schedule:s1: not valid JSON"),
+    ("schedule:s1", '{"id": "s2", "tool": "t", "every": "1h"}', "schedule:s1: id 's2' is not the key's id 's1'"),
+    ("schedule:s1", '{"tool": "t", "every": "1h", "colour": "red"}', "schedule:s1: colour: not a field of a schedule"),
+    ("schedule:s1", '{"tool": "t", "every": "1h", "notify": "email"}', "schedule:s1: notify:"),
+    ("schedule:s1", '{"tool": "t", "every": "1h", "next_run": "tomorrow"}', "schedule:s1: next_run: 'tomorrow' is not"),
+    ("schedule:s1", "[1]", "schedule:s1: a schedule is a JSON object, got list"),
+    ("schedule:a:b", '{"tool": "t", "every": "1h"}', "schedule:a:b: schedule id 'a:b' is not 1-64 letters"),
 ]
 
 
@@ -101,6 +114,27 @@ def test_force_stores_it_anyway_and_says_so(env):
     r = run_cli("kv", "put", "prompt:orient", "{{soul}}", "--force", env=env)
     assert r.returncode == 0 and "templates the soul" in r.stderr
     assert stored("prompt:orient", env) == "{{soul}}"
+
+
+def test_an_operator_schedule_goes_in_as_written_and_one_without_created_by_is_said_to_be_the_agents(env):
+    mine = {"tool": "kv_read", "input": {"key": "wisdom"}, "cron": "0 9 * * MON-FRI", "tz": "Europe/London",
+            "created_by": "operator", "next_run": "2026-05-04T08:00:00Z"}
+    r = run_cli("kv", "put", "schedule:morning", json.dumps(mine), env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads(stored("schedule:morning", env)) == mine  # moving next_run by hand is how it is done
+    r = run_cli("kv", "put", "schedule:other", '{"tool": "kv_read", "every": "1h"}', env=env)
+    assert r.returncode == 0
+    assert "schedule:other has no created_by, so it counts as the agent's" in one_line(r.stderr)
+    listed = {s["id"]: s for s in map(json.loads, run_cli("schedule", "list", "--json", env=env).stdout.splitlines())}
+    assert listed["morning"]["created_by"] == "operator" and listed["other"]["created_by"] == "agent"
+
+
+def test_force_stores_a_malformed_schedule_which_is_then_listed_as_invalid(env):
+    r = run_cli("kv", "put", "schedule:broken", '{"tool": "t", "created_by": "operator"}', "--force", env=env)
+    assert r.returncode == 0 and "stored despite its check (--force): schedule:broken: give exactly one" in r.stderr
+    (entry,) = map(json.loads, run_cli("schedule", "list", "--json", env=env).stdout.splitlines())
+    assert entry == {"id": "broken", "key": "schedule:broken",
+                     "error": "give exactly one of every (e.g. 30m, 1d) and cron (five fields)"}
 
 
 def test_force_does_not_store_reflexes_that_are_not_rules(env):

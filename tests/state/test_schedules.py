@@ -197,6 +197,37 @@ def test_each_agent_sees_only_its_own_schedules(tmp_path):
         assert sch.load(bob, "a1") is None
 
 
+def test_when_a_schedule_runs_reads_as_a_person_writes_it():
+    assert make(every="30m").when == "every 30m"
+    assert make(cron="0 9 * * MON-FRI").when == "cron 0 9 * * MON-FRI"
+    assert make(cron="@daily", tz="Europe/London").when == "cron @daily (Europe/London)"
+
+
+def test_its_next_run_is_the_stored_one_or_the_first_after_now_and_none_while_paused():
+    assert sch.upcoming(make(every="1h", next_run="2026-05-04T09:00:00Z"), NOW) == "2026-05-04T09:00:00Z"
+    assert sch.upcoming(make(every="1h"), NOW) == "2026-05-04T11:00:00Z"
+    assert sch.upcoming(make(cron="0 12 * * *"), NOW) == "2026-05-04T12:00:00Z"
+    assert sch.upcoming(make(every="1h", enabled=False, next_run="2026-05-04T09:00:00Z"), NOW) is None
+
+
+def test_an_inventory_after_a_write_or_a_removal():
+    a, b = make(id="a", every="1h"), make(id="b", every="1h")
+    broken = sch.Problem("schedule:c", "schedule:c: bad")
+    inventory = Inventory([a, b], [broken])
+    assert inventory.replaced("b", None) == Inventory([a], [broken])
+    c = make(id="c", every="2h")
+    assert inventory.replaced("c", c) == Inventory([a, b, c], [])  # a schedule there now, not a broken value
+    assert inventory.replaced("a", make(id="a", every="3h")).get("a").every == "3h"
+    assert inventory == Inventory([a, b], [broken])  # unchanged itself
+
+
+def test_the_limits_come_from_the_operators_settings():
+    from brainstem.core.settings import load_settings
+
+    assert Limits.from_settings(load_settings(schedule_min_interval=60, schedule_max=2)) == Limits(60, 2)
+    assert Limits.from_settings(load_settings()) == Limits()
+
+
 # --- the agent's limits ---------------------------------------------------------------------------------
 
 LIMITS = Limits(min_interval=300, max_count=3)

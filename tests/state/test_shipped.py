@@ -947,7 +947,7 @@ def test_orient_and_subplan_prompts_document_every_step_type():
 def test_orient_uses_only_known_variables():
     known = {"models", "resources", "config", "tools"} | {"context." + k for k in (
         "balances", "kvUsage", "lastReflect", "additionalContext", "kvIndex", "effort",
-        "deepReflectDue", "crashData", "sessionId", "now", "inbox")}
+        "deepReflectDue", "crashData", "sessionId", "now", "inbox", "schedules")}
     text = (PROMPTS_DIR / "orient.md").read_text()
     head = text[: text.index("## Answer format")]
     assert set(re.findall(r"\{\{([\w.]+)\}\}", head)) <= known
@@ -959,14 +959,14 @@ def test_reflect_and_deep_answer_shapes():
     assert {"session_summary", "note_to_future_self", "next_orient_context"} <= set(r)
     assert isinstance(r["next_orient_context"]["load_keys"], list)
     assert set(re.findall(r"\{\{([\w.]+)\}\}", reflect_text)) <= {
-        "karma", "sessionCost", "results", "plan", "context.lastReflect", "context.balances"}
+        "karma", "sessionCost", "results", "plan", "context.lastReflect", "context.balances", "context.schedules"}
     deep_text = (PROMPTS_DIR / "deep.md").read_text()
     d = first_json_object(deep_text, "Example shape")
     assert {"reflection", "note_to_future_self"} <= set(d)
     assert set(re.findall(r"\{\{([\w.]+)\}\}", deep_text)) <= {
         "wisdom", "recentKarma", "orientPrompt", "currentDefaults", "sessionHistory", "models",
         "context.balances", "context.kvUsage", "context.memoryStats", "context.notes", "context.toolRecords",
-        "context.replayGate"}
+        "context.replayGate", "context.schedules"}
     for key in ("orient_prompt_proposals", "proposed_text", "updated_defaults", "next_deep_reflect",
                 "updated_model_details", "kv_operations"):
         assert key in deep_text

@@ -64,11 +64,12 @@ def kv_get(c: Ctx, key: str, as_json: bool) -> None:
 def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul: bool, force: bool) -> None:
     """Set KEY to VALUE (or the contents of --file).
 
-    A config:* or prompt:* value is checked before it is written: config:defaults
-    and config:models against their schemas, config:resources and
-    config:tool_registry for their shape, config:reflexes as rules, any other
-    config:* as JSON; a prompt:* must be a template the renderer fills (every {{
-    a placeholder such as {{context.now}}, no {{soul}}). A bad value is exit 2
+    A config:*, prompt:* or schedule:* value is checked before it is written:
+    config:defaults and config:models against their schemas, config:resources
+    and config:tool_registry for their shape, config:reflexes as rules, any
+    other config:* as JSON; a prompt:* must be a template the renderer fills
+    (every {{ a placeholder such as {{context.now}}, no {{soul}}); a
+    schedule:ID must be a schedule (docs/schedules.md). A bad value is exit 2
     with one line naming the key and the field, and nothing is written.
 
     \b
@@ -77,6 +78,8 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
       brainstem kv put config:defaults --file defaults.json
       brainstem kv put config:defaults --json '{"orient": {"max_output_tokens": 4000}}'
       brainstem kv put prompt:orient --file orient.md --force   # store it despite the check
+      brainstem kv get schedule:a1b2c3d4 > s.json   # edit it (e.g. next_run), then:
+      brainstem kv put schedule:a1b2c3d4 --file s.json
     """
     from brainstem.state.checks import check_value as problem_with
     from brainstem.state.guarded import check_key
@@ -110,6 +113,9 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
         click.echo(f"approved {key} (sha256 {rec['sha256'][:12]})")
     if problem is not None:
         click.echo(f"stored despite its check (--force): {problem}", err=True)
+    elif key.startswith(keys.SCHEDULE_PREFIX) and "created_by" not in json.loads(text):
+        click.echo(f'note: {key} has no created_by, so it counts as the agent\'s (which may change or remove it); '
+                   f'add "created_by": "operator" to keep it yours', err=True)
 
 
 def _previous(store, key: str) -> str | None:

@@ -88,6 +88,7 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     from brainstem.core.timeline import format_entry
     from brainstem.sandbox import pool
     from brainstem.state.guarded import AgentKV
+    from brainstem.state.schedules import Limits
     from brainstem.store.karma import Redactor
     from brainstem.tools.policy import standalone_tool_policy
     from brainstem.tools.services import run_tool
@@ -112,8 +113,9 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
     if ":" in name or c.store.get(keys.tool_code(name)) is None:
         # Named nothing: exit 2 before the sandbox starts, not the 1 of a tool that ran and failed.
         raise NotFound(f"no tool named {name!r} in {c.store.display_url}; `brainstem tool ls` lists them")
+    agent_kv = AgentKV(c.store, record, limits=Limits.from_settings(c.settings))
     with pool.use(0):  # one call: no worker to keep ready for a next
-        out = run_tool(name, args, store=c.store, agent_kv=AgentKV(c.store, record), record=record, policy=policy)
+        out = run_tool(name, args, store=c.store, agent_kv=agent_kv, record=record, policy=policy)
     if not out.ok:
         raise BrainstemError(f"tool {name} failed: {redact(out.error or 'unknown error')}")
     print_json(redact(out.value), indent=2)

@@ -12,8 +12,10 @@ error: :func:`setup_failed` covers a bug in the setup itself.
 
 from __future__ import annotations
 
+import encodings
 import json
 import os
+import pkgutil
 from collections.abc import Callable
 
 from brainstem.sandbox.kernel.caps import NOBODY, ROOT_SERVER_CAPS, capget, capset, drop_bounding, uid_switch_error
@@ -252,7 +254,7 @@ def setup_failed(disabled: tuple[str, ...], error: BaseException) -> ServerSetup
 
 def _enter_empty_root() -> None:
     """chroot into a directory that is deleted first: empty, and nothing can be created in it."""
-    import tempfile
+    import tempfile  # noqa: PLC0415 -- only without Landlock: each fork copies what the fork server holds
 
     path = tempfile.mkdtemp(prefix="brainstem-empty-")
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -267,9 +269,6 @@ def _enter_empty_root() -> None:
 
 def preload_codecs() -> int:
     """Import every standard codec: a tool's ``.encode('utf-16-le')`` cannot import it later."""
-    import encodings
-    import pkgutil
-
     n = 0
     for module in pkgutil.iter_modules(encodings.__path__):
         try:

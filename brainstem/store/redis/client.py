@@ -9,6 +9,7 @@ from __future__ import annotations
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 
 from brainstem.core.errors import ConfigError, StoreUnavailable
 
@@ -64,8 +65,6 @@ def new_client(url: str, socket_timeout: float):
     none of whose nodes answers is a one-line :class:`StoreUnavailable`."""
     try:
         if is_cluster(url):
-            from redis.cluster import ClusterNode, RedisCluster
-
             args = parse_cluster_url(url.partition("?")[0])
             return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in args["nodes"]],
                                 username=args["username"], password=args["password"], ssl=args["ssl"],

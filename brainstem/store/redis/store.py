@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 
 import redis
 
+from brainstem.core import names
 from brainstem.core.errors import ConfigError, MalformedValue, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
 from brainstem.core.names import adopt_hint
@@ -144,18 +145,19 @@ class RedisStore(Store):
             # NAME's own runtime appends logs there (an agent from before names were registered).
             clash = None
             batch: list[str] = []
+            own_lease = self._space("") + name + ":" + LEASE  # its own wake, taken before it was registered
             for k in self._scan_all(_glob_escape(self._space("") + name + ":") + "*"):
                 batch.append(k)
                 if len(batch) >= 500:
-                    clash, found_log = self._classify(batch, clash)
+                    clash, found_log = self._classify(batch, clash, own_lease)
                     if found_log:
                         break
                     batch = []
             else:
-                clash, found_log = self._classify(batch, clash)
+                clash, found_log = self._classify(batch, clash, own_lease)
             if clash is not None and not found_log and self._registry_call(self._r.sismember, REGISTRY, name):
                 return  # registered meantime by another process of the same agent: those keys are its own
-            if clash is not None and not found_log and not clash.startswith(self._space("") + name + ":__lock__:"):
+            if clash is not None and not found_log:
                 raise ConfigError(f"cannot register agent {name!r} in {self.display_url}: the default agent already "
                                   f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
                                   f"another name; if they are {name}'s own from before agents were registered: "
@@ -180,14 +182,16 @@ class RedisStore(Store):
             if int(cursor) == 0:
                 return
 
-    def _classify(self, batch: list[str], clash: str | None) -> tuple[str | None, bool]:
+    def _classify(self, batch: list[str], clash: str | None, exempt: str) -> tuple[str | None, bool]:
+        """(the first key of the batch that clashes, unless one clashed before; whether a log is among them).
+        Each key is judged on its own: a lease key under ``exempt`` exempts only itself."""
         if not batch:
             return clash, False
         pipe = self._r.pipeline(transaction=False)
         for k in batch:
             pipe.type(k)
         kinds = pipe.execute()
-        return clash or min(batch), "list" in kinds
+        return clash or min((k for k in batch if not k.startswith(exempt)), default=None), "list" in kinds
 
     def _registry_call(self, fn, *args):
         try:
@@ -394,11 +398,13 @@ class RedisStore(Store):
             used = self._r.info("memory").get("used_memory")
         except redis.ResponseError:  # servers (and fakes) without INFO
             used = None
-        if self.prefix or self.cluster:
-            n = len(self._space())
+        n = len(self._space())
+        if self.prefix:
             keys = sum(1 for k in self._scan_all(_glob_escape(self._space()) + "*") if not k[n:].startswith(INTERNAL))
-        else:
-            keys = self._r.dbsize()
+        else:  # the default agent: not the registered agents' keys, nor the internals (a scan: it is rare in fleets)
+            agents = self._registry_names()
+            keys = sum(1 for k in self._scan_all(_glob_escape(self._space()) + "*")
+                       if not k[n:].startswith(names.INTERNAL) and names.candidate(k[n:]) not in agents)
         # bytes: the whole server's memory; per-agent sizes would cost a scan of every log.
         return {"backend": "redis", "keys": keys, "bytes": used}
 

@@ -402,25 +402,34 @@ class SQLiteStore(Store):
     # --- housekeeping ---
     def _usage(self) -> dict:
         def body(db):
-            p = self.prefix
-            hi = _prefix_upper_bound(p)
-            keys, vbytes = db.execute(
-                "SELECT count(*), coalesce(sum(length(key) + length(value) + coalesce(length(metadata), 0)), 0) "
-                "FROM kv WHERE key >= ? AND (? IS NULL OR key < ?)", (p, hi, hi)).fetchone()
-            logs, entries = db.execute(
-                f"SELECT count(*), coalesce(sum(length - {self._base}), 0) FROM log_keys "
-                "WHERE key >= ? AND (? IS NULL OR key < ?)",
-                (p, hi, hi)).fetchone()
-            if self._counted:  # one row per log, not one per entry: the sleep path's ground truth stays cheap
-                lbytes = db.execute("SELECT coalesce(sum(bytes), 0) FROM log_keys WHERE key >= ? AND "
-                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
-            else:
-                lbytes = db.execute("SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND "
-                                    "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+            keys, vbytes, logs, entries, lbytes = self._usage_of(db, self.prefix)
+            if not self.prefix:  # the default agent: not the registered agents' keys, nor the internals
+                others = [name + ":" for (name,) in db.execute("SELECT name FROM agents")] + ["__"]
+                for theirs in map(lambda p: self._usage_of(db, p), others):
+                    keys, vbytes, logs, entries, lbytes = (a - b for a, b in zip(
+                        (keys, vbytes, logs, entries, lbytes), theirs, strict=True))
             page = db.execute("PRAGMA page_size").fetchone()[0] * db.execute("PRAGMA page_count").fetchone()[0]
             return {"backend": "sqlite", "keys": keys + logs, "logs": logs, "log_entries": entries,
                     "bytes": vbytes + lbytes, "file_bytes": page}
         return self._run(body)
+
+    def _usage_of(self, db, p: str) -> tuple[int, int, int, int, int]:
+        """(values, their bytes, logs, their entries, their bytes) under the stored prefix ``p``."""
+        hi = _prefix_upper_bound(p)
+        keys, vbytes = db.execute(
+            "SELECT count(*), coalesce(sum(length(key) + length(value) + coalesce(length(metadata), 0)), 0) "
+            "FROM kv WHERE key >= ? AND (? IS NULL OR key < ?)", (p, hi, hi)).fetchone()
+        logs, entries = db.execute(
+            f"SELECT count(*), coalesce(sum(length - {self._base}), 0) FROM log_keys "
+            "WHERE key >= ? AND (? IS NULL OR key < ?)",
+            (p, hi, hi)).fetchone()
+        if self._counted:  # one row per log, not one per entry: the sleep path's ground truth stays cheap
+            lbytes = db.execute("SELECT coalesce(sum(bytes), 0) FROM log_keys WHERE key >= ? AND "
+                                "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+        else:
+            lbytes = db.execute("SELECT coalesce(sum(length(entry)), 0) FROM logs WHERE key >= ? AND "
+                                "(? IS NULL OR key < ?)", (p, hi, hi)).fetchone()[0]
+        return keys, vbytes, logs, entries, lbytes
 
     def purge_expired(self) -> int:
         """Delete the rows of expired keys (reads already treat them as absent). Also done by every put

@@ -1,5 +1,5 @@
 """``brainstem status`` says what protects the operator: secret bindings (names and hosts, never values)
-and which kernel layers the sandbox runs under."""
+and which kernel layers the sandbox runs under; and what runs on its own: each schedule, its next run and its last."""
 
 from __future__ import annotations
 
@@ -25,3 +25,36 @@ def test_status_lists_bindings_and_sandbox_protections_but_no_value(tmp_path):
     assert st["secret_bindings"]["WEATHER_API_KEY"] == {"hosts": ["api.weather.example"], "set": True}
     assert st["sandbox"]["protections"]["seccomp"]["state"] in ("on", "off")
     assert VALUE not in r.stdout + r.stderr
+
+
+def test_status_names_each_schedule_with_its_next_run_and_how_its_last_run_ended(tmp_path):
+    from brainstem.store import open_store
+
+    env = {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}"}
+    assert "schedule " not in run_cli("status", env=env).stdout
+    assert json.loads(run_cli("status", "--json", env=env).stdout)["schedules"] == []
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put("schedule:prices", {"tool": "fetch", "every": "1h", "next_run": "2999-01-01T00:00:00Z",
+                                      "last_run": "2026-05-04T09:00:00Z", "last_outcome": "failed"})
+        store.put("schedule:morning", {"tool": "report", "cron": "0 9 * * *", "tz": "Europe/London",
+                                       "created_by": "operator", "notify": "telegram", "enabled": False})
+        store.put("schedule:late", {"tool": "fetch", "every": "1d", "next_run": "2020-01-01T00:00:00Z"})
+        store.put("schedule:broken", {"tool": "fetch"})
+    r = run_cli("status", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = [" ".join(ln.split()) for ln in r.stdout.splitlines() if ln.startswith("schedule ")]
+    assert lines == [
+        "schedule late: fetch every 1d; next run 2020-01-01T00:00:00Z (due now); never run; agent's",
+        "schedule morning: report cron 0 9 * * * (Europe/London); PAUSED (brainstem schedule resume morning); "
+        "never run; operator's, notify telegram",
+        "schedule prices: fetch every 1h; next run 2999-01-01T00:00:00Z; last failed at 2026-05-04T09:00:00Z; "
+        "agent's",
+        "schedule broken: INVALID, never runs: give exactly one of every (e.g. 30m, 1d) and cron (five fields)"]
+    report = json.loads(run_cli("status", "--json", env=env).stdout)["schedules"]
+    by_id = {s["id"]: s for s in report}
+    assert by_id["prices"] == {"id": "prices", "tool": "fetch", "when": "every 1h", "enabled": True,
+                               "created_by": "agent", "notify": "none", "next_run": "2999-01-01T00:00:00Z",
+                               "due": False, "last_run": "2026-05-04T09:00:00Z", "last_outcome": "failed"}
+    assert by_id["late"]["due"] is True and by_id["morning"]["next_run"] is None
+    assert by_id["broken"] == {"id": "broken", "key": "schedule:broken",
+                               "error": "give exactly one of every (e.g. 30m, 1d) and cron (five fields)"}
