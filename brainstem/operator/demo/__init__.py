@@ -64,11 +64,13 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         last = store.get_json(keys.LAST_REFLECT, default={}) or {}
         echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
         echo(f"its note to itself: {last.get('note_to_future_self', '(none)')}\n")
+        _schedule(echo, settings, store)
         echo("where to go next:")
         if kept:
             echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
             echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
-            echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, read")
+            echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, read, and the schedule's notice")
+            echo(f"  BRAINSTEM_KV={url} brainstem schedule list    # the schedule, its next run and its last")
             echo(f"  BRAINSTEM_KV={url} brainstem wake --force --llm-cassette {kept_cassette}"
                  "   # another session, offline")
         else:
@@ -77,3 +79,19 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         return 0 if result.outcome == "clean" else 1
     finally:
         store.close()
+
+
+def _schedule(echo: Callable[[str], None], settings, store) -> None:
+    """A scheduled action: the same tool the session used, every hour, its result to the inbox; run once now,
+    with no model call (as `brainstem schedule add` and `brainstem schedule run` do)."""
+    from brainstem.core.clock import now_utc
+    from brainstem.session.schedule_run import run_now
+    from brainstem.state import schedules
+
+    plan = schedules.parse("hourly-look", {"tool": "kv_read", "input": {"keys": ["wisdom"]}, "every": "1h",
+                                            "notify": "inbox", "created_by": "operator"})
+    schedules.save(store, schedules.filled(plan, now_utc()))
+    echo("scheduled kv_read every hour, its result to your inbox (as `brainstem schedule add kv_read --input "
+         "'{\"keys\": [\"wisdom\"]}' --every 1h --notify inbox` does), and ran it once now, without a session:")
+    ran = run_now(settings, store, plan.id)
+    echo(f"  {ran.outcome}, ${ran.cost:.4f}, no model call; its karma: brainstem karma {ran.run_id}\n")

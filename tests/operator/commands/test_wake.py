@@ -23,6 +23,7 @@ from brainstem.core import keys
 from brainstem.core.settings import load_settings
 from brainstem.operator.progress import listener
 from brainstem.session.wake import wake
+from brainstem.state import inbox
 from brainstem.store import karma, open_store
 from tests.doubles import LLMDouble
 from tests.helpers import ok, redis_unavailable, run_cli, unique_prefix
@@ -333,6 +334,13 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
             # What it printed is what it stored.
             store = open_store(f"sqlite:///{keep / 'demo.db'}", prefix="")
             assert [x["outcome"] for x in history(store)] == ["clean"]
+            # A scheduled action, run once without a session: no model call, its notice in the inbox.
+            ran = re.search(r"  ok, \$0\.0000, no model call; its karma: brainstem karma (sched-hourly-look-\S+)", out)
+            assert ran, out
+            (run,) = [e for e in karma.read(store, ran.group(1)) if e["event"] == "schedule_run"]
+            assert run["outcome"] == "ok" and run["id"] == "hourly-look" and run["cost"] == 0
+            assert not [e for e in karma.read(store, ran.group(1)) if e["event"] == "llm_call"]
+            assert "schedule hourly-look: kv_read" in inbox.messages(store)[-1]["text"]
             store.close()
         assert listener_.connections == 0  # an operator's OPENROUTER_BASE_URL is not contacted
     finally:
