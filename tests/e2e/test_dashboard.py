@@ -673,3 +673,106 @@ def test_two_agents_each_with_their_own_sessions(browser, tab, tmp_path):
         assert refused.value.code == 404
         server.assert_no_errors()
     tab.assert_clean()
+
+
+# --- schedules ------------------------------------------------------------------------------------
+
+HOSTILE_INPUT = "<script>alert(1337)</script>"
+HOSTILE_PROMPT = '"><img src=x onerror=alert(1337)> Summarise'
+
+
+def _schedules_store(url: str, name: str):
+    """Agent ``name``'s store: yours (added with ``brainstem schedule add``, one paused), the agent's own (as its
+    reflection's write stores it, with hostile text in its input and prompt, due since an hour), a value under
+    ``schedule:`` that is not a schedule, and one run's karma as the runner keeps it."""
+    from datetime import timedelta
+
+    from brainstem.core.clock import iso, now_utc
+    from brainstem.state import schedules
+
+    store = open_store(url, prefix=name)
+    seed(store, soul_file=example_soul_path())
+    env = {"BRAINSTEM_KV": url, "BRAINSTEM_KV_PREFIX": name}
+    _ok(run_cli("schedule", "add", "check_or_balance", "--every", "6h", "--notify", "inbox", "--id", "balance",
+                env=env))
+    _ok(run_cli("schedule", "add", "web_fetch", "--input", '{"url": "https://example.org/status"}', "--cron",
+                "0 9 * * MON-FRI", "--tz", "Europe/London", "--notify", "telegram", "--synthesize",
+                "In one line: is anything down?", "--id", "status-page", env=env))
+    _ok(run_cli("schedule", "pause", "status-page", env=env))
+    now = now_utc()
+    raw = {"tool": "kv_read", "input": {"key": HOSTILE_INPUT}, "every": "1h", "notify": "inbox",
+           "synthesize": HOSTILE_PROMPT}
+    mine = schedules.check_agent_write(schedules.load_all(store), "digest", raw, schedules.Limits(), now)
+    schedules.save(store, mine.model_copy(update={"next_run": iso(now - timedelta(hours=1))}))
+    _ok(run_cli("kv", "put", "schedule:broken", '{"tool": "kv_read", "every": "often"}', "--force", env=env))
+    # The runner's record of one run of "balance": its karma, then the outcome on the schedule.
+    scheduled = now - timedelta(hours=2)
+    run_id = f"sched-balance-{scheduled.strftime('%Y%m%dT%H%M%SZ')}"
+    k = karma.Karma(store, run_id)
+    k.record("tool_start", tool="check_or_balance", elapsed_ms=4)
+    k.record("tool_complete", tool="check_or_balance", duration_ms=420, elapsed_ms=424, result={"balance": 12.5})
+    k.record("schedule_run", id="balance", scheduled=iso(scheduled), outcome="ok", cost=0.0, elapsed_ms=431)
+    balance = schedules.load(store, "balance")
+    schedules.save(store, balance.model_copy(update={"last_run": iso(scheduled), "last_outcome": "ok"}))
+    return store, run_id
+
+
+def test_the_schedules_page_shows_every_agents_schedules_and_opens_a_runs_karma(browser, tab, tmp_path):
+    url = f"sqlite:///{tmp_path / 'schedules.db'}"
+    store, run_id = _schedules_store(url, "ops")
+    quiet = open_store(url, prefix="quiet")
+    seed(quiet, soul_file=example_soul_path())
+    page = tab.page
+    ran = []
+    page.on("dialog", lambda d: (ran.append(d.message), d.dismiss()))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        with serving(url, tmp_path / "dashboard.log", "--agent", "ops", "--agent", "quiet") as server:
+            server.login(tab)
+            page.locator("nav a", has_text="Schedules").click()
+            page.wait_for_url("**/schedules?agent=ops")
+            assert page.locator("h1").inner_text() == "Schedules"
+            assert page.locator("main h2").all_inner_texts() == ["Agent ops", "Agent quiet"]
+            rows = page.locator("table.schedules tr").filter(has=page.locator("td"))
+            cells = {rows.nth(i).locator("td").first.inner_text(): rows.nth(i) for i in range(rows.count())}
+            assert sorted(cells) == ["balance", "broken", "digest", "status-page"]
+            balance = cells["balance"].locator("td").all_inner_texts()
+            assert balance[1:3] == ["check_or_balance\ninput", "every 6h"] and balance[4:6] == ["operator", "inbox"]
+            assert balance[3].endswith("in 5h 59m") or balance[3].endswith("in 6h"), balance[3]
+            assert balance[7] == "ok\nkarma" and cells["balance"].locator("td .ok").inner_text() == "ok"
+            status = cells["status-page"].locator("td").all_inner_texts()
+            assert status[2] == "cron 0 9 * * MON-FRI (Europe/London)" and status[3] == "paused"
+            assert status[5] == "telegram\nsummary prompt" and status[6:] == ["never", "-"]
+            digest = cells["digest"].locator("td").all_inner_texts()
+            assert digest[3].splitlines()[1] == "due 1h ago" and digest[4] == "agent"
+            cells["digest"].locator("summary", has_text="input").click()
+            assert HOSTILE_INPUT in cells["digest"].locator("pre").first.inner_text()  # text, not markup
+            cells["digest"].locator("summary", has_text="summary prompt").click()
+            assert HOSTILE_PROMPT in cells["digest"].locator("pre").nth(1).inner_text()
+            assert page.locator("main script, main img").count() == 0
+            assert "invalid, never runs" in cells["broken"].inner_text() and "often" in cells["broken"].inner_text()
+            empty = page.locator("main").inner_text().split("Agent quiet", 1)[1]
+            assert "No schedules yet" in empty and "brainstem schedule add" in empty
+            page.screenshot(path=str(ARTIFACTS / "dashboard-schedules.png"), full_page=True)
+
+            # The last run's karma opens on the page a session's does.
+            link = cells["balance"].get_by_role("link", name="karma")
+            assert link.get_attribute("title") == run_id
+            link.click()
+            page.wait_for_url(f"**/sessions/{run_id}?agent=ops")
+            assert page.locator("h1").inner_text() == f"Schedule run {run_id}"
+            head = page.locator("main p").first.inner_text()
+            assert head.startswith("ok · a run of schedule balance"), head
+            assert page.locator("table.timeline tr[id^='e']").count() == 3
+            assert page.locator("table.timeline .wf span.tool").count() == 1
+            page.screenshot(path=str(ARTIFACTS / "dashboard-schedule-run.png"), full_page=True)
+            page.get_by_role("link", name="balance").click()
+            page.wait_for_url("**/schedules?agent=ops")
+            server.assert_no_errors()
+        assert not ran, ran
+        for name in ("dashboard-schedules.png", "dashboard-schedule-run.png"):
+            assert (ARTIFACTS / name).stat().st_size > 10_000, name
+        tab.assert_clean()
+    finally:
+        store.close()
+        quiet.close()

@@ -155,6 +155,17 @@ def plant(store, payloads: list[str], names: list[str], secret_name: str, secret
             inbox.post(store, text, sender=sender, urgent=urgent)
         except inbox.InboxError:
             pass  # only whitespace: no message
+    # Schedules: the agent writes its own (the tool's name, its input and its summary prompt are its text), a
+    # broken value under schedule: says what it holds, and each run's karma ends in the runner's record.
+    tool = p[0] if 1 <= len(p[0]) <= 128 and not any(c == ":" or c.isspace() for c in p[0]) else "x<b>y</b>"
+    store.put(keys.schedule("h1"), {"tool": tool, "input": {p[6]: p[7], "list": p}, "every": "1h", "notify": "inbox",
+                                    "synthesize": f"{p[5]} {secret_value}", "next_run": now,
+                                    "last_run": now, "last_outcome": "failed"})
+    store.put(keys.schedule("h2"), {"tool": "kv_read", "every": p[1], "created_by": p[2]})
+    store.put(keys.schedule(names[0]), p[3])
+    run = karma.Karma(store, "sched-h1-20260504T090000Z")
+    run.record("tool_complete", tool=tool, duration_ms=5, result={p[4]: secret_value})
+    run.record("schedule_run", id=p[5], scheduled=p[6], outcome=p[7], cost=p[0], missed=p[1], reason=p[2])
     return {"note": note}
 
 
@@ -307,7 +318,8 @@ def test_no_page_lets_the_stores_text_become_markup(bs_settings, payloads, names
                          f"/inbox?done={last}"]
             # (The pages the checks below read are named: a secret matching a path redacts its links.)
             seen = crawl(c, ["/api/karma", f"/api/karma?session={SID}", "/store?key=notes", f"/sessions/{SID}",
-                             "/review", "/changes", "/inbox", *reflected])
+                             "/review", "/changes", "/inbox", "/schedules", "/sessions/sched-h1-20260504T090000Z",
+                             *reflected])
             assert len(seen) > 12, sorted(seen)
 
             # The copied secret shows as its label, the label as text (whatever the secret's name holds).
@@ -388,7 +400,7 @@ def _directives(csp: str) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("path", ["/", "/sessions", f"/sessions/{SID}", "/live", "/store", "/review", "/inbox",
-                                  "/static/app.js", "/api/karma", "/nonesuch"])
+                                  "/schedules", "/static/app.js", "/api/karma", "/nonesuch"])
 def test_the_csp_allows_no_inline_script_or_style(bs_settings, tmp_path, path):
     store = SQLiteStore(tmp_path / "store.db")
     try:

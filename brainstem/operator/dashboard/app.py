@@ -31,6 +31,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from brainstem.core import keys
+from brainstem.core.clock import now_utc
 from brainstem.core.errors import BadArgument, BrainstemError
 from brainstem.core.secrets import PCHAR_SAFE
 from brainstem.operator.dashboard import auth, charts, views
@@ -110,9 +111,10 @@ class Dashboard:
             csrf = self.csrf.issue()
 
         def url(path: str, **params: Any) -> str:
+            agent = params.pop("agent", name)  # a link to another agent's page names it (/schedules has them all)
             params = {k: v for k, v in params.items() if v not in (None, "")}
-            if len(self.stores) > 1 or name:
-                params.setdefault("agent", name)
+            if len(self.stores) > 1 or agent:
+                params["agent"] = agent
             return local_path(path) + ("?" + urlencode(params) if params else "")
 
         html = self.env.get_template(template).render(
@@ -221,10 +223,23 @@ async def session(request: Request) -> Response:
     d, name, store = _viewing(request)
     sid = request.path_params["sid"]
     tl = views.timeline(store, sid, redact=d.redact.text)
+    schedule_id = views.run_of(sid)  # a schedule's run keeps its karma as a session does: shown the same way
+    what = "session" if schedule_id is None else "schedule run"
     if tl is None:
-        return d.page(request, "error.html", status=404, title="No such session",
-                      message=f"no karma for session {sid!r} (unknown, or trimmed by retention)")
-    return d.page(request, "session.html", title=f"Session {sid}", tl=tl)
+        return d.page(request, "error.html", status=404, title=f"No such {what}",
+                      message=f"no karma for {what} {sid!r} (unknown, or trimmed by retention)")
+    return d.page(request, "session.html", title=f"{what.capitalize()} {sid}", tl=tl, schedule_id=schedule_id)
+
+
+async def schedules_page(request: Request) -> Response:
+    """Every agent's schedules, one table each (a schedule runs whichever agent the pages are switched to).
+    Read-only: the commands change them."""
+    d, name, store = _viewing(request)
+    now = now_utc()
+    tables = [{"agent": agent, **views.schedules_page(s, now, redact=d.redact.text)}
+              for agent, s in d.stores.items()]
+    return d.page(request, "schedules.html", title="Schedules", tables=tables,
+                  min_interval=d.settings.schedule_min_interval, max_count=d.settings.schedule_max)
 
 
 async def live(request: Request) -> Response:
@@ -379,7 +394,7 @@ def make_app(settings, stores: dict[str, Any], *, token: str, loopback_only: boo
         Route("/changes/{key:path}", key_history), Route("/rollback", rollback, methods=["POST"]),
         Route("/store", store_keys), Route("/review", review_page),
         Route("/review/{item}", review_act, methods=["POST"]), Route("/inbox", inbox_page),
-        Route("/tell", tell, methods=["POST"]), Route("/static/{name}", static),
+        Route("/tell", tell, methods=["POST"]), Route("/schedules", schedules_page), Route("/static/{name}", static),
     ]
     async def guard(request: Request, call_next):
         if not auth.host_allowed(request.headers.get("host"), loopback_only):

@@ -5,11 +5,15 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
+from datetime import datetime
 from typing import Any
 
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_utc, parse_iso
+from brainstem.core.errors import BrainstemError
 from brainstem.state import history as session_history
+from brainstem.state import schedules
 from brainstem.store import karma as karma_mod
 
 DETAIL_CHARS = 20_000  # one expanded entry; karma holds more, the CLI shows it whole
@@ -70,7 +74,8 @@ def timeline(store, session_id: str, redact: Any = None) -> dict | None:
         rows.append({"i": i, "event": event, "kind": timed or "mark", "label": label,
                      "start": start, "dur": dur, "cost": e.get("cost"), "t": e.get("t"),
                      "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact)})
-    end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
+    # A session ends in session_end; a schedule's run (whose karma this page shows too) in schedule_run.
+    end = next((e for e in reversed(entries) if e.get("event") in (events.SESSION_END, events.SCHEDULE_RUN)), None)
     return {"id": session_id, "rows": rows, "end_ms": end_ms, "end": end, "start": entries[0]}
 
 
@@ -84,6 +89,88 @@ def _ms(value: Any) -> int | float:
 
 def latest_session(store) -> str | None:
     return karma_mod.latest_session_id(store)
+
+
+# --- schedules ---
+
+RUN_ID = re.compile(r"sched-(?P<id>.+)-(?P<at>\d{8}T\d{6}Z)(?:-(?P<n>\d+))?")
+
+
+def run_of(run_id: str) -> str | None:
+    """The schedule whose run ``run_id`` is (``sched-ID-20260504T090000Z``, a ``-N`` after it when that
+    time ran twice), or None for any other karma id (a session's)."""
+    found = RUN_ID.fullmatch(run_id)
+    return found["id"] if found else None
+
+
+def _last_runs(store) -> dict[str, str]:
+    """Each schedule's newest run that left karma: schedule id -> run id. One listing for all of them."""
+    newest: dict[str, tuple[str, int, str]] = {}
+    for info in store.list_all(keys.karma("sched-")):
+        run_id = info.name[len(keys.karma("")):]
+        found = RUN_ID.fullmatch(run_id)
+        if info.is_log and found:
+            rank = (found["at"], int(found["n"] or 1), run_id)
+            if found["id"] not in newest or rank > newest[found["id"]]:
+                newest[found["id"]] = rank
+    return {schedule_id: rank[2] for schedule_id, rank in newest.items()}
+
+
+def _at(value: Any) -> str:
+    """An ISO-8601 UTC time as the page prints it (``2026-05-04 09:00``, seconds only when there are any);
+    anything else as the text it is."""
+    t = parse_iso(value)
+    if t is None:
+        return "" if value is None else str(value)
+    return iso(t)[:19 if t.second else 16].replace("T", " ")
+
+
+def _span(seconds: float) -> str:
+    """A duration as a person reads it, in its largest unit and the next: ``45s``, ``12m``, ``3h 5m``, ``2d``."""
+    s = int(abs(seconds))
+    parts = [(s // 86400, "d"), (s % 86400 // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
+    first = next((i for i, (n, _) in enumerate(parts) if n), len(parts) - 1)
+    return " ".join(f"{n}{unit}" for n, unit in parts[first:first + 2] if n) or "0s"
+
+
+def _from_now(value: Any, now: datetime) -> str:
+    t = parse_iso(value)
+    if t is None:
+        return ""
+    delta = (t - now).total_seconds()
+    return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
+
+
+def schedules_page(store, now: datetime | None = None, redact: Any = None) -> dict:
+    """The agent's schedules (:func:`~brainstem.state.schedules.load_all`) as rows in key order, each with its
+    next run (``due`` once that time has come), its last run and outcome, and its newest run's karma id when
+    that karma is kept. A value under ``schedule:`` that is not a schedule is a row too, its ``error`` set to
+    why. Reads only: a schedule without ``next_run`` shows the first run after ``now`` without storing it."""
+    now = now or now_utc()
+    inventory, runs = schedules.load_all(store), _last_runs(store)
+    rows: list[dict] = []
+    for s in inventory.schedules:
+        try:
+            upcoming = schedules.upcoming(s, now)
+        except (BrainstemError, ValueError, OverflowError) as exc:  # a timing with no run left in range
+            rows.append({"id": s.id, "key": keys.schedule(s.id), "error": f"no next run: {exc}",
+                         "operator": s.created_by == "operator", "run": runs.get(s.id)})
+            continue
+        due = upcoming is not None and (parse_iso(upcoming) or now) <= now
+        rows.append({
+            "id": s.id, "key": keys.schedule(s.id), "tool": s.tool, "input": pretty(s.input, redact=redact),
+            "when": s.when, "missed": s.missed, "enabled": s.enabled, "created_by": s.created_by, "notify": s.notify,
+            "synthesize": pretty(s.synthesize, redact=redact) if s.synthesize else None,
+            "next_run": _at(upcoming), "due": due, "next_in": _from_now(upcoming, now),
+            "last_run": _at(s.last_run), "last_ago": _from_now(s.last_run, now), "last_outcome": s.last_outcome,
+            "run": runs.get(s.id)})
+    for p in inventory.problems:
+        schedule_id = schedules.id_of(p.key) or p.key
+        rows.append({"id": schedule_id, "key": p.key, "error": p.reason.removeprefix(f"{p.key}: "),
+                     "operator": p.operator, "run": runs.get(schedule_id)})
+    rows.sort(key=lambda r: r["key"])
+    agents = sum(1 for r in rows if r.get("created_by") == "agent")
+    return {"rows": rows, "agents": agents, "invalid": sum(1 for r in rows if "error" in r)}
 
 
 # --- self-modification ---
