@@ -268,3 +268,22 @@ def test_replay_keeps_the_pool_of_workers_the_operator_set(st, llm, fenv):
     finally:
         pool.drain()
         pool.configure(pool.DEFAULT_SIZE)
+
+
+def test_replay_shows_the_schedules_a_session_changed(st, llm, fenv):
+    """Reflection adds a schedule of the agent's own: the session writes it, and its replay names that write
+    (in an overlay: the store keeps the one schedule the session made)."""
+    daily = {"tool": "kv_read", "input": {"keys": ["wisdom"]}, "every": "1d"}
+    llm.queue(plan(think("Anything to do daily?", id="ask")))
+    llm.responder = answers("yes: read my wisdom daily", reflect=reflection(
+        "scheduled a daily read", kv_operations=[{"op": "put", "key": "schedule:daily", "value": daily}]))
+    sid, _ = finished(run_wake(fenv, "--force"), st)
+    made = st.get("schedule:daily", "json")
+    assert made["tool"] == "kv_read" and made["created_by"] == "agent" and made["next_run"]
+    llm.reset()
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert ["put", "schedule:daily"] in [w[:2] for w in report["writes"]["now"]]
+    assert report["writes"]["same"] is True
+    assert st.get("schedule:daily", "json") == made
