@@ -76,6 +76,15 @@ for command in (seed, demo, wake, run, status, sessions, anomaly, tool, agents, 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; expected errors become one line and an exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = output.VisibleStream(sys.stdout), output.VisibleStream(sys.stderr)
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(args: list[str]) -> int:
     debug = "--debug" in args
     try:
         cli.main(args=args, prog_name="brainstem", standalone_mode=False)

@@ -7,8 +7,12 @@ Every command prints through these, so a value reads the same everywhere (never
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 
 import click
+
+from brainstem.state.approval import visible
 
 LABEL = 17  # row labels are padded to this many characters, so the values line up
 
@@ -74,15 +78,50 @@ def echo_lines(items) -> None:
         click.echo(line)
 
 
+# Anything but printable ASCII, newline and tab: only then is a text looked at character by character.
+_HIDDEN_RE = re.compile(r"[^\t\n\x20-\x7e]")
+
+
+def _hidden(c: str) -> bool:
+    return c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def json_text(value, indent: int | None = None, sort_keys: bool = False, default=None) -> str:
+    """``value`` as JSON, non-ASCII text kept as it is but for control and format characters, which are
+    escaped (``\\u009b``): what the agent wrote reaches a terminal as text, never as a command to it."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=sort_keys, default=default)
+    if not _HIDDEN_RE.search(text):
+        return text
+    return "".join(json.dumps(c)[1:-1] if _hidden(c) else c for c in text)
+
+
 def print_json(value, indent: int | None = None, sort_keys: bool = False) -> None:
-    """One JSON document, non-ASCII text kept as it is."""
-    click.echo(json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=sort_keys))
+    """One JSON document (see :func:`json_text`)."""
+    click.echo(json_text(value, indent=indent, sort_keys=sort_keys))
 
 
 def json_lines(items) -> None:
     """One JSON object per line: what every list command prints with --json."""
     for item in items:
-        click.echo(json.dumps(item, ensure_ascii=False))
+        click.echo(json_text(item))
+
+
+class VisibleStream:
+    """A text stream that spells out every control or format character but newline and tab (``\\u{1b}``)
+    before writing: the command line prints what the agent wrote (a tool's name, its result, a message) in
+    many places, and none of it may move the cursor, clear the screen, retitle the window or reorder text.
+    The command line writes through one for the whole command (:func:`brainstem.operator.cli.main`)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def write(self, text):
+        if isinstance(text, str) and _HIDDEN_RE.search(text):
+            text = visible(text)
+        return self._inner.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
 
 
 def error(exc: BaseException) -> None:

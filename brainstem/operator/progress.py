@@ -7,16 +7,16 @@ JSON object per line with ``--log-format json`` for journald and log shippers.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from brainstem.core import events
 from brainstem.core.timeline import format_entry
+from brainstem.operator.output import json_text
 
 
 def listener(fmt: str, echo: Callable[[str], None], tty: bool) -> Callable[[dict], None]:
     if fmt == "json":
-        return lambda entry: echo(json.dumps(entry, ensure_ascii=False, default=str))
+        return lambda entry: echo(json_text(entry, default=str))
     # N is the plan's number of steps (its ``plan`` event), not the step budget: "3/6" read as half done
     # when the plan had three steps and all three were done.
     state = {"step": 0, "planned": None, "spent": 0.0, "budget": None}

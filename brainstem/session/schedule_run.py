@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_utc, parse_iso
@@ -226,6 +227,12 @@ def _decide(ctx: _Ctx, view: Store, schedule_id: str, nonce: str,
                 save(view, schedule.model_copy(update={"next_run": d.next_run}))
             return None
         scheduled, next_run, missed, action = d.due or iso(now), d.next_run, d.missed, d.action
+        soonest = _soonest(ctx, schedule)
+        if action == "run" and soonest is not None and now < soonest:
+            # The agent's runs stay the operator's minimum interval apart whatever its schedule says (a clock
+            # change years ahead, a schedule made again): this one waits, and is not missed.
+            save(view, schedule.model_copy(update={"next_run": iso(soonest)}))
+            return None
     run_lease = keys.SCHEDULE_RUN_LEASE + schedule_id
     holder = held_alive(view, run_lease)
     marker = _marker(view, schedule_id)
@@ -253,6 +260,12 @@ def _decide(ctx: _Ctx, view: Store, schedule_id: str, nonce: str,
         _release(ctx.store, run_lease, token)
         raise
     return _Claim(schedule, run_id, token, scheduled, last_run, missed)
+
+
+def _soonest(ctx: _Ctx, schedule: Schedule) -> datetime | None:
+    """The soonest an agent's schedule may run again (its last run plus the operator's minimum interval)."""
+    last = parse_iso(schedule.last_run) if schedule.created_by == "agent" and schedule.last_run else None
+    return last + timedelta(seconds=ctx.settings.schedule_min_interval) if last is not None else None
 
 
 def _skip(ctx: _Ctx, view: Store, schedule: Schedule, outcome: str, scheduled: str, next_run: str | None,

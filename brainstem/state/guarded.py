@@ -23,6 +23,7 @@ prompt and config updates) passes through :class:`AgentKV`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import unicodedata
 from collections.abc import Callable
@@ -285,23 +286,33 @@ class AgentKV:
         try:
             if op is None:
                 raise KVWriteRefused(f"key must be a non-empty string, got {shown!r}")
-            writes = self.plan([op])
+            with self._claims([op]):
+                return self._perform(self.plan([op]), source)
         except KVWriteRefused as exc:
             self._record(events.KV_WRITE_REFUSED, op=name, key=str(shown)[:200], source=source, reason=str(exc))
             raise
-        return self._perform(writes, source)
 
     def apply_operations(self, raw: Any, *, source: str = "agent") -> list[dict]:
         """Validate the whole batch, then apply it. Nothing is written if anything is invalid."""
         try:
             ops = parse_operations(raw)
-            writes = self.plan(ops)
+            with self._claims(ops):
+                writes = self.plan(ops)
+                self._perform(writes, source)
         except KVWriteRefused as exc:
             self._record(events.KV_OPERATIONS_REJECTED, source=source, reason=str(exc),
                          operations=raw if isinstance(raw, list) else repr(raw)[:500])
             raise
-        self._perform(writes, source)
         return [op.model_dump() for op in ops]
+
+    def _claims(self, ops: list[PutOp | DeleteOp | RenameOp | CopyOp]) -> contextlib.AbstractContextManager:
+        """The claims of the schedules ``ops`` touch, held while the batch is checked and written: a run deciding
+        a schedule between the check and the write would otherwise have its next run put back (run twice) or a
+        schedule the batch deleted brought back."""
+        touched = [k for op in ops for k in (op.key, op.value if isinstance(op, (RenameOp, CopyOp)) else None)
+                   if isinstance(k, str) and k.startswith(keys.SCHEDULE_PREFIX)]
+        ids = [i for i in map(schedules.id_of, touched) if i and schedules.is_id(i)]  # the rest: refused by plan
+        return schedules.claimed(self.store, ids, "agent-kv") if ids else contextlib.nullcontext()
 
     # --- internals ---
     def _perform(self, writes: list[tuple[str, str, str | None]], source: str) -> bool:

@@ -23,9 +23,12 @@ schedules still run. Everything here is a plain function of its inputs; nothing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,6 +39,7 @@ from brainstem.core import keys, recurrence
 from brainstem.core.clock import iso, parse_iso
 from brainstem.core.errors import BrainstemError, ConfigError, KVWriteRefused, MalformedValue
 from brainstem.store.base import Store
+from brainstem.store.lease import acquire, forget_token, owner_token
 
 if TYPE_CHECKING:
     from brainstem.core.settings import Settings
@@ -62,6 +66,10 @@ class ScheduleError(BrainstemError):
     """A schedule's JSON is not a valid schedule; the one-line message names the key and the field."""
 
     exit_code = 2
+
+
+class ScheduleBusy(KVWriteRefused):
+    """A run holds the schedule's claim longer than an edit waits: nothing was written; try again."""
 
 
 class ScheduleRefused(KVWriteRefused):
@@ -106,8 +114,9 @@ class Schedule(BaseModel):
     @field_validator("tool", mode="before")
     @classmethod
     def _tool_name(cls, value: Any) -> Any:
-        if not isinstance(value, str) or not 1 <= len(value) <= 128 or any(c == ":" or c.isspace() for c in value):
-            raise ValueError(f"{value!r} is not a tool's name (1-128 characters, no ':' or spaces)")
+        if not isinstance(value, str) or not 1 <= len(value) <= 128 or any(
+                c == ":" or c.isspace() or not c.isprintable() for c in value):
+            raise ValueError(f"{value!r} is not a tool's name (1-128 printable characters, no ':' or spaces)")
         return value
 
     @field_validator("input", mode="before")
@@ -166,6 +175,10 @@ def new_id(taken: set[str] | frozenset[str] = frozenset()) -> str:
 def id_of(key: str) -> str | None:
     """The id in ``schedule:ID``, or None for any other key."""
     return key[len(keys.SCHEDULE_PREFIX):] if key.startswith(keys.SCHEDULE_PREFIX) else None
+
+
+def is_id(text: str) -> bool:
+    return bool(_ID.fullmatch(text))
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -331,7 +344,10 @@ def check_agent_write(inventory: Inventory, schedule_id: str, raw: Any, limits: 
 
     The runtime's fields are the runtime's: whatever the agent gives for ``next_run``, ``last_run`` and
     ``last_outcome`` is replaced by what the stored schedule had, and ``next_run`` is computed afresh
-    when the timing (``every``, ``cron``, ``tz``) changes."""
+    when the timing (``every``, ``cron``, ``tz``) changes: never sooner than the operator's minimum interval
+    after its last run or, for a schedule that has none (a new one, one re-made under another id, or put
+    back after a delete), after this write (the runner holds every run of the agent's to the same
+    interval, whatever the schedule says)."""
     where = keys.schedule(check_id(schedule_id))
     if inventory.operators(schedule_id):
         raise ScheduleRefused(f"{where} is the operator's schedule: the agent may not change or remove it")
@@ -351,8 +367,41 @@ def check_agent_write(inventory: Inventory, schedule_id: str, raw: Any, limits: 
     old = inventory.get(schedule_id)
     kept = {f: getattr(old, f) for f in RUNTIME_FIELDS} if old is not None else {}
     if old is None or old.next_run is None or any(getattr(old, f) != getattr(schedule, f) for f in TIMING_FIELDS):
-        kept["next_run"] = first_run(schedule.rule, now, kept.get("last_run"), limits.min_interval)
+        # With no last run, the write itself (an `every` already waits its interval from now).
+        since = kept.get("last_run") or (iso(now) if isinstance(schedule.rule, recurrence.Cron) else None)
+        kept["next_run"] = first_run(schedule.rule, now, since, limits.min_interval)
     return schedule.model_copy(update=kept)
+
+
+CLAIM_TTL_MS = 10_000  # an edit holds a schedule's claim for milliseconds; the TTL only covers a crash
+CLAIM_WAIT = 5.0  # seconds to wait for a run's claim (held while it decides, never while it runs)
+
+
+@contextlib.contextmanager
+def claimed(store: Store, schedule_ids: Iterable[str], who: str) -> Iterator[None]:
+    """Hold the claims of ``schedule_ids`` (the lease a run takes while it decides and writes its next run)
+    for an edit, so neither the run nor the edit undoes the other's write: every writer of a schedule but
+    a raw ``kv put`` goes through it. :class:`ScheduleBusy` when a run holds one past :data:`CLAIM_WAIT`."""
+    held: list[tuple[str, str]] = []
+    try:
+        for schedule_id in sorted(set(schedule_ids)):  # one order for every writer: no two wait on each other
+            name, owner = keys.SCHEDULE_CLAIM_LEASE + schedule_id, owner_token(who)
+            deadline = time.monotonic() + CLAIM_WAIT
+            # Taken as this process's live token: a run in this same process (the daemon) must not take
+            # the holder for a dead one and reclaim the claim.
+            while not acquire(store, name, owner, CLAIM_TTL_MS):
+                if time.monotonic() > deadline:
+                    raise ScheduleBusy(f"schedule {schedule_id} is being claimed by a run "
+                                       f"({store.lease_owner(name)}); try again in a moment")
+                time.sleep(0.05)
+            held.append((name, owner))
+        yield
+    finally:
+        for name, owner in held:
+            try:
+                store.release_lease(name, owner)
+            finally:
+                forget_token(owner)
 
 
 def check_agent_delete(inventory: Inventory, schedule_id: str) -> None:

@@ -92,3 +92,47 @@ def test_dashboard_on_a_busy_port_fails_in_one_line_before_printing_an_address(e
 def test_dashboard_help_says_what_a_busy_port_does():
     out = run_cli("dashboard", "--help").stdout
     assert "in use is exit 2" in " ".join(out.split())
+
+
+# --- what the agent wrote reaches the terminal as text -------------------------------------------------------
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[1;1Hoperator-ok\u202e\x9b31m\r\u2028"
+
+
+def test_no_control_or_format_character_the_agent_wrote_reaches_the_terminal(tmp_path):
+    """A message the agent's schedule posted, printed by `inbox` (a table), `inbox --json` and `karma --json`:
+    escape sequences, bidi overrides and carriage returns come out spelled, never as commands to the terminal;
+    the JSON stays JSON and says the same text."""
+    import json
+
+    from brainstem.state import inbox
+    from brainstem.store import open_store
+    from tests.wake_helpers import seeded as seed_store
+
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    seed_store(url).close()
+    with open_store(url, prefix="") as store:
+        inbox.post(store, "schedule x: hello: " + HOSTILE, sender="agent")
+    env = {"BRAINSTEM_KV": url}
+    for args in (("inbox",), ("inbox", "--json"), ("status",)):
+        r = run_cli(*args, env=env)
+        assert r.returncode == 0, r.stderr
+        printed = r.stdout + r.stderr
+        assert not [c for c in printed if c not in "\n\t" and (ord(c) < 32 or 0x7f <= ord(c) < 0xa0
+                                                               or c in "\u202e\u2028")], repr(printed)
+    table = run_cli("inbox", env=env).stdout
+    assert "\\u{001b}]0;pwned\\u{0007}" in table and "\\u{202e}" in table
+    [message] = [json.loads(line) for line in run_cli("inbox", "--json", env=env).stdout.splitlines()
+                 if "pwned" in line]
+    assert message["text"].endswith(HOSTILE.strip())  # the message as it was stored, whitespace aside
+
+
+def test_json_text_escapes_what_a_terminal_would_act_on_and_nothing_else():
+    import json
+
+    from brainstem.operator.output import json_text
+
+    value = {"a": "plain é … 日本", "b": "\x9b\u202e\u2028\x1b", "c": [1, None]}
+    text = json_text(value)
+    assert json.loads(text) == value
+    assert "é … 日本" in text and "\x9b" not in text and "\u202e" not in text and "\\u009b" in text

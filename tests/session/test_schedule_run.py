@@ -271,3 +271,49 @@ def test_what_is_not_a_schedule_is_reported_once_and_the_rest_still_run(st, conf
     assert due_soon(st)
     run_due(configure(), st)
     assert len(entries_of(st, "config_rejected")) == 4 and hello.runs() == 1
+
+
+def test_the_agents_runs_stay_the_minimum_interval_apart_whatever_its_schedule_says(st, configure, hello):
+    """A cron the write-time check let through (a clock change years ahead brings two runs a minute apart)
+    or a next run edited to now: the agent's run waits until the operator's minimum interval has passed since
+    its last run, and then runs; it is not counted missed. The operator's own schedules are not held so."""
+    settings = configure(schedule_min_interval=600)
+    put_schedule(st, "mine", created_by="agent", every=None, cron="0,1 * * * *", last_run=ago(60), next_run=ago(1))
+    assert run_due(settings, st) == [] and hello.runs() == 0
+    waits = parse_iso(load(st, "mine").next_run) - parse_iso(load(st, "mine").last_run)
+    assert waits == timedelta(seconds=600)
+    assert not entries_of(st, "schedule_run")  # waiting is not a missed run
+    put_schedule(st, "theirs", created_by="operator", every=None, cron="0,1 * * * *", last_run=ago(60),
+                 next_run=ago(1))
+    assert [r.outcome for r in run_due(settings, st)] == ["ok"] and hello.runs() == 1
+    st.put(keys.schedule("mine"), {**st.get(keys.schedule("mine"), "json"), "last_run": ago(700),
+                                    "next_run": ago(1)})
+    assert [r.id for r in run_due(settings, st)] == ["mine"] and hello.runs() == 2
+
+
+def test_a_run_in_the_same_process_never_takes_the_agents_claim_and_runs_a_due_time_twice(st, configure, hello,
+                                                                                         monkeypatch):
+    """The daemon runs sessions and schedules in one process: a pass landing while the agent's batch is checked
+    and written finds the agent's claim (a live one, not a dead holder's), leaves the schedule, and the due
+    time runs once, after the batch."""
+    from brainstem.state import schedules as schedules_mod
+    from brainstem.state.guarded import AgentKV
+
+    settings = configure()
+    due = ago(5)
+    put_schedule(st, "race", created_by="agent", next_run=due)
+    monkeypatch.setattr(schedules_mod, "CLAIM_WAIT", 0.2)
+    original = AgentKV._perform
+
+    def perform_with_a_pass(self, writes, source):
+        assert run_due(settings, st) == []  # the claim is the agent's: this pass runs nothing
+        return original(self, writes, source)
+
+    monkeypatch.setattr(AgentKV, "_perform", perform_with_a_pass)
+    AgentKV(st, limits=schedules_mod.Limits(300, 20)).apply_operations(
+        [{"op": "put", "key": "schedule:race", "value": {"tool": "hello", "input": {"who": "bob"}, "every": "1h",
+                                                          "notify": "inbox"}}])
+    monkeypatch.setattr(AgentKV, "_perform", original)
+    assert load(st, "race").next_run == due and hello.runs() == 0
+    assert [r.scheduled for r in run_due(settings, st)] == [due]
+    assert run_due(settings, st) == [] and hello.runs() == 1

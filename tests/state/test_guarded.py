@@ -363,3 +363,63 @@ def test_whatever_the_agent_writes_under_schedule_it_stays_within_the_operators_
         assert recurrence.min_interval(s.rule, NOW) >= LIMITS.min_interval, s
         assert s.next_run is not None and s.id == s.id.strip()
     assert {p.key for p in inventory.problems} <= {"schedule:op-broken", "schedule:junk"}
+
+
+def test_a_schedule_made_again_never_first_runs_sooner_than_the_minimum_interval(scheduled):
+    """Deleted and put back, or made under another id, in one batch: it has no last run to wait after, so it
+    waits after the write (a cron at the next minute would otherwise run again a minute after its last run)."""
+    kv, store, _ = scheduled
+    store.put("schedule:hourly", {"id": "hourly", "tool": "fetch", "cron": "0 * * * *", "created_by": "agent",
+                                  "next_run": "2026-05-04T11:00:00Z", "last_run": "2026-05-04T10:00:00Z"})
+    kv.apply_operations([{"op": "delete", "key": "schedule:hourly"},
+                         {"op": "put", "key": "schedule:hourly", "value": {"tool": "fetch", "cron": "1 * * * *"}}])
+    assert stored_schedule(store, "hourly")["next_run"] >= "2026-05-04T10:10:00Z"  # NOW + 600 s at the soonest
+    kv.apply_operations([{"op": "delete", "key": "schedule:hourly"},
+                         {"op": "put", "key": "schedule:again", "value": {"tool": "fetch", "cron": "1 * * * *"}}])
+    assert stored_schedule(store, "again")["next_run"] >= "2026-05-04T10:10:00Z"  # or under another id
+    kv.put("schedule:fresh", {"tool": "fetch", "cron": "1 10 * * *"})  # 10:01 today is too soon: tomorrow
+    assert stored_schedule(store, "fresh")["next_run"] == "2026-05-05T10:01:00Z"
+
+
+def test_the_agents_write_of_a_schedule_waits_for_a_runs_claim_and_gives_up_without_writing(scheduled, monkeypatch):
+    """A run deciding a schedule holds its claim; the agent's write waits for it (so neither undoes the other:
+    a next run put back would run one due time twice, a deleted schedule would come back), and past the wait
+    is refused, nothing written."""
+    from brainstem.core.errors import KVWriteRefused
+    from brainstem.state import schedules
+
+    kv, store, rec = scheduled
+    kv.put("schedule:mine", {"tool": "fetch", "every": "1h"})
+    before = store.get("schedule:mine")
+    monkeypatch.setattr(schedules, "CLAIM_WAIT", 0.2)
+    assert store.acquire_lease("schedule_claim:mine", "otherhost:1:run", 60_000)
+    for write in (lambda: kv.put("schedule:mine", {"tool": "fetch", "every": "2h"}),
+                  lambda: kv.delete("schedule:mine"),
+                  lambda: kv.apply_operations([{"op": "copy", "key": "schedule:mine", "value": "schedule:two"}])):
+        with pytest.raises(KVWriteRefused, match="being claimed by a run"):
+            write()
+    assert store.get("schedule:mine") == before and store.get("schedule:two") is None
+    assert rec.of(events.KV_OPERATIONS_REJECTED) and rec.of(events.KV_WRITE_REFUSED)
+    store.release_lease("schedule_claim:mine", "otherhost:1:run")
+    kv.put("schedule:mine", {"tool": "fetch", "every": "2h"})
+    assert stored_schedule(store, "mine")["every"] == "2h"
+    assert store.lease_owner("schedule_claim:mine") is None  # released after the write
+
+
+def test_the_agent_holds_the_claim_while_it_checks_and_writes(scheduled):
+    """What a run sees of the claim while the agent's batch is checked and written: held, by the agent."""
+    kv, store, _ = scheduled
+    seen = []
+    put = store.put
+
+    def watching_put(key, value, *a, **k):
+        if key.startswith("schedule:"):
+            seen.append(store.lease_owner(f"schedule_claim:{key.split(':', 1)[1]}"))
+        return put(key, value, *a, **k)
+
+    store.put = watching_put
+    try:
+        kv.apply_operations([{"op": "put", "key": "schedule:a", "value": {"tool": "fetch", "every": "1h"}}])
+    finally:
+        store.put = put
+    assert len(seen) == 1 and seen[0] and ":agent-kv" in seen[0]

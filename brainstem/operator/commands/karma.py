@@ -3,14 +3,12 @@ recorder) and ``brainstem wakes`` (what the daemon did at each fire)."""
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from brainstem.core import keys
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import as_text, clip, echo_lines, json_lines, print_json, table, usd
+from brainstem.operator.output import as_text, clip, echo_lines, json_lines, json_text, print_json, table, usd
 from brainstem.store import karma as karma_mod
 
 
@@ -134,7 +132,7 @@ def karma(c: Ctx, session_id: str | None, as_json: bool, follow: bool) -> None:
     last = None
     for entry in entries:
         last = entry
-        click.echo(json.dumps(entry, ensure_ascii=False) if as_json else format_entry(entry))
+        click.echo(json_text(entry) if as_json else format_entry(entry))
     if not follow or (last or {}).get("event") == "session_end":
         return
     state, why = gone[0] if gone and gone[0] else session_gone(store, sid) or ("died", "it stopped")

@@ -3,22 +3,17 @@ run with a fixed input at set times without a session (:mod:`brainstem.state.sch
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from brainstem.core import keys
-from brainstem.core.errors import BadArgument, BrainstemError, ConfigError, NotFound
+from brainstem.core.errors import BadArgument, ConfigError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
 from brainstem.operator.output import as_text, echo_lines, json_lines, print_json, short_time, table, usd
 
-CLAIM_TTL_MS = 10_000  # an edit holds a schedule's claim for milliseconds; the TTL only covers a crash
-CLAIM_WAIT = 5.0  # seconds to wait for a run's claim (held while it decides, never while it runs)
 INPUT_EXAMPLE = '--input \'{"url": "https://example.org"}\''
 
 
@@ -335,20 +330,8 @@ def _unknown(c: Ctx, schedule_id: str) -> NotFound:
     return NotFound(f"no schedule {schedule_id!r} in {c.store.display_url}; `brainstem schedule list` lists them")
 
 
-@contextlib.contextmanager
-def _claimed(c: Ctx, schedule_id: str) -> Iterator[None]:
-    """Hold the schedule's claim (the lease a run takes while it decides and writes its next run) for an edit,
-    so neither undoes the other's write."""
-    from brainstem.store.lease import owner_token
+def _claimed(c: Ctx, schedule_id: str):
+    """Hold the schedule's claim for an edit, so neither a run nor the edit undoes the other's write."""
+    from brainstem.state import schedules
 
-    name, owner = f"schedule_claim:{schedule_id}", owner_token("schedule-cli")
-    deadline = time.monotonic() + CLAIM_WAIT
-    while not c.store.acquire_lease(name, owner, CLAIM_TTL_MS):
-        if time.monotonic() > deadline:
-            raise BrainstemError(f"schedule {schedule_id} is being claimed by a run ({c.store.lease_owner(name)}); "
-                                 f"try again in a moment")
-        time.sleep(0.05)
-    try:
-        yield
-    finally:
-        c.store.release_lease(name, owner)
+    return schedules.claimed(c.store, [schedule_id], "schedule-cli")

@@ -187,10 +187,10 @@ def test_a_value_that_is_not_a_schedule_is_exit_2_with_the_way_out(env, command)
 
 
 def test_an_edit_waits_for_a_runs_claim_and_then_gives_up_in_one_line(env, monkeypatch):
-    from brainstem.operator.commands import schedule as command
+    from brainstem.state import schedules
 
     ok(run_cli("schedule", "add", "kv_read", "--input", '{"key": "x"}', "--every", "1h", "--id", "s", env=env))
-    monkeypatch.setattr(command, "CLAIM_WAIT", 0.2)
+    monkeypatch.setattr(schedules, "CLAIM_WAIT", 0.2)
     with open_store(env["BRAINSTEM_KV"]) as store:
         assert store.acquire_lease("schedule_claim:s", "otherhost:1:run", 60_000)
         one_line_error(run_cli("schedule", "pause", "s", env=env), 1, "schedule s is being claimed by a run",
