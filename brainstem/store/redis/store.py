@@ -376,16 +376,24 @@ class RedisStore(Store):
     def _due_at(self, key: str) -> float | None:
         return self._r.zscore(self._k(DUE), key)
 
+    _due_across = True  # this client may write the index across agents (an agent's own ACL user may not)
+
     @guard
     def _set_due(self, key: str, at: float | None) -> None:
         agent = self.prefix[:-1]
         score = "" if at is None else repr(float(at))
-        keys = [self._k(DUE)] if self.cluster else [self._k(DUE), DUE_AGENTS]
-        first = self._set_due_script(keys=keys, args=[key, score, agent])
-        if self.cluster and first:  # the index across agents is another slot's: a second step (a hint)
-            self._r.zadd(DUE_AGENTS, {agent: float(first)})
-        elif self.cluster:
-            self._r.zrem(DUE_AGENTS, agent)
+        if self.cluster or not self._due_across:
+            first = self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
+            if self.cluster and first:  # the index across agents is another slot's: a second step (a hint)
+                self._r.zadd(DUE_AGENTS, {agent: float(first)})
+            elif self.cluster:
+                self._r.zrem(DUE_AGENTS, agent)
+            return
+        try:
+            self._set_due_script(keys=[self._k(DUE), DUE_AGENTS], args=[key, score, agent])
+        except redis.exceptions.NoPermissionError:
+            self._due_across = False  # a user confined to its agent's keys: its own index only (its own daemon)
+            self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
 
     @guard
     def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
