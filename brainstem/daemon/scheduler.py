@@ -46,7 +46,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from brainstem.core import keys, outcomes
 from brainstem.core.clock import iso, now_iso, now_utc, parse_duration
@@ -116,8 +116,6 @@ class Agent:
     busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
     urgent_fired: tuple[int, float] = (0, 0.0)  # the urgent message last fired for, and when (monotonic)
     scheduling: threading.Lock = field(default_factory=threading.Lock)  # one pass over its schedules at a time
-    schedules_next: datetime | None = None  # the earliest next_run of its schedules last seen
-    schedules_looked: float = 0.0  # when its schedules were last listed (monotonic); 0: list them now
 
 
 def _agent(name: str | None, settings: Settings) -> Agent:
@@ -230,7 +228,6 @@ class Runner:
                 entry = {"fire": "slept", "until": result.next_wake_after}
             self._recovered(agent, label)
             self._record(agent, entry)
-            agent.schedules_looked = 0.0  # its session may have written its schedules: looked at again
             if result.status == "ran":
                 self._session_ran(agent, label, result.outcome)
         except LeaseHeld as exc:

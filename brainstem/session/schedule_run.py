@@ -49,17 +49,19 @@ from brainstem.state.schedules import (
     FAILED,
     SKIPPED_MISSED,
     SKIPPED_OVERLAP,
+    Inventory,
     Problem,
     Schedule,
     ScheduleError,
     check_id,
     decide,
     first_run,
+    id_of,
     load,
     load_all,
     save,
 )
-from brainstem.state.sleep import digest, reported_problems, schedules_due
+from brainstem.state.sleep import digest, full_look, recheck, reported_problems, schedules_due
 from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.fenced import FencedStore
@@ -126,26 +128,60 @@ def due_soon(store: Store) -> bool:
 
 
 def run_due(settings: Settings, store: Store, *, providers: Sequence | None = None, listeners: Iterable = (),
-            cancel: threading.Event | None = None) -> list[ScheduleRunResult]:
+            cancel: threading.Event | None = None, only: Sequence[str] | None = None) -> list[ScheduleRunResult]:
     """Run (or skip, as the schedule says) every due run no other process has claimed; record what died.
-    Raises only StoreUnavailable: one schedule's trouble is logged and the others still run."""
+    ``only``: the keys under ``schedule:`` the due index found due (:func:`~brainstem.state.sleep.due_now`),
+    the others left alone (all of them when one is not a schedule: what is reported is the whole set).
+    The due index is set from what the pass left. Raises only StoreUnavailable: one schedule's trouble is
+    logged and the others still run."""
     use_host_name(settings.hostname)
     ctx = _Ctx(settings, store, providers, listeners)
-    inventory = load_all(store)
-    _report(ctx, inventory.problems)
-    _close_dead(ctx)
+    inventory = _some(store, only) if only is not None else None
+    full = inventory is None
+    if inventory is None:
+        inventory = load_all(store)
+        _report(ctx, inventory.problems)
+    _close_dead(ctx, None if full else [s.id for s in inventory.schedules])
     results = []
     now = now_utc()
-    for schedule in inventory.schedules:
-        if cancel is not None and cancel.is_set():
-            break
-        d = decide(schedule, now)
-        if d.action == "off" or (d.action == "wait" and d.next_run == schedule.next_run):
-            continue
-        result = _guarded(ctx, schedule.id, manual=False)
-        if result is not None:
-            results.append(result)
+    try:
+        for schedule in inventory.schedules:
+            if cancel is not None and cancel.is_set():
+                break
+            d = decide(schedule, now)
+            if d.action == "off" or (d.action == "wait" and d.next_run == schedule.next_run):
+                continue
+            result = _guarded(ctx, schedule.id, manual=False)
+            if result is not None:
+                results.append(result)
+    finally:
+        _reindex(store, None if full or only is None else only)
     return results
+
+
+def _some(store: Store, only: Sequence[str]) -> Inventory | None:
+    """The schedules at ``only`` (those gone left out); None when one of them is not a schedule."""
+    found = []
+    for key in only:
+        try:
+            schedule = load(store, id_of(key) or "")
+        except (ScheduleError, MalformedValue):
+            return None
+        if schedule is not None:
+            found.append(schedule)
+    return Inventory(found)
+
+
+def _reindex(store: Store, only: Sequence[str] | None) -> None:
+    """The due index set from what a pass left (a full look after a pass over them all): a key the index
+    found due that the pass left alone (another process claimed it) is looked at again, not every second."""
+    try:
+        if only is None:
+            full_look(store)
+        else:
+            recheck(store, list(only))
+    except BrainstemError as exc:
+        log.debug("the due index was not set after a pass (the next full look sets it): %s", exc)
 
 
 def run_now(settings: Settings, store: Store, schedule_id: str, *, providers: Sequence | None = None,
@@ -357,11 +393,16 @@ def _marker(store: Store, schedule_id: str) -> dict | None:
     return value if isinstance(value, dict) else {}
 
 
-def _close_dead(ctx: _Ctx) -> None:
-    """Record each run whose process died (its marker there, its run lease gone) and clear its marker."""
-    for info in ctx.store.list_all(keys.SCHEDULE_RUNNING_PREFIX):
-        schedule_id = info.name[len(keys.SCHEDULE_RUNNING_PREFIX):]
-        if info.is_log or held_alive(ctx.store, keys.SCHEDULE_RUN_LEASE + schedule_id) is not None:
+def _close_dead(ctx: _Ctx, ids: Sequence[str] | None = None) -> None:
+    """Record each run whose process died (its marker there, its run lease gone) and clear its marker; of
+    the schedules ``ids`` only, when given."""
+    if ids is None:
+        markers = [(i.name[len(keys.SCHEDULE_RUNNING_PREFIX):], i.is_log)
+                   for i in ctx.store.list_all(keys.SCHEDULE_RUNNING_PREFIX)]
+    else:
+        markers = [(i, False) for i in ids if _marker(ctx.store, i) is not None]
+    for schedule_id, is_log in markers:
+        if is_log or held_alive(ctx.store, keys.SCHEDULE_RUN_LEASE + schedule_id) is not None:
             continue
 
         def close(view: Store, schedule_id: str = schedule_id) -> None:

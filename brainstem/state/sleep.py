@@ -8,6 +8,7 @@ library: no pydantic, no click, no HTTP client, no web3.
 from __future__ import annotations
 
 import json
+import random
 import zlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from brainstem.core.clock import iso, now_utc, parse_iso
 from brainstem.core.errors import BrainstemError
 from brainstem.state.inbox import urgent_pending
 from brainstem.store import open_store
+from brainstem.store.due import LOOK
 from brainstem.store.lease import held_alive, holder_is_dead
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ def sleeping_until(wake_config: Any, now: datetime) -> datetime | None:
     return t if t is not None and t > now else None
 
 
+RELOOK = 600.0  # seconds between full looks at an agent's schedules: the safety net of the due index
 PESSIMISTIC = "runtime:pessimistic"  # wake_config.set_by while a session runs: if it is still so later, it died
 
 
@@ -72,59 +75,113 @@ def schedules_due(store: Store, now: datetime | None = None) -> bool:
     ``next_run`` has come (or it has none yet), a run of one died (it started, has no outcome, and its
     run lease is gone), or a value under ``schedule:`` is not a schedule and has not been reported.
 
-    For the sleep path: one list call when there are no schedules, a get for each when there are (and
-    a few more only for one that looks due). A value the runner already reported as not a schedule is
-    not due again until it changes, so a broken schedule never sends every tick down the full path."""
-    return schedules_look(store, now)[0]
+    For the sleep path: one read of the agent's due index (:mod:`brainstem.store.due`) while nothing in
+    it is due; a full look (a list call, a get for each schedule) when the index has nothing of the
+    agent's or its next full look is due, every :data:`RELOOK` seconds. A value the runner already
+    reported as not a schedule is not due again until it changes, so a broken schedule never sends every
+    tick down the full path."""
+    return bool(due_now(store, now))
 
 
-def schedules_look(store: Store, now: datetime | None = None) -> tuple[bool, datetime | None]:
-    """(:func:`schedules_due`, the earliest ``next_run`` still to come among the enabled schedules)."""
-    found = [k for k in store.list(keys.SCHEDULE_PREFIX).keys if k.name.startswith(keys.SCHEDULE_PREFIX)]
+def due_now(store: Store, now: datetime | None = None) -> list[str]:
+    """The keys under ``schedule:`` that need the runner now, found from the agent's due index; each entry
+    found wrong on the way is corrected. A full look (:func:`full_look`) when the index has no entry of
+    the agent's, or its :data:`~brainstem.store.due.LOOK` entry is due."""
+    now = now or now_utc()
+    first = store.due_first()
+    if first is not None and first[1] > now.timestamp():
+        return []
+    entries = [k for k, _ in store.due_keys(until=now.timestamp())] if first is not None else []
+    if first is None or LOOK in entries:
+        return full_look(store, now)
+    return recheck(store, entries, now)
+
+
+def recheck(store: Store, keys_: list[str], now: datetime | None = None) -> list[str]:
+    """Of ``keys_`` (under ``schedule:``), those that need the runner now; the entry of each of the others
+    set from what its value says now (removed for one that is gone)."""
     now = now or now_utc()
     reported: list[dict] = []  # read once, when something looks due
-    earliest: datetime | None = None
+    due = []
+    for key in keys_:
+        exists, text = _read(store, key)
+        at, entry = _at(store, key, text, now) if exists else (None, None)
+        if at is not None and at <= now:
+            if not reported:
+                reported.append(reported_problems(store))
+            if reported[0].get(key) != digest(text):
+                due.append(key)
+                continue
+            entry = None  # reported: nothing to do until it changes
+        store.set_due(key, None if entry is None else entry.timestamp())
+    return due
+
+
+def full_look(store: Store, now: datetime | None = None) -> list[str]:
+    """Every key under ``schedule:`` that needs the runner now, from a list of them (on Redis, a scan of
+    the keyspace) and a get of each; the agent's due index made to agree with what was found, and its
+    next full look set :data:`RELOOK` seconds on (less a little, so the agents of a fleet spread out)."""
+    now = now or now_utc()
+    found = [k for k in store.list_all(keys.SCHEDULE_PREFIX) if k.name.startswith(keys.SCHEDULE_PREFIX)]
+    indexed = dict(store.due_keys(limit=len(found) + 1000))
+    reported: list[dict] = []
+    due, entries = [], {}
     for info in found:
-        text = None if info.is_log else _text(store, info.name)
-        look = _look(store, info.name, text, now)
-        if look is not True:
-            earliest = look if earliest is None or (look is not None and look < earliest) else earliest
-            continue
-        if not reported:
-            reported.append(reported_problems(store))
-        if reported[0].get(info.name) != digest(text, info.is_log):
-            return True, earliest
-    return False, earliest
+        text = None if info.is_log else _read(store, info.name)[1]
+        at, entry = _at(store, info.name, text, now)
+        if at is not None and at <= now:
+            if not reported:
+                reported.append(reported_problems(store))
+            if reported[0].get(info.name) != digest(text, info.is_log):
+                due.append(info.name)
+            else:
+                entry = None
+        entries[info.name] = None if entry is None else entry.timestamp()
+    for key in set(indexed) - set(entries) - {LOOK}:
+        entries[key] = None  # gone: written around Brainstem
+    for key, at in entries.items():
+        if indexed.get(key) != at:
+            store.set_due(key, at)
+    store.set_due(LOOK, now.timestamp() + RELOOK * random.uniform(0.8, 1.0))
+    return due
 
 
-def _text(store: Store, key: str) -> str | None:
+def _read(store: Store, key: str) -> tuple[bool, str | None]:
+    """(whether ``key`` holds something, its text: None when it is not text, a problem the runner reports)."""
     try:
-        return store.get_text(key)
+        text = store.get_text(key)
     except BrainstemError:
-        return None  # not text: a problem the runner reports (once)
+        return True, None
+    return text is not None, text
 
 
-def _look(store: Store, key: str, text: str | None, now: datetime) -> bool | datetime | None:
-    """True when the value at ``key`` is due, its run died, or it is plainly not a schedule (all of which
-    the runner handles); else its ``next_run`` (None: disabled). The rest of the checks are the runner's."""
+def _at(store: Store, key: str, text: str | None, now: datetime) -> tuple[datetime | None, datetime | None]:
+    """(when the value at ``key`` needs the runner, its entry in the index). Due ``now`` when its time has
+    come, its run died, or it is plainly not a schedule (all of which the runner handles); None while it is
+    paused. A run under way is not due, but its entry stays ``now`` so that each look asks whether its
+    process died. The rest of the checks are the runner's."""
     try:
         raw = json.loads(text) if text is not None else None
     except ValueError:
-        return True
+        return now, now
     if not isinstance(raw, dict):
-        return True
+        return now, now
     schedule_id = key[len(keys.SCHEDULE_PREFIX):]
     if raw.get("last_run") and raw.get("last_outcome") is None:  # started, and no outcome yet
         if held_alive(store, keys.SCHEDULE_RUN_LEASE + schedule_id) is None \
                 and store.get_text(keys.schedule_running(schedule_id)) is not None:
-            return True
+            return now, now
+        return _next(raw, now), now
+    at = _next(raw, now)
+    return at, at
+
+
+def _next(raw: dict, now: datetime) -> datetime | None:
     if raw.get("enabled", True) is False:
         return None
     next_run = raw.get("next_run")
-    if next_run is None:
-        return True  # the runner fills it in
     t = parse_iso(next_run) if isinstance(next_run, str) else None
-    return True if t is None or t <= now else t
+    return now if t is None or t <= now else t
 
 
 def reported_problems(store: Store) -> dict:

@@ -27,6 +27,7 @@ from brainstem.core.errors import (
     StoreReadOnly,
     UnknownAgent,
 )
+from brainstem.store.due import DueIndex
 
 
 @dataclass
@@ -52,7 +53,7 @@ class ListResult:
 Fence = tuple[str, str]
 
 
-class Store:
+class Store(DueIndex):
     """What every backend offers. Keys are plain strings; backends add their own prefix.
 
     The public methods are defined here once, and each confines the view before it calls the
@@ -70,7 +71,8 @@ class Store:
 
     Every write takes a ``fence`` (see :data:`Fence`); None, the default, is an unfenced write (the
     operator's commands). A session writes through a :class:`~brainstem.store.fenced.FencedStore`,
-    which fences each of its writes with the session's wake lease.
+    which fences each of its writes with the session's wake lease. Each write of a schedule keeps the
+    due index (:mod:`brainstem.store.due`) right.
     """
 
     display_url: str = ""  # the URL with any password removed, safe to print
@@ -204,12 +206,16 @@ class Store:
             fence: Fence | None = None) -> None:
         self._ready()
         self.check_writable(key)
-        self._put(key, encode(value), metadata, ttl, fence)
+        text = encode(value)
+        self._put(key, text, metadata, ttl, fence)
+        self._note_due(key, text)
 
     def delete(self, key: str, *, fence: Fence | None = None) -> bool:
         self._ready()
         self.check_writable(key)
-        return self._delete(key, fence)
+        deleted = self._delete(key, fence)
+        self._note_due(key, None)
+        return deleted
 
     def incr(self, key: str, amount: int = 1, *, fence: Fence | None = None) -> int:
         self._ready()

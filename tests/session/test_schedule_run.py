@@ -98,6 +98,23 @@ def test_the_sleep_paths_look_is_one_list_call_and_a_get_for_each_schedule(st, m
     assert calls == (["_list"] if present == "none" else ["_list", "_get_text"])
 
 
+@pytest.mark.parametrize("present", ["none", "not_due", "paused"])
+def test_once_looked_at_the_sleep_paths_look_is_one_read_of_the_due_index(st, monkeypatch, present):
+    if present == "not_due":
+        put_schedule(st, "later", next_run=iso(datetime.now(timezone.utc) + timedelta(minutes=5)))
+    elif present == "paused":
+        put_schedule(st, "paused", enabled=False)
+    assert not due_soon(st)  # the first look is a full one: it sets the index
+    calls: list[str] = []
+    for name in ("_list", "_get_text", "_get_with_metadata", "_lease_owner", "_read_log", "_log_length",
+                 "_due_range", "_due_at", "_set_due", "_due_agents"):
+        original = getattr(st, name)
+        monkeypatch.setattr(st, name, lambda *a, _name=name, _original=original: (calls.append(_name),
+                                                                                 _original(*a))[1])
+    assert not due_soon(st)
+    assert calls == ["_due_range"]
+
+
 # --- downtime -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("policy", "extra", "outcome", "missed"), [

@@ -8,7 +8,10 @@ Layout under the agent's key prefix (several agents can share one Redis):
     {prefix}__meta__:{key}     the metadata of a value, JSON, with the value's TTL
     {prefix}__lock__:{name}    a lease: SET NX PX with an owner token
     {prefix}__holds__:stats:daily_cost  today's spend held by calls in flight: a hash, token -> "USD DEADLINE_MS"
+    {prefix}__due__            the agent's due index: a sorted set, key -> unix time (see brainstem.store.due)
     __agents__                 the registry of agent names: a set, outside every prefix
+    __due_agents__             the due index across agents: a sorted set, agent name ('' the default) -> the
+                               time of its earliest entry, outside every prefix
 
 A script's keys are all the agent's, so on a Redis Cluster they share its hash slot
 (see :mod:`brainstem.store.redis.store`) and the script stays legal there.
@@ -19,8 +22,10 @@ from __future__ import annotations
 META = "__meta__:"
 LEASE = "__lock__:"
 HOLDS = "__holds__:"
-INTERNAL = (META, LEASE, HOLDS)
+DUE = "__due__"
+INTERNAL = (META, LEASE, HOLDS, DUE)
 REGISTRY = "__agents__"  # outside every prefix
+DUE_AGENTS = "__due_agents__"  # outside every prefix
 DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.
@@ -30,6 +35,18 @@ RENEW = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPI
 # A retried append: the first try may have landed before its connection dropped (a restart mid-reply).
 APPEND_AGAIN = ("if redis.call('LINDEX', KEYS[1], -1) == ARGV[1] then return redis.call('LLEN', KEYS[1]) end "
                  "return redis.call('RPUSH', KEYS[1], ARGV[1])")
+
+# An entry of an agent's due index and, in the same step, the agent's earliest entry in the index across
+# agents. KEYS: the agent's index, and (not on a cluster, where it is another slot's) the index across agents;
+# ARGV: the key, its time ('': remove it), the agent's name. The agent's earliest time ('': none).
+SET_DUE = """
+if ARGV[2] == '' then redis.call('ZREM', KEYS[1], ARGV[1]) else redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1]) end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if KEYS[2] then
+  if first[2] then redis.call('ZADD', KEYS[2], first[2], ARGV[3]) else redis.call('ZREM', KEYS[2], ARGV[3]) end
+end
+return first[2] or ''
+"""
 
 # A fenced write (see :mod:`brainstem.store.fenced`): done only if the lease still names its owner,
 # in one atomic step, so a session that lost its lease can never overwrite its successor's schedule.

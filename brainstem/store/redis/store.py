@@ -48,7 +48,7 @@ from brainstem.store.base import (
 from brainstem.store.redis import scripts as lua
 from brainstem.store.redis.client import is_cluster, new_client, redact_url
 from brainstem.store.redis.errors import guard
-from brainstem.store.redis.scripts import DEFAULT_TAG, HOLDS, INTERNAL, LEASE, META, REGISTRY
+from brainstem.store.redis.scripts import DEFAULT_TAG, DUE, DUE_AGENTS, HOLDS, INTERNAL, LEASE, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
 
@@ -82,6 +82,7 @@ class RedisStore(Store):
         self._reserve_script = self._r.register_script(lua.RESERVE)
         self._settle_script = self._r.register_script(lua.SETTLE)
         self._daily_script = self._r.register_script(lua.DAILY)
+        self._set_due_script = self._r.register_script(lua.SET_DUE)
 
     def _rebuild(self) -> None:
         """A new client in place of one that may be broken (a handed-in one is kept)."""
@@ -168,9 +169,12 @@ class RedisStore(Store):
     def _registry_remove(self, name: str) -> int:
         # SCAN is not atomic with the SREM: the operator removes a name whose agent is not running (a
         # running one holds its wake lease, which is counted here, as are metadata and today's spend).
-        held = sum(1 for _ in self._scan_all(_glob_escape(self._space(name + ":")) + "*"))
+        due = self._space(name + ":") + DUE  # a hint, not something the agent holds
+        held = sum(1 for k in self._scan_all(_glob_escape(self._space(name + ":")) + "*") if k != due)
         if held == 0:
             self._registry_call(self._r.srem, REGISTRY, name)
+            self._r.delete(due)
+            self._r.zrem(DUE_AGENTS, name)
         return held
 
     def _scan_all(self, pattern: str):
@@ -367,6 +371,39 @@ class RedisStore(Store):
     def _lease_owner(self, name: str) -> str | None:
         return self._r.get(self._k(LEASE + name))
 
+    # --- the due index ---
+    @guard
+    def _due_at(self, key: str) -> float | None:
+        return self._r.zscore(self._k(DUE), key)
+
+    _due_across = True  # this client may write the index across agents (an agent's own ACL user may not)
+
+    @guard
+    def _set_due(self, key: str, at: float | None) -> None:
+        agent = self.prefix[:-1]
+        score = "" if at is None else repr(float(at))
+        if self.cluster or not self._due_across:
+            first = self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
+            if self.cluster and first:  # the index across agents is another slot's: a second step (a hint)
+                self._r.zadd(DUE_AGENTS, {agent: float(first)})
+            elif self.cluster:
+                self._r.zrem(DUE_AGENTS, agent)
+            return
+        try:
+            self._set_due_script(keys=[self._k(DUE), DUE_AGENTS], args=[key, score, agent])
+        except redis.exceptions.NoPermissionError:
+            self._due_across = False  # a user confined to its agent's keys: its own index only (its own daemon)
+            self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
+
+    @guard
+    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
+        return [(k, float(t)) for k, t in self._r.zrangebyscore(self._k(DUE), "-inf", _score(until), start=0,
+                                                                 num=limit, withscores=True)]
+
+    @guard
+    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
+        return [(a, float(t)) for a, t in self._r.zrangebyscore(DUE_AGENTS, "-inf", _score(until), withscores=True)]
+
     # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
     def _spend_keys(self) -> builtins.list[str]:
         return [self._k(DAILY_COST), self._k(HOLDS + DAILY_COST), self._k(META + DAILY_COST)]
@@ -413,6 +450,10 @@ class RedisStore(Store):
             self._r.close()
         except redis.RedisError:
             pass
+
+
+def _score(t: float) -> str:
+    return "+inf" if t == float("inf") else repr(float(t))
 
 
 def _glob_escape(s: str) -> str:

@@ -2,7 +2,9 @@
 
 Logs are rows keyed by (log, sequence), so an append costs one B-tree insert whatever the log's size;
 ``log_keys`` holds each log's length, the number of its oldest kept entry (``base``) and its size in
-bytes. Every change here is additive and idempotent: two processes opening one file at once may both
+bytes. ``due`` is the due index (:mod:`brainstem.store.due`): an agent's name ('' the default), a key of
+its own, and a time; found by time across agents.
+Every change here is additive and idempotent: two processes opening one file at once may both
 run it.
 """
 
@@ -21,6 +23,10 @@ CREATE TABLE IF NOT EXISTS log_keys (key TEXT PRIMARY KEY, length INTEGER NOT NU
     bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS agents (name TEXT PRIMARY KEY, registered_at REAL NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS due (agent TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (agent, key)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS due_by_agent ON due (agent, at);
+CREATE INDEX IF NOT EXISTS due_by_time ON due (at);
 CREATE TABLE IF NOT EXISTS spend_holds (key TEXT NOT NULL, token TEXT NOT NULL, usd REAL NOT NULL,
     expires_at REAL NOT NULL, PRIMARY KEY (key, token)) WITHOUT ROWID;
 """

@@ -7,7 +7,7 @@ locked beyond the busy timeout is waited out for a while. The tables are in
 (:mod:`brainstem.store.sqlite.file`). Agents sharing the file are confined as
 described in :mod:`brainstem.core.names`; the registry of their names is the
 ``agents`` table. Today's spend held by calls in flight is the ``spend_holds``
-table, keyed like the spend itself.
+table, keyed like the spend itself; the due index is the ``due`` table.
 """
 
 from __future__ import annotations
@@ -171,6 +171,7 @@ class SQLiteStore(Store):
                                           ("spend_holds", "key")))
             if held == 0:
                 db.execute("DELETE FROM agents WHERE name = ?", (name,))
+                db.execute("DELETE FROM due WHERE agent = ?", (name,))  # a hint, not something the agent holds
             return held
         return self._tx(body)
 
@@ -345,6 +346,37 @@ class SQLiteStore(Store):
         row = self._run(lambda db: db.execute("SELECT owner, expires_at FROM locks WHERE name = ?",
                                               (self._k(name),)).fetchone())
         return row[0] if row and row[1] > time.time() else None
+
+    # --- the due index ---
+    def _due_read(self, sql: str, args: tuple) -> builtins.list:
+        def body(db):
+            try:
+                return db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:  # a read-only file from before the index: no entries
+                if "no such table" not in str(exc):
+                    raise
+                return []
+        return self._run(body)
+
+    def _due_at(self, key: str) -> float | None:
+        rows = self._due_read("SELECT at FROM due WHERE agent = ? AND key = ?", (self.prefix[:-1], key))
+        return rows[0][0] if rows else None
+
+    def _set_due(self, key: str, at: float | None) -> None:
+        agent = self.prefix[:-1]
+        if at is None:
+            self._run(lambda db: db.execute("DELETE FROM due WHERE agent = ? AND key = ?", (agent, key)))
+            return
+        self._run(lambda db: db.execute("INSERT INTO due (agent, key, at) VALUES (?, ?, ?) ON CONFLICT (agent, key) "
+                                        "DO UPDATE SET at = excluded.at", (agent, key, float(at))))
+
+    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
+        return [(k, t) for k, t in self._due_read("SELECT key, at FROM due WHERE agent = ? AND at <= ? ORDER BY at "
+                                                  "LIMIT ?", (self.prefix[:-1], until, limit))]
+
+    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
+        return [(a, t) for a, t in self._due_read("SELECT agent, min(at) FROM due WHERE at <= ? GROUP BY agent "
+                                                  "ORDER BY 2", (until,))]
 
     # --- today's spend: one BEGIN IMMEDIATE transaction each, so every process of every host sharing
     # the file sees the others' holds ---
