@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 
 import click
 
-from brainstem.state.approval import visible
+from brainstem.state.approval import hidden, visible
 
 LABEL = 17  # row labels are padded to this many characters, so the values line up
 
@@ -82,17 +81,13 @@ def echo_lines(items) -> None:
 _HIDDEN_RE = re.compile(r"[^\t\n\x20-\x7e]")
 
 
-def _hidden(c: str) -> bool:
-    return c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
-
-
 def json_text(value, indent: int | None = None, sort_keys: bool = False, default=None) -> str:
     """``value`` as JSON, non-ASCII text kept as it is but for control and format characters, which are
     escaped (``\\u009b``): what the agent wrote reaches a terminal as text, never as a command to it."""
     text = json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=sort_keys, default=default)
     if not _HIDDEN_RE.search(text):
         return text
-    return "".join(json.dumps(c)[1:-1] if _hidden(c) else c for c in text)
+    return "".join(json.dumps(c)[1:-1] if hidden(c) else c for c in text)
 
 
 def print_json(value, indent: int | None = None, sort_keys: bool = False) -> None:

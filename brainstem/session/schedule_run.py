@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,8 +51,10 @@ from brainstem.state.schedules import (
     Inventory,
     Problem,
     Schedule,
+    ScheduleBusy,
     ScheduleError,
     check_id,
+    claimed,
     decide,
     first_run,
     id_of,
@@ -226,21 +227,11 @@ def _claim_and_run(ctx: _Ctx, schedule_id: str, manual: bool) -> ScheduleRunResu
 def _under_claim(ctx: _Ctx, schedule_id: str, work, wait: float = 0.0):
     """``work(view)`` while holding the schedule's claim lease (``view`` fenced by it); None when another
     process holds it (waited for up to ``wait`` seconds)."""
-    name = keys.SCHEDULE_CLAIM_LEASE + schedule_id
-    token = owner_token(f"claim-{uuid.uuid4().hex[:8]}")
-    deadline = time.monotonic() + wait
-    while not acquire(ctx.store, name, token, ctx.ttl_ms):
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
     try:
-        return work(FencedStore(ctx.store, name, token))
-    finally:
-        try:
-            ctx.store.release_lease(name, token)
-        except StoreUnavailable:
-            pass  # it runs out on its own
-        forget_token(token)
+        with claimed(ctx.store, [schedule_id], "claim", wait=wait, ttl_ms=ctx.ttl_ms) as held:
+            return work(FencedStore(ctx.store, keys.SCHEDULE_CLAIM_LEASE + schedule_id, held[schedule_id]))
+    except ScheduleBusy:
+        return None
 
 
 def _decide(ctx: _Ctx, view: Store, schedule_id: str, nonce: str,

@@ -154,8 +154,13 @@ def diff(store: Store, name: str, code: str) -> str:
 
 def visible(text: str) -> str:
     """``text`` with every control, format or unassigned character but newline and tab as ``\\u{XXXX}``."""
-    return "".join(c if c in "\n\t" or unicodedata.category(c) not in _HIDDEN else f"\\u{{{ord(c):04x}}}"
-                   for c in text)
+    return "".join(f"\\u{{{ord(c):04x}}}" if hidden(c) else c for c in text)
+
+
+def hidden(c: str) -> bool:
+    """Whether the character ``c`` is one :func:`visible` spells out (it is not newline or tab, and is a
+    control, format, surrogate, private-use, unassigned or line/paragraph separator character)."""
+    return c not in "\n\t" and unicodedata.category(c) in _HIDDEN
 
 
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from brainstem.core import keys, recurrence
 from brainstem.core.clock import iso, parse_iso
-from brainstem.core.errors import BrainstemError, ConfigError, KVWriteRefused, MalformedValue
+from brainstem.core.errors import BrainstemError, ConfigError, KVWriteRefused, MalformedValue, StoreUnavailable
 from brainstem.store.base import Store
 from brainstem.store.lease import acquire, forget_token, owner_token
 
@@ -378,28 +378,33 @@ CLAIM_WAIT = 5.0  # seconds to wait for a run's claim (held while it decides, ne
 
 
 @contextlib.contextmanager
-def claimed(store: Store, schedule_ids: Iterable[str], who: str) -> Iterator[None]:
+def claimed(store: Store, schedule_ids: Iterable[str], who: str, wait: float | None = None,
+            ttl_ms: int = CLAIM_TTL_MS) -> Iterator[dict[str, str]]:
     """Hold the claims of ``schedule_ids`` (the lease a run takes while it decides and writes its next run)
-    for an edit, so neither the run nor the edit undoes the other's write: every writer of a schedule but
-    a raw ``kv put`` goes through it. :class:`ScheduleBusy` when a run holds one past :data:`CLAIM_WAIT`."""
-    held: list[tuple[str, str]] = []
+    for an edit, yielding each id's owner token: every writer of a schedule but a raw ``kv put`` goes through
+    it (the runner, `brainstem schedule`, the agent's writes), so none undoes another's write.
+    :class:`ScheduleBusy` when one is held past ``wait`` seconds (default :data:`CLAIM_WAIT`; 0: one try)."""
+    held: dict[str, str] = {}
     try:
         for schedule_id in sorted(set(schedule_ids)):  # one order for every writer: no two wait on each other
-            name, owner = keys.SCHEDULE_CLAIM_LEASE + schedule_id, owner_token(who)
-            deadline = time.monotonic() + CLAIM_WAIT
-            # Taken as this process's live token: a run in this same process (the daemon) must not take
-            # the holder for a dead one and reclaim the claim.
-            while not acquire(store, name, owner, CLAIM_TTL_MS):
-                if time.monotonic() > deadline:
+            name = keys.SCHEDULE_CLAIM_LEASE + schedule_id
+            # A token of this call's own, taken as this process's live one: a run in this same process (the
+            # daemon) never takes the holder for a dead one and reclaims the claim.
+            owner = owner_token(f"{who}-{secrets.token_hex(4)}")
+            deadline = time.monotonic() + (CLAIM_WAIT if wait is None else wait)
+            while not acquire(store, name, owner, ttl_ms):
+                if time.monotonic() >= deadline:
                     raise ScheduleBusy(f"schedule {schedule_id} is being claimed by a run "
                                        f"({store.lease_owner(name)}); try again in a moment")
                 time.sleep(0.05)
-            held.append((name, owner))
-        yield
+            held[schedule_id] = owner
+        yield held
     finally:
-        for name, owner in held:
+        for schedule_id, owner in held.items():
             try:
-                store.release_lease(name, owner)
+                store.release_lease(keys.SCHEDULE_CLAIM_LEASE + schedule_id, owner)
+            except StoreUnavailable:
+                pass  # it runs out on its own
             finally:
                 forget_token(owner)
 

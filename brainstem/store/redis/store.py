@@ -33,7 +33,6 @@ import redis
 from brainstem.core import names
 from brainstem.core.errors import ConfigError, MalformedValue, StoreUnavailable
 from brainstem.core.keys import DAILY_COST
-from brainstem.core.names import adopt_hint
 from brainstem.store.base import (
     Fence,
     KeyInfo,
@@ -162,7 +161,7 @@ class RedisStore(Store):
                 raise ConfigError(f"cannot register agent {name!r} in {self.display_url}: the default agent already "
                                   f"holds keys under {name + ':'!r} (e.g. {clash!r}); delete or rename them, or choose "
                                   f"another name; if they are {name}'s own from before agents were registered: "
-                                  f"{adopt_hint(name)}")
+                                  f"{names.adopt_hint(name)}")
         self._registry_call(self._r.sadd, REGISTRY, name)
 
     @guard
