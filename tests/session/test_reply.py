@@ -8,6 +8,7 @@ double; Telegram is the Bot API double, so the runtime's own sending path runs.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,8 +16,12 @@ from brainstem.core.plan import ReplyStep, parse_plan
 from brainstem.core.settings import load_settings
 from brainstem.session import replay
 from brainstem.session.replay_report import compare
+from brainstem.session.reply import run_reply
 from brainstem.state import inbox
+from brainstem.state.budget import Budget
+from brainstem.store.karma import Karma, Redactor
 from brainstem.tools.operator_chat import NOT_CONFIGURED
+from brainstem.tools.policy import ToolPolicy
 from tests.doubles import TelegramDouble
 from tests.wake_helpers import (
     API_KEY,
@@ -193,3 +198,16 @@ def test_a_replay_performs_no_reply_and_its_step_behaves_the_same(st, real_store
     (sent,) = events_of(replayed.entries, "telegram_sent")
     assert sent["replayed"] is True
     assert len(inbox.messages(st)[0]["replies"]) == 1  # the live session's, and no other
+
+
+def test_no_secret_the_session_knows_reaches_a_reply(sqlite_store):
+    """Whatever the plan's variables held, the text is redacted before it is kept or sent."""
+    asked = inbox.post(sqlite_store, "what is the key?")
+    karma = Karma(sqlite_store, "1-abcdef", Redactor({"OPENROUTER_API_KEY": "sk-or-v1-0123456789abcdef"}))
+    deps = SimpleNamespace(store=sqlite_store, karma=karma, mode="live", id="1-abcdef",
+                           budget=Budget(max_cost=1.0, max_steps=5, max_duration=60))
+    out = run_reply(SimpleNamespace(deps=deps, tool_policy=ToolPolicy()), "r", asked["id"],
+                    "it is sk-or-v1-0123456789abcdef")
+    assert out["text"] == "it is [REDACTED:OPENROUTER_API_KEY]"
+    assert inbox.messages(sqlite_store)[0]["replies"][0]["text"] == "it is [REDACTED:OPENROUTER_API_KEY]"
+    assert "0123456789abcdef" not in json.dumps(sqlite_store.read_log(karma.key))
