@@ -111,10 +111,10 @@ def reply(store: Store, message: dict[str, Any], text: str, extra: dict[str, Any
     return entry
 
 
-def _replies(store: Store, kept: set[int]) -> dict[int, list[dict[str, Any]]]:
-    """The kept replies to the messages ``kept``, by message id, oldest first (entries that are not a reply
-    left out, as messages are)."""
-    out: dict[int, list[dict[str, Any]]] = {}
+def _replies(store: Store, kept: set[int]) -> list[dict[str, Any]]:
+    """The kept replies to the messages ``kept``, in the order they were made, each with the ``to`` it
+    answers (entries that are not a reply left out, as messages are)."""
+    out = []
     for raw in store.read_log(keys.INBOX_REPLIES):
         try:
             entry = json.loads(raw)
@@ -122,7 +122,7 @@ def _replies(store: Store, kept: set[int]) -> dict[int, list[dict[str, Any]]]:
             continue
         to = entry.get("to") if isinstance(entry, dict) else None
         if isinstance(to, int) and not isinstance(to, bool) and to in kept and isinstance(entry.get("text"), str):
-            out.setdefault(to, []).append({k: v for k, v in entry.items() if k != "to"})
+            out.append(entry)
     return out
 
 
@@ -149,9 +149,11 @@ def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
         out.append(msg)
     out.sort(key=lambda m: m["id"])
     out = out[-limit:] if limit else out
-    replies = _replies(store, {m["id"] for m in out}) if out else {}
+    by_message: dict[int, list[dict[str, Any]]] = {m["id"]: [] for m in out}
+    for entry in _replies(store, set(by_message)) if out else ():
+        by_message[entry["to"]].append({k: v for k, v in entry.items() if k != "to"})
     for msg in out:
-        msg["replies"] = replies.get(msg["id"], [])
+        msg["replies"] = by_message[msg["id"]]
     return out
 
 
@@ -234,11 +236,15 @@ VIAS = {"tell": "left with brainstem tell", "dashboard": "left on the dashboard"
 
 
 def summary(store: Store) -> dict[str, Any]:
-    """For ``brainstem status`` and the dashboard: how many messages are unread, and whether an urgent
-    one makes the agent due now."""
-    waiting = unread(store)
+    """For ``brainstem status`` and the dashboard: how many messages are unread, whether an urgent one makes
+    the agent due now, and the agent's last reply (``to``, ``at``, ``text``, ``telegram_sent``), or None."""
+    kept = messages(store)
+    waiting = [m for m in kept if not m["read"]]
+    replies = _replies(store, {m["id"] for m in kept}) if kept else []
+    last = replies[-1] if replies else None
     return {"unread": len(waiting), "urgent_unread": sum(1 for m in waiting if m.get("urgent") is True),
-            "urgent_due": urgent_pending(store)}
+            "urgent_due": urgent_pending(store),
+            "last_reply": None if last is None else {k: last.get(k) for k in ("to", "at", "text", "telegram_sent")}}
 
 
 def _number(store: Store, key: str) -> int:

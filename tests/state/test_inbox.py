@@ -160,14 +160,14 @@ def test_status_shows_the_unread_messages_and_an_urgent_one(agent, url):
     r = run_cli("status", env=env)
     assert r.returncode == 0 and "inbox " not in r.stdout
     assert json.loads(run_cli("status", "--json", env=env).stdout)["inbox"] == {
-        "unread": 0, "urgent_unread": 0, "urgent_due": False}
+        "unread": 0, "urgent_unread": 0, "urgent_due": False, "last_reply": None}
     asleep_for_hours(agent)
     inbox.post(agent, "when you can", sender="telegram")
     line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("inbox "))
     assert "1 unread message(s); the agent reads them in its next session" in line and "urgent" not in line
     inbox.post(agent, "now, please", urgent=True)
     report = json.loads(run_cli("status", "--json", env=env).stdout)
-    assert report["inbox"] == {"unread": 2, "urgent_unread": 1, "urgent_due": True}
+    assert report["inbox"] == {"unread": 2, "urgent_unread": 1, "urgent_due": True, "last_reply": None}
     assert report["asleep"] is False  # the urgent message makes it due now
     line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("inbox "))
     assert "2 unread message(s) (1 urgent: the agent is due now)" in line
@@ -582,6 +582,20 @@ def test_entries_that_are_not_replies_are_left_out(agent):
         agent.append(keys.INBOX_REPLIES, raw)
     answer(agent, msg, "the real one")
     assert [r["text"] for r in inbox.messages(agent)[0]["replies"]] == ["the real one"]
+
+
+def test_status_shows_the_agents_last_reply(agent, url):
+    env = {"BRAINSTEM_KV": url}
+    first, second = inbox.post(agent, "one?"), inbox.post(agent, "two?", sender="telegram")
+    assert "last reply" not in run_cli("status", env=env).stdout
+    answer(agent, first, "the first answer")
+    answer(agent, second, "the second\nanswer", telegram_sent=True)
+    report = json.loads(run_cli("status", "--json", env=env).stdout)["inbox"]
+    assert {k: v for k, v in report["last_reply"].items() if k != "at"} == {
+        "to": second["id"], "text": "the second\nanswer", "telegram_sent": True}
+    line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("last reply "))
+    assert line.endswith(f"to message {second['id']} at {report['last_reply']['at']}, sent to Telegram: the second "
+                         "answer (brainstem inbox)")
 
 
 def test_inbox_shows_each_reply_under_its_message_and_json_gives_them(agent, url):
