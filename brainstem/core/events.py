@@ -68,6 +68,9 @@ REFLEX_FAILED = "reflex_failed"  # a reflex's tool is missing or failed: the wak
 REPLAY_GATE = "replay_gate"  # deep reflection's proposed change, replayed on recent sessions before it applied
 INBOX_SHOWN = "inbox_shown"  # the operator's unread messages (ids) put in the orient prompt
 INBOX_READ = "inbox_read"  # at the end of a session whose orient call was answered: those messages marked read
+# A reply step: the message answered, the text, whether it was kept (not in a dry run or a replay) and, for a
+# message from Telegram, whether it was sent there.
+INBOX_REPLY = "inbox_reply"
 # One run of a schedule, or one decision not to run it: id, scheduled, outcome (see brainstem.state.schedules), cost.
 SCHEDULE_RUN = "schedule_run"
 

@@ -49,6 +49,7 @@ REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
 OPERATOR_MODELS = "stats:operator_models"  # the price list the operator last wrote: the floor of every price
 SECRET_REFUSALS = "stats:secret_refusals"  # how often code was stopped for sending a secret's value
 INBOX = "inbox"  # a log: the operator's messages to the agent (brainstem tell, Telegram), JSON each
+INBOX_REPLIES = "inbox:replies"  # a log: the agent's replies to inbox messages (plan reply steps), JSON each
 INBOX_COUNTER = "stats:inbox_counter"  # the last inbox message id handed out
 INBOX_READ = "stats:inbox_read"  # the highest inbox id shown to the agent in a session that ended
 INBOX_URGENT = "stats:inbox_urgent"  # the highest urgent inbox id: above the read and shown marks, the agent is due
@@ -148,7 +149,7 @@ def is_secret(key: str) -> bool:
 RUNTIME_OWNED = frozenset({
     SOUL, WAKE_CONFIG, LAST_REFLECT, SESSION_COUNTER, SESSION_HISTORY, DEEP_REFLECT_SCHEDULE, WAKE_LOG, INBOX,
 })
-RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", REVIEW_PREFIX, APPROVED_PREFIX,
+RUNTIME_OWNED_PREFIXES = ("session:", "karma:", "history:", "stats:", "inbox:", REVIEW_PREFIX, APPROVED_PREFIX,
                           "provider:llm:last_working:", "provider:llm_balance:last_working:",
                           "provider:wallet_balance:last_working:")
 

@@ -93,11 +93,19 @@ class AgentStep(StepBase):
         return [v] if isinstance(v, str) else v
 
 
+class ReplyStep(StepBase):
+    """An answer to an inbox message. ``to`` and ``text`` are checked when the step runs, so a reply to no
+    message, or an empty one, fails that step (with its reason) rather than the whole plan."""
+    type: Literal["reply"]
+    to: Any = None  # a message id; a string once {{variables}} are filled in
+    text: Any = None
+
+
 class UnknownStep(StepBase):
     type: str
 
 
-KNOWN_TYPES = ("action", "think", "conditional", "subplan", "reflect", "agent")
+KNOWN_TYPES = ("action", "think", "conditional", "subplan", "reflect", "agent", "reply")
 
 
 def _step_tag(v: Any) -> str:
@@ -112,6 +120,7 @@ Step = Annotated[
     | Annotated[SubplanStep, Tag("subplan")]
     | Annotated[ReflectStep, Tag("reflect")]
     | Annotated[AgentStep, Tag("agent")]
+    | Annotated[ReplyStep, Tag("reply")]
     | Annotated[UnknownStep, Tag("unknown")],
     Discriminator(_step_tag),
 ]

@@ -33,6 +33,7 @@ _SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     events.SPEND_SETTLED: ("purpose", "model", "cost", "reason"),
     events.QUOTA_EXCEEDED: ("tool", "key", "bytes", "quota"),
     events.TELEGRAM_SENT: ("tool", "chat_id", "message_id", "chars", "error"),
+    events.INBOX_REPLY: ("step_id", "to", "from", "telegram_sent", "telegram_error", "text"),
     events.SCHEDULE_RUN: ("id", "scheduled", "outcome", "missed", "cost", "reason", "notify_error"),
 }
 

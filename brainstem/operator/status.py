@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from brainstem.core import keys
-from brainstem.core.errors import NotText
+from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
 from brainstem.daemon.telegram import status as telegram_status
@@ -323,6 +323,11 @@ def _attention_lines(report: dict[str, Any]) -> list[str]:
                   if box.get("urgent_unread") else "")
         out.append(labelled("inbox", f"{box['unread']} unread message(s){urgent}; the agent reads them in its "
                                      f"next session (brainstem inbox)"))
+    last = box.get("last_reply")
+    if isinstance(last, dict):
+        sent = {True: ", sent to Telegram", False: ", not sent to Telegram"}.get(last.get("telegram_sent"), "")
+        out.append(labelled("last reply", f"to message {as_text(last.get('to'))} at {as_text(last.get('at'))}"
+                                          f"{sent}: {one_line(last.get('text'), 120)} (brainstem inbox)"))
     return out
 
 

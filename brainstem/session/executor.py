@@ -1,4 +1,4 @@
-"""The step loop: action, think, agent, conditional, subplan and reflect steps under hard budgets.
+"""The step loop: action, think, agent, conditional, subplan, reflect and reply steps under hard budgets.
 
 Read it top to bottom: :meth:`Executor.run` walks a list of steps; each step
 is checked against the budget, skipped if it depends on something that
@@ -23,6 +23,7 @@ from brainstem.core.plan import (
     MidSessionTripwire,
     PlanError,
     ReflectStep,
+    ReplyStep,
     SubPlan,
     SubplanStep,
     ThinkStep,
@@ -33,6 +34,7 @@ from brainstem.core.templates import capped, references, render, substitute, to_
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.agent_step import AgentStepFailed, run_agent
+from brainstem.session.reply import ReplyRefused, run_reply
 from brainstem.session.stopping import SessionStopped
 from brainstem.state.budget import BudgetExceeded
 
@@ -171,6 +173,12 @@ class Executor:
             return self._conditional(step, sid, depth), self._derived_source(step.prompt, sid)
         if isinstance(step, SubplanStep):
             return self._subplan(step, sid, depth), None
+        if isinstance(step, ReplyStep):
+            try:
+                return run_reply(self.session, sid, self._substitute(step.to, for_prompt=False),
+                                 self._substitute(step.text, for_prompt=False)), None
+            except ReplyRefused as exc:
+                raise _StepFailure(str(exc), final=True) from None
         if isinstance(step, ReflectStep):
             if self.reflected:
                 return "already reflected this session", None

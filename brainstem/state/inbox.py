@@ -21,8 +21,14 @@ was ever left, three when something was, and never parses the log.
 A schedule whose ``notify`` is ``inbox`` leaves its result here too, as the agent (``from: agent``): a
 message for the operator, which the agent wrote and so has read; no session is shown it as a message.
 
+The agent answers a message with a plan's ``reply`` step (:mod:`brainstem.session.reply`). A reply is
+one entry of a second log, ``inbox:replies``, naming the message it answers; :func:`messages` gives each
+message its ``replies``, oldest first. Replies have the messages' limits: :data:`MAX_TEXT_CHARS` each, at
+most :data:`MAX_REPLIES` to one message, the newest :data:`KEEP` kept; a reply to a message trimmed away
+is no longer shown.
+
 Every key here is runtime-owned: the agent cannot forge a message from its
-operator, nor mark one read.
+operator, nor mark one read, nor write or edit a reply except through the step.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ KEEP = 500  # the newest messages kept; older ones (read long ago) are trimmed
 PROMPT_MESSAGES = 20  # the most messages one session is shown (the oldest unread first)
 PROMPT_CHARS = 12_000  # and the most text they may hold together (one message is always shown)
 NO_MESSAGES = "no messages"
+MAX_REPLIES = 10  # replies one message may have
 
 
 class InboxError(ValueError):
@@ -52,11 +59,7 @@ def post(store: Store, text: str, *, sender: str = "operator", urgent: bool = Fa
     """Leave a message; returns it (``id``, ``from``, ``at``, ``text``, ``urgent``)."""
     if sender not in SENDERS:
         raise InboxError(f"unknown sender {sender!r} (one of {', '.join(SENDERS)})")
-    if not isinstance(text, str) or not text.strip():
-        raise InboxError("the message is empty")
-    text = text.strip()
-    if len(text) > MAX_TEXT_CHARS:
-        text = text[:MAX_TEXT_CHARS] + f" [cut: {len(text) - MAX_TEXT_CHARS} more chars]"
+    text = kept_text(text, "the message")
     store = unfenced(store)  # anyone may leave a message: the inbox is not a session's to fence
     msg_id = store.incr(keys.INBOX_COUNTER)
     message = {"id": msg_id, "from": sender, "at": now_iso(), "text": text, "urgent": bool(urgent),
@@ -69,15 +72,70 @@ def post(store: Store, text: str, *, sender: str = "operator", urgent: bool = Fa
     return message
 
 
+def kept_text(text: Any, what: str = "the reply") -> str:
+    """``text`` as the inbox keeps it: stripped, and cut at :data:`MAX_TEXT_CHARS` saying so; an empty one
+    is an :class:`InboxError`."""
+    if not isinstance(text, str) or not text.strip():
+        raise InboxError(f"{what} is empty")
+    text = text.strip()
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[:MAX_TEXT_CHARS] + f" [cut: {len(text) - MAX_TEXT_CHARS} more chars]"
+    return text
+
+
+def reply_target(store: Store, to: Any) -> dict[str, Any]:
+    """The message a reply to ``to`` (its id, a number or its digits) answers, with its replies so far;
+    :class:`InboxError` saying why there is none to answer."""
+    if isinstance(to, str) and to.strip().isdigit():
+        to = int(to.strip())
+    if not isinstance(to, int) or isinstance(to, bool) or to < 1:
+        raise InboxError(f"`to` must be the id of an inbox message (a number), not {str(to)[:40]!r}")
+    found = next((m for m in messages(store) if m["id"] == to), None)
+    if found is None:
+        raise InboxError(f"there is no message {to} in the inbox (the orient prompt names each message's id)")
+    if found.get("from") == "agent":
+        raise InboxError(f"message {to} is the agent's own (a schedule's result, for the operator): only the "
+                         "operator's messages take a reply")
+    if len(found["replies"]) >= MAX_REPLIES:
+        raise InboxError(f"message {to} has {MAX_REPLIES} replies already, the most one message may have")
+    return found
+
+
+def reply(store: Store, message: dict[str, Any], text: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Keep a reply to ``message`` (as :func:`reply_target` found it); returns it (``to``, ``at``, ``text``
+    and ``extra``). A session's own store: a session that lost its lease replies nothing."""
+    entry = {"to": message["id"], "at": now_iso(), "text": kept_text(text), **(extra or {})}
+    store.append(keys.INBOX_REPLIES, json.dumps(entry))
+    if store.log_length(keys.INBOX_REPLIES) > KEEP + 50:
+        store.trim_log(keys.INBOX_REPLIES, KEEP)
+    return entry
+
+
+def _replies(store: Store, kept: set[int]) -> list[dict[str, Any]]:
+    """The kept replies to the messages ``kept``, in the order they were made, each with the ``to`` it
+    answers (entries that are not a reply left out, as messages are)."""
+    out = []
+    for raw in store.read_log(keys.INBOX_REPLIES):
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        to = entry.get("to") if isinstance(entry, dict) else None
+        if isinstance(to, int) and not isinstance(to, bool) and to in kept and isinstance(entry.get("text"), str):
+            out.append(entry)
+    return out
+
+
 def read_mark(store: Store) -> int:
     """The highest message id that has been shown to the agent in a session that ended."""
     return _number(store, keys.INBOX_READ)
 
 
 def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
-    """Every kept message, oldest first, each with ``read``; the newest ``limit`` when given.
-    An entry that is not a message (the log is runtime-owned, but a store can be edited by hand)
-    is left out rather than failing the listing."""
+    """Every kept message, oldest first, each with ``read`` and its ``replies`` (``at``, ``text``, and the
+    session, step and Telegram outcome of each); the newest ``limit`` when given. An entry that is not a
+    message (the log is runtime-owned, but a store can be edited by hand) is left out rather than failing
+    the listing."""
     mark = read_mark(store)
     out = []
     for raw in store.read_log(keys.INBOX):
@@ -90,7 +148,13 @@ def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
         msg["read"] = msg["id"] <= mark or msg.get("from") == "agent"  # the agent's own: for the operator
         out.append(msg)
     out.sort(key=lambda m: m["id"])
-    return out[-limit:] if limit else out
+    out = out[-limit:] if limit else out
+    by_message: dict[int, list[dict[str, Any]]] = {m["id"]: [] for m in out}
+    for entry in _replies(store, set(by_message)) if out else ():
+        by_message[entry["to"]].append({k: v for k, v in entry.items() if k != "to"})
+    for msg in out:
+        msg["replies"] = by_message[msg["id"]]
+    return out
 
 
 def unread(store: Store) -> list[dict[str, Any]]:
@@ -151,7 +215,9 @@ def prompt_text(shown: list[dict[str, Any]], more: int = 0) -> str:
         at = sanitize(str(msg.get("at") or "an unknown time"))[:40]
         urgent = ", URGENT" if msg.get("urgent") is True else ""
         text = json.dumps(sanitize(msg["text"]), ensure_ascii=False)
-        lines.append(f"- message {msg['id']} {provenance(msg)}, at {at}{urgent}: {text}")
+        replied = len(msg.get("replies") or ())
+        answered = f" (you replied to it already{'' if replied == 1 else f', {replied} times'})" if replied else ""
+        lines.append(f"- message {msg['id']} {provenance(msg)}, at {at}{urgent}: {text}{answered}")
     if more:
         lines.append(f"({more} more unread message{'' if more == 1 else 's'} wait; you are shown them next session)")
     return "\n".join(lines)
@@ -160,7 +226,7 @@ def prompt_text(shown: list[dict[str, Any]], more: int = 0) -> str:
 def provenance(msg: dict[str, Any]) -> str:
     """Who left a message, and how, in words: for the prompt."""
     if msg.get("from") == "telegram":
-        return "from your operator on Telegram (answer it with the send_telegram tool if an answer is due)"
+        return "from your operator on Telegram (a reply step's answer reaches them there)"
     via = VIAS.get(msg.get("via")) if isinstance(msg.get("via"), str) else None
     return "from your operator" + (f" ({via})" if via else "")
 
@@ -170,11 +236,15 @@ VIAS = {"tell": "left with brainstem tell", "dashboard": "left on the dashboard"
 
 
 def summary(store: Store) -> dict[str, Any]:
-    """For ``brainstem status`` and the dashboard: how many messages are unread, and whether an urgent
-    one makes the agent due now."""
-    waiting = unread(store)
+    """For ``brainstem status`` and the dashboard: how many messages are unread, whether an urgent one makes
+    the agent due now, and the agent's last reply (``to``, ``at``, ``text``, ``telegram_sent``), or None."""
+    kept = messages(store)
+    waiting = [m for m in kept if not m["read"]]
+    replies = _replies(store, {m["id"] for m in kept}) if kept else []
+    last = replies[-1] if replies else None
     return {"unread": len(waiting), "urgent_unread": sum(1 for m in waiting if m.get("urgent") is True),
-            "urgent_due": urgent_pending(store)}
+            "urgent_due": urgent_pending(store),
+            "last_reply": None if last is None else {k: last.get(k) for k in ("to", "at", "text", "telegram_sent")}}
 
 
 def _number(store: Store, key: str) -> int:

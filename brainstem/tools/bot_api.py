@@ -93,12 +93,16 @@ def get_updates(config: ClientConfig, offset: int | None, timeout: float,
 
 
 def send_message(config: ClientConfig, text: str, timeout: float = SEND_TIMEOUT,
-                 client: httpx.Client | None = None) -> int | None:
+                 client: httpx.Client | None = None, reply_to: int | None = None) -> int | None:
     """Send ``text`` to the operator's chat (``config.chat_id``): Telegram's message id; :class:`PollError`
-    when it was not sent. The chat is the configuration's, never the caller's."""
+    when it was not sent. The chat is the configuration's, never the caller's. ``reply_to`` (a message id in
+    that chat) shows it as the answer to that message, and it is sent all the same if that one is gone."""
     timeout = max(0.1, min(timeout, SEND_TIMEOUT))
     waits = httpx.Timeout(connect=timeout, read=timeout, write=timeout, pool=timeout)
-    result = _call(config, "sendMessage", {"chat_id": config.chat_id, "text": text}, waits, timeout, client)
+    body: dict[str, Any] = {"chat_id": config.chat_id, "text": text}
+    if reply_to is not None:
+        body["reply_parameters"] = {"message_id": reply_to, "allow_sending_without_reply": True}
+    result = _call(config, "sendMessage", body, waits, timeout, client)
     message_id = result.get("message_id") if isinstance(result, dict) else None
     return message_id if isinstance(message_id, int) and not isinstance(message_id, bool) else None
 

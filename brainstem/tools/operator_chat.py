@@ -35,8 +35,9 @@ class NotSent(Exception):
 
 
 def send(policy: ToolPolicy, text: str, timeout: float, *, tool: str, record: Callable[..., Any],
-         charge: Callable[[str, int], None]) -> dict:
-    """Send ``text`` for ``tool``: ``{"message_id": ...}``; :class:`NotSent` (or ``charge``'s stop) if not."""
+         charge: Callable[[str, int], None], reply_to: int | None = None) -> dict:
+    """Send ``text`` for ``tool`` (``reply_to``: as the answer to that Telegram message):
+    ``{"message_id": ...}``; :class:`NotSent` (or ``charge``'s stop) if not."""
     if not text.strip():
         raise NotSent("telegram: the text is empty")
     if len(text) > MAX_TEXT_CHARS:
@@ -54,7 +55,7 @@ def send(policy: ToolPolicy, text: str, timeout: float, *, tool: str, record: Ca
         record(events.TELEGRAM_SENT, **fields, message_id=message_id, replayed=True, duration_ms=0)
         return {"message_id": message_id}
     try:
-        message_id = send_message(config, text, timeout)
+        message_id = send_message(config, text, timeout, reply_to=reply_to)
     except PollError as exc:  # the code is told `error`; `detail` (redacted) is for the operator
         told = _told(exc)
         record(events.TELEGRAM_SENT, **fields, error=told, detail=str(exc),

@@ -7,7 +7,8 @@ subprocess can be pointed at ``.base_url`` (``BRAINSTEM_TELEGRAM_API_URL``)::
         tg.text(42, "hello")                 # an update from chat 42
         tg.fail({"status": 500})             # the next getUpdates answers 500
         ...
-        assert tg.sent == [{"chat_id": 42, "text": "hi"}]
+        assert tg.sent == [{"chat_id": 42, "text": "hi"}]   # with "reply_to" when it answers a message
+        tg.fail_sends({"status": 502})       # the next sendMessage answers 502
 
 ``getUpdates`` (GET with a query, or POST with a JSON or form body) honours ``offset`` as Telegram
 does: updates below it are confirmed and forgotten, the rest (up to ``limit``) are handed over; with
@@ -84,7 +85,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(400, {"ok": False, "error_code": 400, "description": "Bad Request: chat_id and text"})
                 return
             with d._lock:
-                d._sent.append({"chat_id": chat, "text": text})
+                failure = d._send_failures.pop(0) if d._send_failures else None
+            if failure is not None:
+                self._fail(failure)
+                return
+            sent = {"chat_id": chat, "text": text}
+            answers = params.get("reply_parameters")
+            if isinstance(answers, dict):  # shown in the chat as the answer to that message
+                sent["reply_to"] = answers.get("message_id")
+            with d._lock:
+                d._sent.append(sent)
                 message_id = len(d._sent) + 1000
             self._send(200, {"ok": True, "result": {"message_id": message_id, "chat": {"id": chat}, "text": text}})
         else:
@@ -162,6 +172,7 @@ class TelegramDouble(LoopbackDouble):
         self._requests: list[dict[str, Any]] = []
         self._polls: list[dict[str, Any]] = []
         self._sent: list[dict[str, Any]] = []
+        self._send_failures: list[dict[str, Any]] = []
 
     def start(self):
         if self._server is not None:
@@ -205,6 +216,11 @@ class TelegramDouble(LoopbackDouble):
         """The next getUpdates answer these, one each, before any update is handed over."""
         with self._lock:
             self._failures.extend(failures)
+
+    def fail_sends(self, *failures: dict[str, Any]) -> None:
+        """The next sendMessage answer these (as :meth:`fail` scripts them), one each."""
+        with self._lock:
+            self._send_failures.extend(failures)
 
     # --- what happened ---
 

@@ -549,8 +549,15 @@ def test_leaving_the_agent_a_message_through_the_page(world, tab):
         assert (msg["from"], msg["via"], msg["urgent"], msg["read"]) == ("operator", "dashboard", True, False)
         assert inbox.urgent_pending(store)
         inbox.mark_read(store, msg["id"])  # as a session that showed it would: the other tests' agent is not due
+        # The agent's reply, as a reply step keeps it: a thread under the message, its text as written.
+        inbox.reply(store, msg, "Checked: <i>all</i> fine.\nBalance unchanged.", extra={"session_id": "1-abcdef"})
     finally:
         store.close()
+    page.reload()
+    thread = page.locator("table.inbox tr").filter(has_text="Check the wallet").locator("ol.thread li")
+    assert thread.count() == 1
+    assert thread.locator("div.reply").inner_text() == "Checked: <i>all</i> fine.\nBalance unchanged."
+    assert "the agent's reply" in thread.inner_text() and thread.locator("a", has_text="1-abcdef").count() == 1
     tab.assert_clean()
     world.server.assert_no_errors()
 

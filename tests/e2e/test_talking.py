@@ -1,4 +1,5 @@
-"""Talking with the agent, end to end: a question over Telegram, an urgent wake, an agent step, an answer.
+"""Talking with the agent, end to end: a question over Telegram, an urgent wake, an agent step, an answer;
+and a reply step's answer, on Telegram, in ``brainstem inbox`` and on the dashboard.
 
 Everything real but the two remote services: ``brainstem run`` as a process,
 the store on disk, the sandbox, the Bot API double (on 127.0.0.2, a host of
@@ -13,9 +14,12 @@ import json
 import pytest
 
 from brainstem.core import keys
+from brainstem.daemon.telegram import poll_once
 from brainstem.state import inbox
+from brainstem.tools.bot_api import ClientConfig
+from tests.dashboard_client import app_for, client, dashboard_settings
 from tests.doubles import LLMDouble, TelegramDouble
-from tests.helpers import clean_env, wait_for
+from tests.helpers import clean_env, ok, run_cli, wait_for
 from tests.wake_helpers import (
     API_KEY,
     events_of,
@@ -26,8 +30,10 @@ from tests.wake_helpers import (
     llm_calls,
     plan,
     reflection,
+    run_wake,
     seeded,
     user_text,
+    wake_env,
 )
 
 TOKEN = "7741852963:AAH-e2e-token-0123456789abcdefXYZ"
@@ -89,4 +95,44 @@ def test_the_operator_asks_over_telegram_and_the_agent_answers_after_using_two_t
     done = [e for e in events_of(entries, "step_complete") if e.get("step_id") == "reply"]
     assert done and done[0]["result"] == "I told the operator my wisdom."
     assert entries[-1]["outcome"] == "clean"
+    store.close()
+
+
+def test_a_reply_step_answers_a_telegram_question_there_and_in_every_listing(tmp_path, monkeypatch):
+    """The poller brings the operator's question in; the session finds the answer with a think and answers with
+    a reply step: the answer reaches the operator's chat as the answer to the question, and `brainstem inbox`,
+    its --json and the dashboard's inbox show it under the question."""
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    store = seeded(url)
+    with TelegramDouble(token=TOKEN, max_hold=0.1) as tg, LLMDouble() as llm:
+        asked_at = tg.text(OWNER, QUESTION)
+        poll_once(store, ClientConfig(api_url=tg.base_url, token=TOKEN, chat_id=str(OWNER)), timeout=0)
+        (asked,) = inbox.messages(store)
+        assert asked["from"] == "telegram" and asked["telegram_update_id"] == asked_at
+
+        def respond(req):
+            if is_orient(req):
+                return plan({"id": "find", "type": "think", "prompt": "What is my wisdom?", "store_result_as": "w"},
+                            {"id": "answer", "type": "reply", "to": asked["id"], "text": "My wisdom: {{w}}"})
+            return reflection("answered the operator") if is_reflect(req) else "spend little."
+        llm.responder = respond
+        env = wake_env(url, llm, BRAINSTEM_TELEGRAM_BOT_TOKEN=TOKEN, BRAINSTEM_TELEGRAM_CHAT_ID=OWNER,
+                       BRAINSTEM_TELEGRAM_API_URL=tg.base_url)
+        ok(run_wake(env, "--force"))
+        assert tg.sent == [{"chat_id": str(OWNER), "text": "My wisdom: spend little.",
+                            "reply_to": asked["telegram_message_id"]}]
+    sid, entries = last_session(store)
+    assert [e["telegram_sent"] for e in events_of(entries, "inbox_reply")] == [True]
+
+    listing = ok(run_cli("inbox", env={"BRAINSTEM_KV": url})).splitlines()
+    assert QUESTION in listing[1] and "read" in listing[1]
+    assert "-> agent's reply" in listing[2] and listing[2].endswith(", sent to Telegram: My wisdom: spend little.")
+    (row,) = [json.loads(x) for x in ok(run_cli("inbox", "--json", env={"BRAINSTEM_KV": url})).splitlines()]
+    (answer,) = row["replies"]
+    assert (answer["text"], answer["session_id"], answer["telegram_sent"]) == ("My wisdom: spend little.", sid, True)
+    assert {"at", "text"} <= set(answer)
+
+    page = client(app_for(dashboard_settings(monkeypatch), store)).get("/inbox").text
+    thread = page.split(QUESTION, 1)[1].split("</tr>", 1)[0]
+    assert '<ol class="thread">' in thread and "My wisdom: spend little." in thread and "sent to Telegram" in thread
     store.close()

@@ -160,14 +160,14 @@ def test_status_shows_the_unread_messages_and_an_urgent_one(agent, url):
     r = run_cli("status", env=env)
     assert r.returncode == 0 and "inbox " not in r.stdout
     assert json.loads(run_cli("status", "--json", env=env).stdout)["inbox"] == {
-        "unread": 0, "urgent_unread": 0, "urgent_due": False}
+        "unread": 0, "urgent_unread": 0, "urgent_due": False, "last_reply": None}
     asleep_for_hours(agent)
     inbox.post(agent, "when you can", sender="telegram")
     line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("inbox "))
     assert "1 unread message(s); the agent reads them in its next session" in line and "urgent" not in line
     inbox.post(agent, "now, please", urgent=True)
     report = json.loads(run_cli("status", "--json", env=env).stdout)
-    assert report["inbox"] == {"unread": 2, "urgent_unread": 1, "urgent_due": True}
+    assert report["inbox"] == {"unread": 2, "urgent_unread": 1, "urgent_due": True, "last_reply": None}
     assert report["asleep"] is False  # the urgent message makes it due now
     line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("inbox "))
     assert "2 unread message(s) (1 urgent: the agent is due now)" in line
@@ -187,7 +187,7 @@ def test_the_next_session_sees_the_messages_with_their_provenance_and_marks_them
     assert "2 unread messages, oldest first:" in section
     assert (f'- message {first["id"]} from your operator (left with brainstem tell), at {first["at"]}: '
             f'"Please summarise the week\'s spending."') in section
-    assert f"- message {tg['id']} from your operator on Telegram" in section and "send_telegram" in section
+    assert f"- message {tg['id']} from your operator on Telegram (a reply step's answer reaches them there)" in section
     assert f"at {tg['at']}" in section
     assert '\\"quote\\" me\\n' in section  # quoted: one line, it cannot pass for another message
     assert "im_start" not in prompt and "you are free" in section  # chat-template tokens are sanitised away
@@ -400,8 +400,8 @@ def test_brainstem_run_wakes_the_agent_within_seconds_of_an_urgent_message(redis
 
 # --- the agent cannot forge a message or mark one read ---------------------------------------------
 
-@pytest.mark.parametrize("key", [keys.INBOX, keys.INBOX_READ, keys.INBOX_URGENT, keys.INBOX_SHOWN,
-                                 keys.INBOX_COUNTER])
+@pytest.mark.parametrize("key", [keys.INBOX, keys.INBOX_REPLIES, "inbox:other", keys.INBOX_READ, keys.INBOX_URGENT,
+                                 keys.INBOX_SHOWN, keys.INBOX_COUNTER])
 def test_the_agent_cannot_write_the_inbox_keys(agent, key):
     refused = []
     kv = AgentKV(agent, lambda event, **f: refused.append((event, f)))
@@ -427,7 +427,7 @@ def test_an_agent_written_tool_cannot_forge_a_message_or_mark_one_read(agent):
     agent.put(keys.tool_code("forger"), """
 def execute(args, ctx):
     out = {}
-    for key in ("inbox", "stats:inbox_read", "stats:inbox_urgent", "stats:inbox_shown"):
+    for key in ("inbox", "inbox:replies", "stats:inbox_read", "stats:inbox_urgent", "stats:inbox_shown"):
         try:
             ctx.kv.put(key, "999")
             out[key] = "put"
@@ -450,6 +450,7 @@ def execute(args, ctx):
     assert inbox.read_mark(agent) == 0 and inbox.urgent_pending(agent)
     assert agent.get(keys.INBOX_SHOWN) is None and agent.get(keys.INBOX_URGENT) == str(msg["id"])
     assert [m["text"] for m in inbox.messages(agent)] == ["from the operator"]
+    assert agent.read_log(keys.INBOX_REPLIES) == [] and inbox.messages(agent)[0]["replies"] == []
     assert agent.get("tooldata:forger:stats:inbox_read") == "999"
     assert out.value["read"] is None  # it reads its own key of that name back, not the read mark
 
@@ -520,3 +521,119 @@ def test_the_dashboard_inbox_needs_the_token(agent, dash_settings):
     assert r.status_code == 401 and "only for the operator" not in r.text
     form = re.search(r'<form class="tell".*?</form>', client(app).get("/inbox").text, re.S).group(0)
     assert 'action="/tell"' in form and "disabled" not in form and 'name="urgent"' in form
+
+
+# --- the agent's replies ---------------------------------------------------------------------------
+
+def answer(store, message: dict, text: str, **extra) -> dict:
+    """A reply as a session's reply step keeps one."""
+    return inbox.reply(store, inbox.reply_target(store, message["id"]), text,
+                       extra={"session_id": "1-abcdef", "step_id": "r", **extra})
+
+
+def test_each_message_carries_its_replies_oldest_first(agent):
+    first, second = inbox.post(agent, "one"), inbox.post(agent, "two", sender="telegram")
+    assert [m["replies"] for m in inbox.messages(agent)] == [[], []]
+    answer(agent, second, "to two")
+    answer(agent, first, "  to one, first  ")
+    answer(agent, first, "to one, again")
+    by_id = {m["id"]: m for m in inbox.messages(agent)}
+    assert [r["text"] for r in by_id[first["id"]]["replies"]] == ["to one, first", "to one, again"]
+    assert [r["text"] for r in by_id[second["id"]]["replies"]] == ["to two"]
+    assert set(by_id[first["id"]]["replies"][0]) == {"at", "text", "session_id", "step_id"}
+    assert inbox.messages(agent, limit=1)[0]["replies"][0]["text"] == "to two"
+    # The orient prompt says which messages were answered already, so a later session does not answer twice.
+    shown, _ = inbox.for_session(agent)
+    text = inbox.prompt_text(shown)
+    assert "(you replied to it already, 2 times)" in text and "(you replied to it already)" in text
+
+
+def test_replies_keep_the_limits_of_messages(agent):
+    msg = inbox.post(agent, "a question")
+    long = answer(agent, msg, "x" * (inbox.MAX_TEXT_CHARS + 7))
+    assert long["text"] == "x" * inbox.MAX_TEXT_CHARS + " [cut: 7 more chars]"
+    for n in range(inbox.MAX_REPLIES - 1):
+        answer(agent, msg, f"reply {n}")
+    with pytest.raises(inbox.InboxError, match=f"has {inbox.MAX_REPLIES} replies already"):
+        inbox.reply_target(agent, msg["id"])
+    with pytest.raises(inbox.InboxError, match="the reply is empty"):
+        inbox.reply(agent, msg, " \n ")
+    assert len(inbox.messages(agent)[0]["replies"]) == inbox.MAX_REPLIES
+
+
+def test_trimming_old_messages_trims_their_replies(agent, monkeypatch):
+    monkeypatch.setattr(inbox, "KEEP", 3)  # a trim at 3 + 50 entries, down to the newest 3
+    old = inbox.post(agent, "the oldest")
+    answer(agent, old, "to the oldest")
+    for n in range(53):
+        inbox.post(agent, f"message {n}")
+    kept = inbox.messages(agent)
+    assert old["id"] not in [m["id"] for m in kept] and all(m["replies"] == [] for m in kept)
+    for n in range(60):  # the replies log is trimmed as the messages' is: the newest kept
+        inbox.reply(agent, kept[-1], f"reply {n}")
+    assert agent.log_length(keys.INBOX_REPLIES) <= 3 + 50
+    assert inbox.messages(agent)[-1]["replies"][-1]["text"] == "reply 59"
+
+
+def test_entries_that_are_not_replies_are_left_out(agent):
+    msg = inbox.post(agent, "a question")
+    for raw in ("not json", "[1]", json.dumps({"to": [msg["id"]], "text": "x"}), json.dumps({"to": True, "text": "x"}),
+                json.dumps({"to": msg["id"], "text": 5}), json.dumps({"to": 999, "text": "to no message"})):
+        agent.append(keys.INBOX_REPLIES, raw)
+    answer(agent, msg, "the real one")
+    assert [r["text"] for r in inbox.messages(agent)[0]["replies"]] == ["the real one"]
+
+
+def test_status_shows_the_agents_last_reply(agent, url):
+    env = {"BRAINSTEM_KV": url}
+    first, second = inbox.post(agent, "one?"), inbox.post(agent, "two?", sender="telegram")
+    assert "last reply" not in run_cli("status", env=env).stdout
+    answer(agent, first, "the first answer")
+    answer(agent, second, "the second\nanswer", telegram_sent=True)
+    report = json.loads(run_cli("status", "--json", env=env).stdout)["inbox"]
+    assert {k: v for k, v in report["last_reply"].items() if k != "at"} == {
+        "to": second["id"], "text": "the second\nanswer", "telegram_sent": True}
+    line = next(x for x in run_cli("status", env=env).stdout.splitlines() if x.startswith("last reply "))
+    assert line.endswith(f"to message {second['id']} at {report['last_reply']['at']}, sent to Telegram: the second "
+                         "answer (brainstem inbox)")
+
+
+def test_inbox_shows_each_reply_under_its_message_and_json_gives_them(agent, url):
+    env = {"BRAINSTEM_KV": url}
+    first = inbox.post(agent, "What is in your wisdom?")
+    tg = inbox.post(agent, "and on the phone?", sender="telegram")
+    inbox.post(agent, "no answer needed")
+    answer(agent, first, "Spend little,\nsay what you did.")
+    answer(agent, tg, "Sent here too.", telegram_sent=True, telegram_message_id=1001)
+    answer(agent, tg, "Not this one.", telegram_sent=False, telegram_error="telegram: not sent: Telegram answered "
+                                                                            "HTTP 502")
+    lines = run_cli("inbox", env=env).stdout.splitlines()
+    at = lines[0].index("TEXT")
+    assert "What is in your wisdom?" in lines[1]
+    assert lines[2][:at].strip() == "" and lines[2][at:].startswith("-> agent's reply, ")
+    assert lines[2].endswith(": Spend little, say what you did.")  # one line, like the messages
+    assert "and on the phone?" in lines[3]
+    assert ", sent to Telegram: Sent here too." in lines[4]
+    assert ", NOT sent to Telegram (telegram: not sent: Telegram answered HTTP 502): Not this one." in lines[5]
+    assert "no answer needed" in lines[6] and "->" not in lines[7]
+
+    rows = [json.loads(x) for x in run_cli("inbox", "--json", env=env).stdout.splitlines()]
+    assert [[r["text"] for r in m["replies"]] for m in rows] == [
+        ["Spend little,\nsay what you did."], ["Sent here too.", "Not this one."], []]
+    assert rows[0]["replies"][0]["session_id"] == "1-abcdef" and "at" in rows[0]["replies"][0]
+    assert rows[1]["replies"][0]["telegram_sent"] is True and rows[1]["replies"][1]["telegram_sent"] is False
+
+
+def test_the_dashboard_shows_the_replies_as_a_thread_escaped(agent, dash_settings):
+    msg = inbox.post(agent, "What is in your wisdom?")
+    tg = inbox.post(agent, "and here?", sender="telegram")
+    answer(agent, msg, HOSTILE)
+    answer(agent, tg, "failed", telegram_sent=False, telegram_error="telegram: not sent: <b>502</b>")
+    body = client(app_for(dash_settings, agent)).get("/inbox").text
+    assert "<script>alert(1)" not in body and "<b>502" not in body
+    rows = dict(re.findall(r"<tr><td class=\"num\">(\d+)</td>(.*?)</tr>", body, re.S))
+    thread = re.search(r'<ol class="thread">(.*?)</ol>', rows[str(msg["id"])], re.S).group(1)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in thread and 'href="/sessions/1-abcdef' in thread
+    assert "not sent to Telegram: telegram: not sent: &lt;b&gt;502&lt;/b&gt;" in rows[str(tg["id"])]
+    agent.delete_log(keys.INBOX_REPLIES)
+    assert '<ol class="thread">' not in client(app_for(dash_settings, agent)).get("/inbox").text

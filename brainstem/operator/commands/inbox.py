@@ -41,6 +41,14 @@ def _agent_store(c: Ctx, agent: str | None, need_soul: bool):
     return store
 
 
+def reply_line(reply: dict) -> str:
+    """One reply of the agent's, as the listing shows it under its message: when, whether it reached
+    Telegram, and its text."""
+    sent = {True: ", sent to Telegram", False: ", NOT sent to Telegram"}.get(reply.get("telegram_sent"), "")
+    why = f" ({one_line(reply.get('telegram_error'), 120)})" if reply.get("telegram_error") else ""
+    return f"-> agent's reply, {short_time(reply.get('at'))}{sent}{why}: {one_line(reply.get('text'), PREVIEW)}"
+
+
 @click.command()
 @click.argument("text", nargs=-1)
 @click.option("--urgent", is_flag=True,
@@ -55,7 +63,8 @@ def tell(c: Ctx, text: tuple[str, ...], urgent: bool, agent: str | None, as_json
     The words of TEXT are joined with spaces; `-` reads the message from
     standard input. The next session's orient prompt shows every unread
     message, who left it and when; the agent acts on it in its plan (and may
-    answer one that came from Telegram with its send_telegram tool). Once
+    answer it with a reply step: `brainstem inbox` shows the reply, and one to
+    a message from Telegram is sent there). Once
     that session ends, having shown it to the model, it is marked read.
     Without --urgent the agent keeps its schedule.
 
@@ -95,7 +104,7 @@ def tell(c: Ctx, text: tuple[str, ...], urgent: bool, agent: str | None, as_json
               help="The newest N messages.")
 @click.option("--agent", metavar="NAME", help=AGENT_HELP)
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per message: id, from, at, text, read, urgent.")
+              help="One JSON object per message: id, from, at, text, read, urgent, replies.")
 @pass_ctx
 def inbox_command(c: Ctx, only_unread: bool, limit: int, agent: str | None, as_json: bool) -> None:
     """The messages left for the agent, oldest first, and whether it has read each.
@@ -103,13 +112,15 @@ def inbox_command(c: Ctx, only_unread: bool, limit: int, agent: str | None, as_j
     A message comes from the operator (`brainstem tell`, the dashboard) or
     from Telegram. It is read once a session that showed it to the model has
     ended; a message that arrives during a session waits for the next one.
-    An urgent unread message makes the agent due now.
+    An urgent unread message makes the agent due now. The agent's replies
+    (a plan's reply step) are shown under the message they answer.
 
     \b
     Examples:
       brainstem inbox
       brainstem inbox --unread
       brainstem inbox --json | jq -r 'select(.read | not) | .text'
+      brainstem inbox --json | jq -r '.replies[].text'    # what the agent answered
     """
     from brainstem.state import inbox
 
@@ -125,7 +136,12 @@ def inbox_command(c: Ctx, only_unread: bool, limit: int, agent: str | None, as_j
     rows = [[as_text(m["id"]), short_time(m.get("at")), as_text(m.get("from")),
              "read" if m.get("read") else "UNREAD", "urgent" if m.get("urgent") is True else "",
              one_line(m.get("text"), PREVIEW)] for m in found]
-    echo_lines(table(rows, right=(0,), header=["ID", "AT", "FROM", "STATE", "", "TEXT"]))
+    lines = table(rows, right=(0,), header=["ID", "AT", "FROM", "STATE", "", "TEXT"])
+    click.echo(lines[0])
+    under = " " * lines[0].index("TEXT")  # a reply reads under the text it answers
+    for line, msg in zip(lines[1:], found, strict=True):
+        click.echo(line)
+        echo_lines(under + reply_line(r) for r in msg.get("replies") or ())
     summary = inbox.summary(store)
     if summary["unread"]:
         line = f"{summary['unread']} unread: the agent sees them in its next session"

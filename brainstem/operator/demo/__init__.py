@@ -27,14 +27,14 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
 
 
 def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
-    from brainstem.core import events, keys
+    from brainstem.core import keys
     from brainstem.core.settings import Settings, load_settings
     from brainstem.core.timeline import format_entry
     from brainstem.llm.cassette import CassetteProvider
     from brainstem.session.wake import wake
     from brainstem.state import inbox
     from brainstem.state.seed import example_soul_path, seed
-    from brainstem.store import karma, open_store, sqlite_url
+    from brainstem.store import open_store, sqlite_url
 
     workdir.mkdir(parents=True, exist_ok=True)
     if kept:  # the loop goes on after the demo: change a prompt, replay, wake again from the same answers
@@ -57,9 +57,10 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
                       listeners=[lambda e: echo("  " + format_entry(e))])
         echo(f"\n{result.message}\n")
-        answer = next((e.get("result") for e in karma.read(store, result.session_id)
-                       if e.get("event") == events.STEP_COMPLETE and e.get("type") == "agent"), None)
-        echo(f"its answer to your message, after reading its store with a tool: {answer or '(none)'}")
+        asked = next((m for m in inbox.messages(store) if m["text"] == MESSAGE), None)
+        replies = asked["replies"] if asked else []
+        echo("its reply to your message, after reading its store with a tool (a reply step; brainstem inbox "
+             f"shows it under your message): {replies[0]['text'] if replies else '(none)'}")
         echo(f"your message is {'read' if inbox.read_mark(store) else 'still unread'} (brainstem inbox)")
         last = store.get_json(keys.LAST_REFLECT, default={}) or {}
         echo(f"what it wrote to its memory (last_reflect): {last.get('session_summary', '(nothing)')}")
@@ -69,7 +70,7 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         if kept:
             echo(f"  BRAINSTEM_KV={url} brainstem karma --json     # the same session, machine-readable")
             echo(f"  BRAINSTEM_KV={url} brainstem kv ls            # everything the agent is")
-            echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, read, and the schedule's notice")
+            echo(f"  BRAINSTEM_KV={url} brainstem inbox            # your message, its reply, the schedule's notice")
             echo(f"  BRAINSTEM_KV={url} brainstem schedule list    # the schedule, its next run and its last")
             echo(f"  BRAINSTEM_KV={url} brainstem wake --force --llm-cassette {kept_cassette}"
                  "   # another session, offline")

@@ -326,7 +326,12 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
             # ...answering the operator's message, which orient was shown and which is read afterwards.
             assert 'left it a message, as `brainstem tell "What did you write down?' in out
             assert "inbox_shown" in events and "inbox_read" in events
-            assert "its answer to your message, after reading its store with a tool: I wrote down" in out
+            # ...and the reply step answers it, no model call, the reply kept with the message.
+            assert [line for line in out.splitlines() if " step_start " in line and "type=reply" in line]
+            (replied,) = [line for line in out.splitlines() if " inbox_reply " in line]
+            assert "to=1 from=operator" in replied and "text=I wrote down that I woke up" in replied
+            assert ("its reply to your message, after reading its store with a tool (a reply step; brainstem inbox "
+                    "shows it under your message): I wrote down") in out
             assert "your message is read" in out
             end = [line for line in out.splitlines() if " session_end " in line][0]
             assert "outcome=clean" in end
@@ -334,6 +339,10 @@ def test_demo_runs_a_whole_session_offline_without_a_key(tmp_path):
             # What it printed is what it stored.
             store = open_store(f"sqlite:///{keep / 'demo.db'}", prefix="")
             assert [x["outcome"] for x in history(store)] == ["clean"]
+            (asked, _notice) = inbox.messages(store)
+            assert [r["text"] for r in asked["replies"]] == [
+                "I wrote down that I woke up for the first time; I have no wisdom of my own yet."]
+            assert asked["replies"][0]["session_id"] == history(store)[0]["id"]
             # A scheduled action, run once without a session: no model call, its notice in the inbox.
             ran = re.search(r"  ok, \$0\.0000, no model call; its karma: brainstem karma (sched-hourly-look-\S+)", out)
             assert ran, out
