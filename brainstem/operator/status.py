@@ -15,7 +15,7 @@ from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
 from brainstem.daemon.telegram import status as telegram_status
-from brainstem.operator.output import as_text, labelled, usd
+from brainstem.operator.output import as_text, labelled, spent, usd
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.session.wallet import NEEDS_WEB3, web3_missing
 from brainstem.state import daemon_health, inbox, refusals
@@ -214,7 +214,8 @@ def _agent_lines(report: dict[str, Any]) -> list[str]:
     if last:
         out.append(labelled("last session", f"{as_text(last.get('id'))}  {as_text(last.get('outcome'))}  "
                                             f"{as_text(last.get('ended_at') or last.get('started_at'))}  "
-                                            f"{usd(last.get('cost') or 0)}  {as_text(last.get('steps', 0))} steps"))
+                                            f"{spent(last.get('cost') or 0, last.get('simulated_cost'))}  "
+                                            f"{as_text(last.get('steps', 0))} steps"))
     if last and report.get("operator_action"):
         out.append(labelled("OPERATOR", report["operator_action"]))
     if report.get("daemon"):

@@ -8,7 +8,16 @@ import click
 from brainstem.core import keys
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import as_text, clip, echo_lines, json_lines, json_text, print_json, table, usd
+from brainstem.operator.output import (
+    as_text,
+    clip,
+    echo_lines,
+    json_lines,
+    json_text,
+    print_json,
+    spent,
+    table,
+)
 from brainstem.store import karma as karma_mod
 
 
@@ -16,14 +25,8 @@ def _outcome_counts(outcomes: dict) -> str:
     return ", ".join(f"{name} {n}" for name, n in outcomes.items()) or "-"
 
 
-def _spent(total: dict) -> str:
-    """A sum of sessions' costs, the part answered from cassettes named apart: it moved no money."""
-    simulated = total.get("simulated_cost") or 0
-    if not simulated:
-        return usd(total["cost"])
-    if simulated >= total["cost"]:
-        return f"{usd(total['cost'])} (simulated)"
-    return f"{usd(total['cost'])} ({usd(simulated)} of it simulated)"
+def _sum(total: dict) -> str:
+    return spent(total["cost"], total.get("simulated_cost"))
 
 
 def _session_rows(rows: list[dict]) -> list[str]:
@@ -32,7 +35,7 @@ def _session_rows(rows: list[dict]) -> list[str]:
         dur = h.get("duration_ms")
         cells.append([as_text(h.get("id")), as_text(h.get("started_at")), as_text(h.get("outcome")),
                       f"{as_text(h.get('steps'))} steps",
-                      _spent({"cost": h.get("cost") or 0, "simulated_cost": h.get("simulated_cost")}),
+                      spent(h.get("cost") or 0, h.get("simulated_cost")),
                       f"{dur / 1000:.1f}s" if isinstance(dur, (int, float)) else "-",
                       clip(_said(h))])
     return table(cells, right=(3, 4, 5),
@@ -99,7 +102,7 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
     echo_lines(_session_rows(rows))
     if cutoff is not None:
         shown = f" (showing the last {len(rows)})" if len(rows) < total["sessions"] else ""
-        click.echo(f"{total['sessions']} session{'' if total['sessions'] == 1 else 's'}{since}, {_spent(total)}: "
+        click.echo(f"{total['sessions']} session{'' if total['sessions'] == 1 else 's'}{since}, {_sum(total)}: "
                    f"{_outcome_counts(total['outcomes'])}{shown}")
 
 
@@ -117,8 +120,8 @@ def _by_day(rows: list[dict], cutoff, limit: int | None, as_json: bool) -> None:
     if not days:
         click.echo(f"no sessions{f' since {iso(cutoff)}' if cutoff else ''}")
         return
-    cells = [[d["day"], str(d["sessions"]), _spent(d), _outcome_counts(d["outcomes"])] for d in days]
-    cells.append(["total", str(total["sessions"]), _spent(total), _outcome_counts(total["outcomes"])])
+    cells = [[d["day"], str(d["sessions"]), _sum(d), _outcome_counts(d["outcomes"])] for d in days]
+    cells.append(["total", str(total["sessions"]), _sum(total), _outcome_counts(total["outcomes"])])
     echo_lines(table(cells, right=(1, 2), header=["DAY", "SESSIONS", "COST", "OUTCOMES"]))
 
 

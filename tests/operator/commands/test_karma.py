@@ -462,6 +462,8 @@ def test_demo_deletes_its_throwaway_store_unless_kept(tmp_path):
     assert total.startswith("1 session since ") and f", ${cost:.4f} (simulated): clean 1" in total
     by_day = ok(run_cli("sessions", "--by-day", env=kept)).splitlines()
     assert by_day[-1].split()[:4] == ["total", "1", f"${cost:.4f}", "(simulated)"]
+    last = next(ln for ln in ok(run_cli("status", env=kept)).splitlines() if ln.startswith("last session"))
+    assert f"${cost:.4f} (simulated)" in last
 
 
 # --- help and shell completion ---------------------------------------------------------------------------
