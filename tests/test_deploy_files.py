@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,23 @@ def test_both_services_run_the_same_install_on_the_same_store():
                 "ProtectSystem", "ProtectHome"):
         assert wake[key] == run[key], key
     assert wake["ExecStart"].split()[0] == run["ExecStart"].split()[0] == BINARY
-    assert unit("brainstem-wake.timer")["Timer"]["OnUnitActiveSec"] == "5min"
+
+
+def test_the_timer_fires_every_five_minutes_on_the_clock_and_catches_up_after_downtime():
+    timer = unit("brainstem-wake.timer")["Timer"]
+    assert timer["OnCalendar"] == "*:0/5"
+    # Persistent= acts on OnCalendar= alone; beside only monotonic timers (OnBootSec=, OnUnitActiveSec=)
+    # it does nothing, so a fire missed while the machine was off would never run.
+    assert timer["Persistent"] == "true"
+    assert not {"OnBootSec", "OnUnitActiveSec", "OnActiveSec", "OnStartupSec", "OnUnitInactiveSec"} & set(timer)
+    if shutil.which("systemd-analyze"):
+        r = subprocess.run(["systemd-analyze", "calendar", "--iterations", "2", timer["OnCalendar"]],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        nexts = re.findall(r"(?:Next elapse|Iter\. #2): \w+ \S+ (\d\d):(\d\d):00", r.stdout)
+        assert len(nexts) == 2, r.stdout
+        (h1, m1), (h2, m2) = ((int(h), int(m)) for h, m in nexts)
+        assert int(m1) % 5 == 0 and ((h2 * 60 + m2) - (h1 * 60 + m1)) % 1440 == 5, r.stdout
 
 
 def install_steps_in_the_unit() -> list[str]:
@@ -125,24 +142,58 @@ def sandbox_states(prefix: list[str]) -> dict[str, str]:
     return {name: p["state"] for name, p in report["protections"].items()}
 
 
+def under_tmp_kept() -> list[Path]:
+    """What the hardened run needs that lies under /tmp, outermost only: the checkout, and the interpreter
+    and its packages (a venv, a CI clone in a mktemp directory, a Python installed there)."""
+    needed = {REPO, Path(sys.prefix), Path(sys.base_prefix), Path(sysconfig.get_paths()["purelib"]),
+              Path(os.path.realpath(sys.executable)).parent}
+    under = {p.resolve() for p in needed if p.resolve().is_relative_to("/tmp")}
+    return sorted(p for p in under if not any(p != q and p.is_relative_to(q) for q in under))
+
+
+def private_tmp(staging: Path, keep: list[Path] | None = None) -> str:
+    """Shell that puts an empty tmpfs over /tmp, as PrivateTmp does, with ``keep`` (:func:`under_tmp_kept`)
+    bound back into it: the tmpfs is filled at ``staging``, then moved over /tmp; nothing outside changes."""
+    script = f'mount -t tmpfs tmpfs "{staging}" && '
+    for path in under_tmp_kept() if keep is None else keep:
+        inside = staging / path.relative_to("/tmp")
+        script += f'mkdir -p "{inside}" && mount --bind "{path}" "{inside}" && '
+    return script + f'mount --move "{staging}" /tmp && '
+
+
+def test_a_private_tmp_keeps_what_the_run_needs_from_under_tmp_and_nothing_else(tmp_path):
+    if os.geteuid() != 0 or not shutil.which("unshare") or not tmp_path.is_relative_to("/tmp"):
+        pytest.skip("needs root, unshare and pytest's temporary directory under /tmp")
+    kept = tmp_path / "checkout" / "venv"
+    kept.mkdir(parents=True)
+    (kept / "python").write_text("interpreter\n")
+    (tmp_path / "other").write_text("anything else under /tmp")
+    staging = tmp_path / "private"
+    staging.mkdir()
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        private_tmp(staging, [kept]) + f'cat "{kept}/python"; ls -A /tmp'],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "interpreter" and lines[1:] == [kept.relative_to("/tmp").parts[0]], lines
+    assert (tmp_path / "other").exists() and not any(staging.iterdir())  # outside, nothing changed
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(interpreter_for_nobody() is None,
                     reason="needs root, setpriv, unshare and a Python an unprivileged uid can run brainstem with")
-def test_the_units_hardening_costs_the_sandbox_nothing_but_the_uid_drop():
+def test_the_units_hardening_costs_the_sandbox_nothing_but_the_uid_drop(tmp_path):
     """What the units' comments claim: as a user of its own, the sandbox loses the uid drop only, and
     NoNewPrivileges, a read-only file system (ProtectSystem=strict) and a private /tmp (PrivateTmp) cost
-    it nothing more. The hardened run is approximated with setpriv and a mount namespace."""
+    it nothing more. The hardened run is approximated with setpriv and a mount namespace, from a checkout
+    and an interpreter anywhere (under /tmp too: they are bound back into the private /tmp)."""
     python = interpreter_for_nobody()
     as_root = sandbox_states(python)
     as_user = sandbox_states([*NOBODY, *python])
-    # A checkout under /tmp (a CI clone in a mktemp directory) is bound back over the private /tmp.
-    keep = (f'mkdir -p /run/brainstem-checkout && mount --bind "{REPO}" /run/brainstem-checkout && '
-            if REPO.is_relative_to("/tmp") else "")
-    back = (f'mkdir -p "{REPO}" && mount --bind /run/brainstem-checkout "{REPO}" && '
-            if REPO.is_relative_to("/tmp") else "")
+    staging = tmp_path / "private-tmp"
+    staging.mkdir()
     hardened = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                f'{keep}mount -t tmpfs tmpfs /tmp && {back}mount -o remount,bind,ro / && exec "$@"', "sh",
-                *NOBODY, "--no-new-privs"]
+                f'{private_tmp(staging)}mount -o remount,bind,ro / && exec "$@"', "sh", *NOBODY, "--no-new-privs"]
     assert sandbox_states([*hardened, *python]) == as_user
     # PrivateTmp is needed, not just harmless: without Landlock the sandbox chroots into an empty
     # directory it makes in /tmp, which ProtectSystem=strict alone would leave read-only.
@@ -279,3 +330,33 @@ def test_the_compose_client_accepts_it_with_a_password_and_refuses_it_without(tm
     assert run("s3cret-of-mine").returncode == 0
     refused = run("")
     assert refused.returncode != 0 and "REDIS_PASSWORD" in refused.stderr
+
+
+ETHEREUM = re.compile(r"^(web3|eth[-_].*|ckzg|py[-_]ecc)$", re.I)
+
+
+def resolved_install(target: str) -> set[str]:
+    """The distributions `pip install TARGET` would install into an empty environment (a dry run)."""
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+                        "--report", "-", target], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PIP_NO_CACHE_DIR": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    return {item["metadata"]["name"] for item in json.loads(r.stdout)["install"]}
+
+
+@pytest.mark.slow
+def test_a_plain_install_brings_no_ethereum_stack_and_the_wallet_extra_does():
+    light = resolved_install(".")
+    assert "brainstem" in light and "httpx" in light
+    assert not {name for name in light if ETHEREUM.match(name)}, light
+    wallet = resolved_install(".[wallet]")
+    assert "web3" in wallet and wallet > light
+
+
+def test_the_wallet_extra_is_the_only_way_in_for_web3_and_production_installs_it():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.lower().startswith("web3")]
+    assert [d for d in project["optional-dependencies"]["wallet"] if d.startswith("web3")]
+    assert "brainstem[wallet]" in project["optional-dependencies"]["test"]  # CI runs the wallet's tests
+    assert 'pip install --no-cache-dir ".[wallet]"' in (REPO / "Dockerfile").read_text()
+    assert any(s.endswith("pip install '.[wallet]'") for s in install_steps_in_the_unit())

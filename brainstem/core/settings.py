@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     base_rpc_url: str = Field("https://mainnet.base.org", validation_alias="BASE_RPC_URL",
                               description="Base JSON-RPC endpoint for the USDC balance")
     wallet_address: str | None = Field(None, validation_alias="WALLET_ADDRESS",
-                                       description="Wallet whose USDC balance on Base is ground truth")
+                                       description="Wallet whose USDC balance on Base is ground truth "
+                                                   "(read with web3: pip install 'brainstem[wallet]')")
     max_session_cost: float = Field(0.50, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_COST",
                                     description="Ceiling in USD for one session; "
                                                 "the agent's budget is clamped under it")

@@ -4,7 +4,7 @@ APScheduler 3.x fires a job per agent on an interval or a cron expression,
 coalescing missed fires, never running two instances of one agent's job at
 once (and the wake lease keeps two *hosts* apart too), with a misfire grace
 time and optional jitter. Every fire is written to the agent's bounded
-``wake_log``: ran (with the session's outcome), slept, skipped (locked by another wake, or
+``wake_log``: ran (with the session's outcome), asleep, skipped (locked by another wake, or
 still_running: this daemon's previous fire for the agent has not ended),
 missed, or error. A store that goes away is retried with backoff and logged
 once per outage, not once per tick. SIGTERM/SIGINT stop the scheduler;
@@ -139,7 +139,8 @@ def record_fire(store: Store, entry: dict) -> None:
 
 def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
     """The daemon's fires, oldest first (the newest ``limit`` of them); an unreadable line is kept as
-    ``{"fire": "unreadable", "raw": ...}`` rather than dropped."""
+    ``{"fire": "unreadable", "raw": ...}`` rather than dropped. A fire older daemons recorded as ``slept``
+    reads as ``asleep``, the one word for it (the metrics' too)."""
     length = store.log_length(keys.WAKE_LOG)
     start = max(0, length - limit) if limit is not None else 0
     out = []
@@ -148,6 +149,8 @@ def read_wake_log(store: Store, limit: int | None = None) -> list[dict]:
             entry = json.loads(raw)
         except ValueError:
             entry = None
+        if isinstance(entry, dict) and entry.get("fire") == "slept":
+            entry["fire"] = "asleep"
         out.append(entry if isinstance(entry, dict) else {"fire": "unreadable", "raw": str(raw)[:200]})
     return out
 
@@ -225,7 +228,7 @@ class Runner:
                 entry = {"fire": "lease_lost", "session_id": result.session_id}
                 log.warning("%s: %s", label, result.message)
             else:
-                entry = {"fire": "slept", "until": result.next_wake_after}
+                entry = {"fire": "asleep", "until": result.next_wake_after}
             self._recovered(agent, label)
             self._record(agent, entry)
             if result.status == "ran":

@@ -57,6 +57,10 @@ from brainstem.tools.bot_api import (
 log = logging.getLogger("brainstem.telegram")
 
 BACKOFF_FIRST, BACKOFF_MAX = 1.0, 60.0
+# The least time from one getUpdates to the next when the answer came back empty before its long poll was
+# up: a Bot API (or a proxy) that answers at once instead of holding the poll is asked about once a second,
+# not as fast as the loop turns. Updates end the wait: a full answer is followed by the next poll at once.
+POLL_FLOOR = 1.0
 LEASE_MARGIN = 60.0  # the poll lease outlives one long poll by this much
 HEARTBEAT_SECONDS = 60.0  # how often a quiet poller notes in the store that it is polling
 URGENT_MARK = "!"
@@ -196,12 +200,14 @@ class Poller:
     """Polls one agent's bot in a daemon thread until :meth:`stop`; never raises into its caller."""
 
     def __init__(self, config: ClientConfig, open_store: Any, *, timeout: float = POLL_TIMEOUT,
-                 label: str = "default", backoff_first: float = BACKOFF_FIRST, backoff_max: float = BACKOFF_MAX):
+                 label: str = "default", backoff_first: float = BACKOFF_FIRST, backoff_max: float = BACKOFF_MAX,
+                 floor: float = POLL_FLOOR):
         self.config = config
         self._open_store = open_store  # () -> Store: the poller's own connection, never a session's
         self.timeout = timeout
         self.label = label
         self.backoff_first, self.backoff_max = backoff_first, backoff_max
+        self.floor = floor
         self.stopping = threading.Event()
         self._wire = Wire()
         self._thread: threading.Thread | None = None
@@ -245,13 +251,15 @@ class Poller:
                         delay = min(30.0, max(5.0, self.timeout))
                         continue
                     said_waiting = False
-                    poll_once(store, self.config, self.timeout, client)
+                    asked = time.monotonic()
+                    handled = poll_once(store, self.config, self.timeout, client)
                     if self.stopping.is_set():
                         break
                     if self.errors:
                         log.info("telegram (%s): polling again", self.label)
                     self.polls += 1
-                    self.errors, delay = 0, 0.0
+                    self.errors = 0
+                    delay = 0.0 if handled else max(0.0, self.floor - (time.monotonic() - asked))
                 except Exception as exc:  # noqa: BLE001 - a poller that stops would lose the operator's messages
                     if self.stopping.is_set():
                         break

@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: list[str]) -> int:
     debug = "--debug" in args
     try:
-        cli.main(args=args, prog_name="brainstem", standalone_mode=False)
+        # Not standalone, click hands back a command's `click.exceptions.Exit(n)` as n: that is the exit code.
+        code = cli.main(args=args, prog_name="brainstem", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
@@ -117,4 +118,4 @@ def _main(args: list[str]) -> int:
             raise
         output.unexpected(exc)
         return 1
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0

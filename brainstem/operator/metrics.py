@@ -3,8 +3,8 @@
 The daemon counts what it does: each fire (``ran``, ``asleep``, ``skipped``,
 ``missed``, ``error``), and, from the karma of the sessions it runs (a karma
 listener, so the count is what the flight recorder holds), each session's
-outcome, duration and cost, each LLM call by tier and model, each tool run by
-result. Today's spend and the daily ceiling are read from the store when
+outcome, duration and cost (what moved money: not a cassette's simulated answers), each LLM call by
+tier and model, each tool run by result. Today's spend and the daily ceiling are read from the store when
 Prometheus scrapes. Imported only by ``run`` when metrics are asked for.
 """
 
@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from brainstem.core import events
 
-WAKE_RESULTS = {"ran": "ran", "slept": "asleep", "skipped": "skipped", "missed": "missed", "error": "error",
+WAKE_RESULTS = {"ran": "ran", "asleep": "asleep", "skipped": "skipped", "missed": "missed", "error": "error",
                 "lease_lost": "ran"}  # a session ran, and its lease was lost: counted in brainstem_lease_lost too
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, float("inf"))
 COST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, float("inf"))
@@ -70,7 +70,9 @@ class Metrics:
                 if isinstance(e.get("duration_ms"), (int, float)):
                     self.duration.labels(agent=agent).observe(e["duration_ms"] / 1000)
                 if isinstance(e.get("cost"), (int, float)):
-                    self.cost.labels(agent=agent).observe(e["cost"])
+                    # What moved money: a cassette's answers (simulated_cost) are no spend.
+                    simulated = e.get("simulated_cost") if isinstance(e.get("simulated_cost"), (int, float)) else 0
+                    self.cost.labels(agent=agent).observe(max(0.0, e["cost"] - simulated))
         return on_entry
 
 

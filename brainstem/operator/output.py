@@ -57,6 +57,17 @@ def usd(value, digits: int = 4) -> str:
     return f"${value:,.{digits}f}"
 
 
+def spent(cost, simulated=None) -> str:
+    """A cost, its part answered from cassettes named apart (it moved no money): ``$0.0246 (simulated)``
+    when all of it was, ``$0.0700 ($0.0246 of it simulated)`` when some."""
+    simulated = simulated if isinstance(simulated, (int, float)) and not isinstance(simulated, bool) else 0
+    if not simulated:
+        return usd(cost)
+    if not isinstance(cost, (int, float)) or simulated >= cost:
+        return f"{usd(cost)} (simulated)"
+    return f"{usd(cost)} ({usd(simulated)} of it simulated)"
+
+
 def table(rows: list[list[str]], right: tuple[int, ...] = (), header: list[str] | None = None) -> list[str]:
     """Rows as lines in aligned columns (the last column is not padded); ``right``: right-aligned columns."""
     every = ([header] if header else []) + rows

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from brainstem.core import keys
+from brainstem.core.clock import iso
 from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import Settings
 from brainstem.daemon.telegram import status as telegram_status
-from brainstem.operator.output import as_text, labelled, usd
+from brainstem.operator.output import as_text, labelled, spent, usd
 from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.wallet import NEEDS_WEB3, web3_missing
 from brainstem.state import daemon_health, inbox, refusals
 from brainstem.state import history as session_history
 from brainstem.state.budget import anomalies_today, daily_spent, simulated_today
@@ -118,8 +120,10 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "daily_ceiling": settings.max_daily_cost,
         "session_ceiling": settings.max_session_cost,
         "balances_last_seen": truth,
+        "wallet_needs": NEEDS_WEB3 if settings.wallet_address and web3_missing() else None,
         "next_wake_after": (wake_config or {}).get("next_wake_after") if isinstance(wake_config, dict) else None,
         "asleep": until is not None,
+        "next_wake_at": iso(until) if until is not None else None,  # None: due now, whatever the schedule said
         "deep_reflection_due_next_wake": due,
         "deep_reflection": why,
         "config_problems": problems or None,
@@ -210,7 +214,8 @@ def _agent_lines(report: dict[str, Any]) -> list[str]:
     if last:
         out.append(labelled("last session", f"{as_text(last.get('id'))}  {as_text(last.get('outcome'))}  "
                                             f"{as_text(last.get('ended_at') or last.get('started_at'))}  "
-                                            f"{usd(last.get('cost') or 0)}  {as_text(last.get('steps', 0))} steps"))
+                                            f"{spent(last.get('cost') or 0, last.get('simulated_cost'))}  "
+                                            f"{as_text(last.get('steps', 0))} steps"))
     if last and report.get("operator_action"):
         out.append(labelled("OPERATOR", report["operator_action"]))
     if report.get("daemon"):
@@ -253,21 +258,32 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
     truth = report["balances_last_seen"] or {}
     bal = truth.get("balances") if isinstance(truth.get("balances"), dict) else {}
 
-    def money(v):
-        return "unknown" if v is None else usd(v, 2)
+    def money(v, why_unknown=None):
+        return ("unknown" + (f" ({why_unknown})" if why_unknown else "")) if v is None else usd(v, 2)
     out = [labelled("failing in a row", as_text(report["failing_in_a_row"])),
            labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)}"
                                    + (f" (+{usd(report['simulated_cost_today'])} simulated, from cassettes)"
                                       if report.get("simulated_cost_today") else "")
                                    + f" (per session at most {usd(report['session_ceiling'], 2)})"),
            labelled("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC "
-                                f"{money(bal.get('wallet_usdc'))}"
+                                f"{money(bal.get('wallet_usdc'), report.get('wallet_needs'))}"
                     + (f" (as of {as_text(truth.get('at'))})" if truth else "")),
-           labelled("next wake", f"{report['next_wake_after'] or 'due now'}{' (asleep)' if report['asleep'] else ''}"),
+           labelled("next wake", _next_wake(report)),
            labelled("deep reflection", f"{'due at next wake' if report['deep_reflection_due_next_wake'] else 'not due'}"
                                        f" ({as_text(report['deep_reflection'])})")]
     out += [labelled("config problem", as_text(p)) for p in report["config_problems"] or []]
     return out
+
+
+def _next_wake(report: dict[str, Any]) -> str:
+    """When the agent next wakes: a time while it sleeps, else ``due now`` and why (never a time beside it
+    as if it were the next wake)."""
+    if report["asleep"]:
+        return f"{report.get('next_wake_at') or as_text(report['next_wake_after'])} (asleep)"
+    said = report["next_wake_after"]
+    if (report.get("inbox") or {}).get("urgent_due"):
+        return "due now: an urgent message waits" + (f" (its own schedule said {as_text(said)})" if said else "")
+    return "due now" + (f" (its schedule said {as_text(said)})" if said else "")
 
 
 def _schedule_lines(report: dict[str, Any]) -> list[str]:

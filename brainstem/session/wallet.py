@@ -1,16 +1,22 @@
 """USDC balance on Base: the wallet ground truth's hard-coded fallback.
 
 web3 is imported inside :func:`usdc_balance` only: it costs about 0.8 s and
-60 MB to import, and the sleep path of ``brainstem wake`` must not pay that.
+60 MB to import, and the sleep path of ``brainstem wake`` must not pay that. It
+is an extra (``brainstem[wallet]``), not a dependency: an operator with no
+wallet never installs the Ethereum stack, and one with a wallet but no web3 gets
+an unknown balance and :data:`NEEDS_WEB3`, the one line that says what to install.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 import warnings
 
-__all__ = ["USDC_BASE", "USDC_DECIMALS", "usdc_balance"]
+__all__ = ["NEEDS_WEB3", "USDC_BASE", "USDC_DECIMALS", "usdc_balance", "web3_missing"]
+
+NEEDS_WEB3 = "web3 is not installed, so the wallet balance is unknown: pip install 'brainstem[wallet]'"
 
 USDC_BASE = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
 USDC_DECIMALS = 6
@@ -51,6 +57,8 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list
             limit = sys.getrecursionlimit()
             try:
                 from web3 import Web3  # noqa: PLC0415 -- heavy, optional: only a wallet balance needs it
+            except ImportError:
+                return unknown(NEEDS_WEB3)
             finally:
                 # py_ecc, which web3 imports, raises the interpreter's recursion limit to 100,000 for its
                 # own algorithms (never called here). Left that high, a deeply nested JSON answer (from an
@@ -78,3 +86,13 @@ def usdc_balance(rpc_url: str, address: str, *, timeout: float = 10.0, why: list
         return value if math.isfinite(value) else unknown("balance is not finite")
     except Exception as exc:  # noqa: BLE001 - a balance checker never breaks a wake
         return unknown(f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+
+
+def web3_missing() -> bool:
+    """Whether web3 cannot be imported here, found without importing it (status asks, on every call)."""
+    if "web3" in sys.modules:
+        return sys.modules["web3"] is None  # None: an import of it is refused
+    try:
+        return importlib.util.find_spec("web3") is None
+    except (ImportError, ValueError):
+        return True

@@ -353,20 +353,22 @@ def started_since(entries: list[dict], cutoff: datetime | None) -> list[dict]:
     return out
 
 
-def _cost(h: dict) -> float:
-    c = h.get("cost")
+def _cost(h: dict, field: str = "cost") -> float:
+    c = h.get(field)
     return float(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else 0.0
 
 
 def totals(entries: list[dict]) -> dict[str, Any]:
-    """``{"sessions": N, "cost": USD, "outcomes": {outcome: count}}`` over ``entries``, outcomes in the
-    order of the outcomes table (``clean`` first), any others after them by name."""
+    """``{"sessions": N, "cost": USD, "simulated_cost": USD, "outcomes": {outcome: count}}`` over ``entries``,
+    outcomes in the order of the outcomes table (``clean`` first), any others after them by name.
+    ``simulated_cost`` is the part of ``cost`` answered from a cassette: it moved no money."""
     counts: dict[str, int] = {}
     for h in entries:
         name = str(h.get("outcome") or "unknown")
         counts[name] = counts.get(name, 0) + 1
     order = [o for o in ALL if o in counts] + sorted(set(counts) - set(ALL))
     return {"sessions": len(entries), "cost": round(sum(_cost(h) for h in entries), 10),
+            "simulated_cost": round(sum(_cost(h, "simulated_cost") for h in entries), 10),
             "outcomes": {o: counts[o] for o in order}}
 
 

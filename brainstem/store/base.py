@@ -390,6 +390,17 @@ def _past_owner(cursor: str, owner: str | None) -> str:
     return f"{names.candidate(cursor)}:{names.INTERNAL}\U0010ffff"  # NAME:__…
 
 
+def shown_url(url: str, prefix: str) -> str:
+    """A store URL as printed: its ``?prefix=`` the agent's bare name (``?prefix=bob``, as the URL takes it, not
+    the key prefix ``bob:``, which ran into the punctuation after it), whether the URL or the environment
+    named the agent; none for the default agent. Still a URL that opens the same view."""
+    base, _, query = url.partition("?")
+    rest = [p for p in query.split("&") if p and not p.startswith("prefix=")]
+    if prefix:
+        rest.append("prefix=" + prefix.removesuffix(":"))
+    return base + ("?" + "&".join(rest) if rest else "")
+
+
 def unknown_agent(name: str, where: str) -> str:
     """The one line for a named agent that is not registered in the store ``where``."""
     return (f"no agent {name!r} in {where}: nothing has been seeded under that name (no soul); create it "

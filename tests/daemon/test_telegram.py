@@ -338,6 +338,35 @@ def test_a_restart_continues_from_the_stored_offset(tg, store):
     assert tg.polls[1]["offset"] == offset and texts(store) == ["one", "two"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_bot_api_that_answers_at_once_is_polled_about_once_a_second_and_updates_are_still_fetched_at_once(
+        store_url):
+    # A Bot API (or a proxy before it) that does not hold the long poll: every getUpdates comes back empty
+    # at once. The poller waits out the floor (1 s here, its default) before the next; an update ends the wait.
+    with TelegramDouble(token=TOKEN, max_hold=0) as api:
+        store = open_store(store_url)
+        poller = Poller(config(api), lambda: open_store(store_url)).start()
+        try:
+            time.sleep(3.2)
+            quiet = list(api.polls)
+            assert 2 <= len(quiet) <= 5, len(quiet)  # about one a second, where it was hundreds
+            api.text(OWNER, "one")
+            wait_for(lambda: texts(store) == ["one"], 5, "the text at the next poll")
+            api.text(OWNER, "two")
+            wait_for(lambda: texts(store) == ["one", "two"], 5, "the second text")
+            time.sleep(0.5)
+        finally:
+            poller.stop()
+            store.close()
+    gets = [r["t"] for r in api.requests if r["method"] == "getUpdates"]
+    gaps = [b - a for a, b in zip(gets, gets[1:], strict=False)]
+    assert min(gaps[: len(quiet) - 1]) >= 0.9, gaps  # empty and early: the floor between polls
+    # After a poll that handed over a text, the next goes out at once, not a floor later.
+    assert min(gaps) < 0.5, gaps
+    assert telegram.POLL_FLOOR == 1.0 and poller.floor == telegram.POLL_FLOOR
+
+
 def test_a_dead_processs_poll_lease_is_taken_over_and_a_live_one_is_not_shared(tg, store_url):
     store = open_store(store_url)
     dead = f"{host_name()}:999999999:telegram-gone"

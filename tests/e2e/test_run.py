@@ -124,14 +124,14 @@ def test_wakes_on_schedule_first_fire_runs_then_later_fires_sleep(redis_url, age
     llm.responder = responder()
     name, store = agents()
     d = daemons(base_env(redis_url, llm), "--every", "1s", "--agent", name)
-    wait_for(lambda: len(fires(store, "slept")) >= 3, 30, "three slept fires", d)
+    wait_for(lambda: len(fires(store, "asleep")) >= 3, 30, "three asleep fires", d)
     rc, took = d.stop()
     assert rc == 0, d.stderr
     assert took < 10
 
     log = wake_log(store)
     assert log[0]["fire"] == "ran" and log[0]["outcome"] == "clean", log
-    assert [e["fire"] for e in log[1:]] == ["slept"] * (len(log) - 1), log
+    assert [e["fire"] for e in log[1:]] == ["asleep"] * (len(log) - 1), log
     h = history(store)
     assert len(h) == 1 and h[0]["id"] == log[0]["session_id"] and h[0]["outcome"] == "clean"
     # The plan asked for 1 s; the runtime sleeps at least 60 s, and every later fire sees that.
@@ -152,7 +152,7 @@ def test_one_process_wakes_several_agents(redis_url, agents, llm, daemons):
     llm.responder = responder()
     (a, sa), (b, sb) = agents(), agents()
     d = daemons(base_env(redis_url, llm), "--every", "1s", "--agent", a, "--agent", b)
-    wait_for(lambda: fires(sa, "slept") and fires(sb, "slept"), 30, "both agents to run and then sleep", d)
+    wait_for(lambda: fires(sa, "asleep") and fires(sb, "asleep"), 30, "both agents to run and then sleep", d)
     rc, _ = d.stop()
     assert rc == 0, d.stderr
     for store in (sa, sb):
@@ -286,7 +286,7 @@ def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, t
     try:
         name, store = agents(url)
         d = daemons(base_env(url, llm), "--every", "1s", "--agent", name)
-        wait_for(lambda: fires(store, "slept"), 30, "a first session, then a slept fire", d)
+        wait_for(lambda: fires(store, "asleep"), 30, "a first session, then an asleep fire", d)
 
         # The store goes away (its data kept on disk for the restart).
         redis.Redis(port=port).save()
@@ -297,7 +297,7 @@ def test_redis_lost_mid_run_is_logged_once_and_recovered(agents, llm, daemons, t
         assert d.alive(), d.stderr
         server = start_redis_server(port, workdir)
         back_at = datetime.now().astimezone()
-        wait_for(lambda: [e for e in fires(store, "slept") if ts(e["t"]) > back_at], 30,
+        wait_for(lambda: [e for e in fires(store, "asleep") if ts(e["t"]) > back_at], 30,
                  "fires after the store came back", d)
         rc, _ = d.stop()
         assert rc == 0, d.stderr
@@ -323,7 +323,7 @@ def test_a_fire_later_than_the_misfire_grace_is_recorded_missed(redis_url, agent
     name, store = agents()
     every = 2.0
     d = daemons(base_env(redis_url, llm), "--every", "2s", "--misfire-grace", "1", "--agent", name)
-    first_slept = wait_for(lambda: fires(store, "slept"), 30, "a slept fire", d)[0]
+    first_slept = wait_for(lambda: fires(store, "asleep"), 30, "an asleep fire", d)[0]
     # Fires come every 2 s in phase with this one (recorded a little after it was due). Freeze the daemon
     # across a scheduled fire at least 0.5 s away and wake it 1.5 s after that fire: later than the 1 s grace
     # (a fire recorded late only makes it later still; past the next fire too, both are missed).

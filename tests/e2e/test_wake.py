@@ -236,6 +236,33 @@ def test_wallet_rpc_failure_is_unknown_and_the_session_runs(st, real_store_url, 
     assert len(llm_calls(entries, "think")) == 1
 
 
+def test_a_wallet_without_web3_is_unknown_says_what_to_install_and_the_session_runs(st, real_store_url, llm,
+                                                                                    monkeypatch):
+    # web3 is the wallet extra: an install without it (an import of it refused here) reads no balance.
+    import sys
+
+    monkeypatch.setitem(sys.modules, "web3", None)
+    wallet = "0x" + "ef" * 20
+    env = wake_env(real_store_url, llm, WALLET_ADDRESS=wallet, BASE_RPC_URL=f"http://127.0.0.1:{free_port()}/",
+                   BRAINSTEM_GROUND_TRUTH_TIMEOUT=5)
+    llm.queue(plan(think("hello")), "hi", reflection())
+    sid, entries = finished(run_wake(env, "--force"), st, "clean")
+    gt = events_of(entries, "ground_truth")[0]
+    assert gt["balances"] == {"openrouter": 10.0, "wallet_usdc": None}
+    assert gt["errors"]["wallet_usdc"] == ("web3 is not installed, so the wallet balance is unknown: "
+                                           "pip install 'brainstem[wallet]'")
+    assert len(llm_calls(entries, "think")) == 1  # the session went on
+    status = run_cli("status", env=env)
+    assert status.returncode == 0, status.stderr
+    line = next(ln for ln in status.stdout.splitlines() if ln.startswith("balances"))
+    assert "wallet USDC unknown (web3 is not installed, so the wallet balance is unknown: pip install " \
+           "'brainstem[wallet]')" in line
+    assert json.loads(run_cli("status", "--json", env=env).stdout)["wallet_needs"].endswith(
+        "pip install 'brainstem[wallet]'")
+    monkeypatch.delitem(sys.modules, "web3")  # installed after all: status says no more
+    assert "brainstem[wallet]" not in run_cli("status", env=env).stdout
+
+
 def test_tripwire_raises_effort(st, env, llm):
     set_defaults(st, tripwires=[{"field": "balances.openrouter", "op": "<", "value": 100, "effort": "high"}])
     llm.queue(plan(think("hello")), "hi", reflection())

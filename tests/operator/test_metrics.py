@@ -21,7 +21,7 @@ def test_a_daemon_serves_what_it_did(tmp_path, llm, daemons):  # noqa: F811 - py
     llm.responder = answers("ok", reflect=reflection("wrote k"))
     port = free_port()
     d = daemons(base_env(url, llm), "--every", "1s", "--metrics-port", str(port))
-    wait_for(lambda: len(fires(store, "slept")) >= 2, 30, "a session then two slept fires", d)
+    wait_for(lambda: len(fires(store, "asleep")) >= 2, 30, "a session then two asleep fires", d)
     found = scrape(port)
     rc, _ = d.stop()
     assert rc == 0, d.stderr
@@ -59,7 +59,9 @@ def test_the_listener_counts_karma_entries():
     on = m.listener("a")
     for e in [{"event": "llm_call", "tier": "dynamic", "model": "x/y"}, {"event": "tool_complete", "ok": True},
               {"event": "tool_would_do", "tool": "t"},
-              {"event": "session_end", "outcome": "no_plan", "duration_ms": 1500, "cost": 0.02}]:
+              {"event": "session_end", "outcome": "no_plan", "duration_ms": 1500, "cost": 0.02},
+              # answered from a cassette: a session, and no spend
+              {"event": "session_end", "outcome": "clean", "duration_ms": 500, "cost": 0.03, "simulated_cost": 0.03}]:
         on(e)
     m.fire("a", "missed")
     m.watch_spend("a", lambda: (1.25, 5.0))
@@ -68,7 +70,8 @@ def test_the_listener_counts_karma_entries():
     assert value(found, "brainstem_llm_calls_total", agent="a", tier="dynamic", model="x/y") == 1
     assert value(found, "brainstem_tool_runs_total", agent="a", result="not_run") == 1
     assert value(found, "brainstem_sessions_total", agent="a", outcome="no_plan") == 1
-    assert value(found, "brainstem_session_duration_seconds_sum", agent="a") == 1.5
+    assert value(found, "brainstem_session_duration_seconds_sum", agent="a") == 2.0
+    assert value(found, "brainstem_session_cost_usd_sum", agent="a") == pytest.approx(0.02)
     assert value(found, "brainstem_wakes_total", agent="a", result="missed") == 1
     assert value(found, "brainstem_spend_today_usd", agent="a") == 1.25
     assert value(found, "brainstem_spend_today_usd", agent="b") is None

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from brainstem.operator.output import clip
+from brainstem.operator.output import clip, spent
 from brainstem.state import history as session_history
 from tests.helpers import run_cli
 from tests.wake_helpers import seeded
@@ -136,3 +136,10 @@ def test_json_text_escapes_what_a_terminal_would_act_on_and_nothing_else():
     text = json_text(value)
     assert json.loads(text) == value
     assert "é … 日本" in text and "\x9b" not in text and "\u202e" not in text and "\\u009b" in text
+
+
+def test_spent_names_the_part_answered_from_cassettes():
+    assert spent(0.07) == spent(0.07, 0) == spent(0.07, None) == "$0.0700"
+    assert spent(0.0246, 0.0246) == "$0.0246 (simulated)"
+    assert spent(0.07, 0.0246) == "$0.0700 ($0.0246 of it simulated)"
+    assert spent(0.07, True) == "$0.0700"  # not a number: nothing to name

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 
 import pytest
 
-from brainstem.session.wallet import USDC_BASE, usdc_balance
+from brainstem.session.wallet import NEEDS_WEB3, USDC_BASE, usdc_balance
 from tests.doubles import RPCDouble
 from tests.helpers import free_port as closed_port
 
@@ -109,3 +110,31 @@ def test_reading_the_wallet_leaves_the_recursion_limit_so_deep_json_is_an_error_
         "    print('RecursionError')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "RecursionError", (r.returncode, r.stderr[-500:])
+
+
+NO_WEB3 = '''import sys
+
+
+class NoWeb3:  # an install without the wallet extra: web3 cannot be found
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "web3":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoWeb3())
+'''
+
+
+def test_without_web3_installed_the_balance_is_unknown_and_says_to_install_the_wallet_extra(rpc, tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(NO_WEB3)
+    code = ("import json; from brainstem.session.wallet import usdc_balance, web3_missing; why = []; "
+            f"print(json.dumps([usdc_balance({rpc.url!r}, {WALLET!r}, why=why), why, web3_missing()]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [None, [NEEDS_WEB3], True]
+    assert NEEDS_WEB3.endswith("pip install 'brainstem[wallet]'") and rpc.calls == []  # nothing was asked
+    here = subprocess.run([sys.executable, "-c", "from brainstem.session.wallet import web3_missing; "
+                           "print(web3_missing())"], capture_output=True, text=True, timeout=30)
+    assert here.stdout.strip() == "False", here.stderr  # installed (the test extras bring it)

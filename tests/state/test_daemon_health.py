@@ -99,7 +99,7 @@ def test_a_fire_that_only_sleeps_does_not_clear_the_failure(daemon, llm, caplog)
     assert daemon_health.read(store)["reason"].startswith("llm_no_credit: ")
     llm.responder = None
     runner.fire(agent)  # asleep until the backoff passes
-    assert json.loads(store.read_log(keys.WAKE_LOG)[-1])["fire"] == "slept"
+    assert json.loads(store.read_log(keys.WAKE_LOG)[-1])["fire"] == "asleep"
     assert daemon_health.read(store)["reason"].startswith("llm_no_credit: ")
 
 

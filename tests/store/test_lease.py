@@ -163,7 +163,7 @@ def test_a_host_that_dies_mid_session_is_taken_over_by_another_within_two_lease_
         # Host B runs the same agent on a long interval: only the sweep can wake it again soon.
         env_b = base_env(redis_url, llm, BRAINSTEM_HOSTNAME="host-b", BRAINSTEM_LEASE_SECONDS=period)
         host_b = daemons(env_b, "--agent", name, "--every", "1h")
-        wait_for(lambda: fires(st, "slept"), 30, "host B's first fire to find the agent busy", host_b)
+        wait_for(lambda: fires(st, "asleep"), 30, "host B's first fire to find the agent busy", host_b)
         llm.responder = slow_plan(0.0, steps=1)
         host_a.send_signal(signal.SIGKILL)
         host_a.wait(5)

@@ -8,12 +8,25 @@ import click
 from brainstem.core import keys
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.operator.commands.context import Ctx, pass_ctx
-from brainstem.operator.output import as_text, clip, echo_lines, json_lines, json_text, print_json, table, usd
+from brainstem.operator.output import (
+    as_text,
+    clip,
+    echo_lines,
+    json_lines,
+    json_text,
+    print_json,
+    spent,
+    table,
+)
 from brainstem.store import karma as karma_mod
 
 
 def _outcome_counts(outcomes: dict) -> str:
     return ", ".join(f"{name} {n}" for name, n in outcomes.items()) or "-"
+
+
+def _sum(total: dict) -> str:
+    return spent(total["cost"], total.get("simulated_cost"))
 
 
 def _session_rows(rows: list[dict]) -> list[str]:
@@ -22,11 +35,25 @@ def _session_rows(rows: list[dict]) -> list[str]:
         dur = h.get("duration_ms")
         cells.append([as_text(h.get("id")), as_text(h.get("started_at")), as_text(h.get("outcome")),
                       f"{as_text(h.get('steps'))} steps",
-                      usd(h.get("cost") or 0) + (" (simulated)" if h.get("simulated_cost") else ""),
+                      spent(h.get("cost") or 0, h.get("simulated_cost")),
                       f"{dur / 1000:.1f}s" if isinstance(dur, (int, float)) else "-",
-                      clip(as_text(h.get("summary"), ""))])
+                      clip(_said(h))])
     return table(cells, right=(3, 4, 5),
                  header=["SESSION", "STARTED", "OUTCOME", "STEPS", "COST", "DURATION", "SUMMARY"])
+
+
+def _said(h: dict) -> str:
+    """What the SUMMARY column says of a session: its reflection's summary; a session that ended without one
+    (it failed, crashed or was stopped) says why it ended, and where to read more."""
+    for field in ("summary", "reason", "operator_action"):
+        if h.get(field):
+            return as_text(h[field])
+    if h.get("outcome") == "clean":
+        return ""
+    number = h.get("number") or str(h.get("id") or "").split("-", 1)[0] or "N"
+    if h.get("outcome") == "crashed":
+        return f"its process died mid-session (brainstem karma {as_text(number)})"
+    return f"ended {as_text(h.get('outcome'), 'with no outcome')}, no summary (brainstem karma {as_text(number)})"
 
 
 @click.command()
@@ -75,7 +102,7 @@ def sessions(c: Ctx, limit: int | None, since_text: str | None, by_day: bool, as
     echo_lines(_session_rows(rows))
     if cutoff is not None:
         shown = f" (showing the last {len(rows)})" if len(rows) < total["sessions"] else ""
-        click.echo(f"{total['sessions']} session{'' if total['sessions'] == 1 else 's'}{since}, {usd(total['cost'])}: "
+        click.echo(f"{total['sessions']} session{'' if total['sessions'] == 1 else 's'}{since}, {_sum(total)}: "
                    f"{_outcome_counts(total['outcomes'])}{shown}")
 
 
@@ -93,8 +120,8 @@ def _by_day(rows: list[dict], cutoff, limit: int | None, as_json: bool) -> None:
     if not days:
         click.echo(f"no sessions{f' since {iso(cutoff)}' if cutoff else ''}")
         return
-    cells = [[d["day"], str(d["sessions"]), usd(d["cost"]), _outcome_counts(d["outcomes"])] for d in days]
-    cells.append(["total", str(total["sessions"]), usd(total["cost"]), _outcome_counts(total["outcomes"])])
+    cells = [[d["day"], str(d["sessions"]), _sum(d), _outcome_counts(d["outcomes"])] for d in days]
+    cells.append(["total", str(total["sessions"]), _sum(total), _outcome_counts(total["outcomes"])])
     echo_lines(table(cells, right=(1, 2), header=["DAY", "SESSIONS", "COST", "OUTCOMES"]))
 
 
@@ -167,12 +194,13 @@ def _session_to_show(store, session_id: str | None, follow: bool) -> str:
 @click.command()
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=50, show_default=True,
               help="The last N fires.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per fire, exactly as recorded.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per fire, as recorded (one that older daemons wrote as slept reads asleep).")
 @pass_ctx
 def wakes(c: Ctx, limit: int, as_json: bool) -> None:
     """What the daemon (`brainstem run`) did at each fire, newest last: from the agent's wake_log.
 
-    A fire ran a session (with its outcome), slept (the agent was not due),
+    A fire ran a session (with its outcome), found the agent asleep (not due),
     was skipped (another wake held the lease, or the previous fire was still
     running), lost its lease mid-session (another host took the agent over),
     was missed (later than --misfire-grace), or failed.
@@ -201,7 +229,7 @@ def _fire_detail(f: dict) -> str:
     fire = as_text(f.get("fire"), "?")
     if fire == "ran":
         return f"session {as_text(f.get('session_id'))}  {as_text(f.get('outcome'))}"
-    if fire == "slept":
+    if fire == "asleep":
         return f"asleep until {as_text(f.get('until'))}"
     if fire == "skipped":
         detail = {"locked": "another wake held the lease",

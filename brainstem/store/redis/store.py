@@ -43,6 +43,7 @@ from brainstem.store.base import (
     decode_text,
     lease_lost,
     listed_metadata,
+    shown_url,
 )
 from brainstem.store.redis import scripts as lua
 from brainstem.store.redis.client import is_cluster, new_client, redact_url
@@ -61,9 +62,9 @@ class RedisStore(Store):
         query = parse_qs(url.partition("?")[2])
         if prefix is None:
             prefix = query.get("prefix", [""])[0]
-        self.display_url = redact_url(url)
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._set_prefix(prefix, "agent prefix")
+        self.display_url = shown_url(redact_url(url), self.prefix)
         self.cluster = is_cluster(url)
         self._url, self._socket_timeout, self._handed = url, socket_timeout, client is not None
         self._rebuilding = threading.Lock()

@@ -33,6 +33,7 @@ from brainstem.store.base import (
     decode_text,
     lease_lost,
     listed_metadata,
+    shown_url,
     spend_record,
     spent_on,
 )
@@ -54,7 +55,7 @@ class SQLiteStore(Store):
                  retry_seconds: float | None = None):
         self.path = Path(path).expanduser()
         self._set_prefix(prefix, "agent prefix")
-        self.display_url = "sqlite:///" + str(self.path) + (f"?prefix={self.prefix}" if self.prefix else "")
+        self.display_url = shown_url("sqlite:///" + str(self.path), self.prefix)
         self.retry_seconds = RETRY_SECONDS if retry_seconds is None else max(0.0, retry_seconds)
         self._lock = threading.RLock()
         self.read_only = not_writable(self.path)

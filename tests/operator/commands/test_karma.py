@@ -201,7 +201,8 @@ def test_sessions_since_and_by_day_with_totals(st, env, llm):
 
     as_json = json.loads(ok(run_cli("sessions", "--since", "7d", "--json", env=env)))
     assert as_json["sessions"] == recent
-    assert as_json["totals"] == {"sessions": 2, "cost": pytest.approx(total), "outcomes": {"clean": 1, "no_plan": 1}}
+    assert as_json["totals"] == {"sessions": 2, "cost": pytest.approx(total), "simulated_cost": 0.0,
+                                  "outcomes": {"clean": 1, "no_plan": 1}}
     assert datetime.fromisoformat(as_json["since"].replace("Z", "+00:00")) < datetime.now(timezone.utc)
     assert ok(run_cli("sessions", "--since", "1m", env=env)).strip() != ""
     assert ok(run_cli("sessions", "--since", "2099-01-01", env=env)).strip().startswith("no sessions since 2099-01-01")
@@ -244,7 +245,10 @@ def test_duration_and_since_parsing():
     entries = [{"id": "1-a", "started_at": "2026-05-01T23:59:00Z", "outcome": "clean", "cost": 0.5},
                {"id": "2-b", "started_at": "2026-05-02T00:01:00Z", "outcome": "crashed", "cost": None},
                {"id": "3-c", "started_at": None, "outcome": "clean", "cost": 0.25}]
-    assert history_mod.totals(entries) == {"sessions": 3, "cost": 0.75, "outcomes": {"clean": 2, "crashed": 1}}
+    assert history_mod.totals(entries) == {"sessions": 3, "cost": 0.75, "simulated_cost": 0.0,
+                                           "outcomes": {"clean": 2, "crashed": 1}}
+    entries[2]["simulated_cost"] = 0.25  # answered from a cassette: counted apart too
+    assert history_mod.totals(entries)["simulated_cost"] == 0.25
     assert [(d["day"], d["sessions"], d["cost"]) for d in history_mod.by_day(entries)] == [
         ("2026-05-01", 1, 0.5), ("2026-05-02", 1, 0.0), ("unknown", 1, 0.25)]
     assert [e["id"] for e in history_mod.started_since(entries, datetime(2026, 5, 2, tzinfo=timezone.utc))] == ["2-b"]
@@ -448,6 +452,18 @@ def test_demo_deletes_its_throwaway_store_unless_kept(tmp_path):
     keep = tmp_path / "kept"
     out = ok(run_cli("demo", "--keep", str(keep), env=env, timeout=120))
     assert (keep / "demo.db").exists() and f"BRAINSTEM_KV={sqlite_url(keep / 'demo.db')} " in out
+    # Its session was answered from a cassette: every sum of its cost says it moved no money.
+    kept = {**env, "BRAINSTEM_KV": sqlite_url(keep / "demo.db")}
+    with open_store(kept["BRAINSTEM_KV"]) as store:
+        cost = history(store)[-1]["cost"]
+    row, = ok(run_cli("sessions", env=kept)).splitlines()[1:]
+    assert f"${cost:.4f} (simulated)" in row
+    total = ok(run_cli("sessions", "--since", "1d", env=kept)).splitlines()[-1]
+    assert total.startswith("1 session since ") and f", ${cost:.4f} (simulated): clean 1" in total
+    by_day = ok(run_cli("sessions", "--by-day", env=kept)).splitlines()
+    assert by_day[-1].split()[:4] == ["total", "1", f"${cost:.4f}", "(simulated)"]
+    last = next(ln for ln in ok(run_cli("status", env=kept)).splitlines() if ln.startswith("last session"))
+    assert f"${cost:.4f} (simulated)" in last
 
 
 # --- help and shell completion ---------------------------------------------------------------------------
@@ -477,3 +493,33 @@ def test_shell_completion_scripts_and_answers():
     answer = ok(run_cli(env={"_BRAINSTEM_COMPLETE": "bash_complete", "COMP_WORDS": "brainstem wak",
                              "COMP_CWORD": "1"})).splitlines()
     assert answer == ["plain,wake", "plain,wakes"]
+
+
+@SQLITE_ONLY
+def test_sessions_says_why_a_session_without_a_summary_ended(st, env, llm):
+    a_session(st, env, llm, "no_plan", orient="garbage")
+    a_session(st, env, llm, summary="a good one")
+    dead = {"id": "9-dead00", "started_at": "2026-05-01T10:00:00Z", "pid": dead_pid(), "host": "here"}
+    history_mod.close_dead_session(st, dead, "crashed", detected_by="wake")
+    entries = history(st)
+    rows = {r.split()[0]: r for r in ok(run_cli("sessions", env=env)).splitlines()[1:]}
+    no_plan, clean = entries[0], entries[1]
+    assert rows[clean["id"]].endswith("a good one")
+    said = rows[no_plan["id"]].split("s  ")[-1].strip()  # after the duration column
+    assert said and said == (no_plan.get("reason") or no_plan.get("operator_action")
+                             or f"ended no_plan, no summary (brainstem karma {no_plan['number']})"), rows
+    assert rows["9-dead00"].endswith("its process died mid-session (brainstem karma 9)")
+
+
+def test_wakes_says_asleep_as_the_metrics_do_for_old_and_new_fires(tmp_path):
+    from brainstem.operator.metrics import WAKE_RESULTS
+
+    env = {"BRAINSTEM_KV": sqlite_url(tmp_path / "s.db")}
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        record_fire(store, {"fire": "slept", "until": "2026-05-01T10:00:00Z"})  # as daemons before it wrote
+        record_fire(store, {"fire": "asleep", "until": "2026-05-01T11:00:00Z"})
+    lines = ok(run_cli("wakes", env=env)).splitlines()[1:]
+    assert [line.split()[1:] for line in lines] == [["asleep", "asleep", "until", "2026-05-01T10:00:00Z"],
+                                                   ["asleep", "asleep", "until", "2026-05-01T11:00:00Z"]]
+    fires = [json.loads(x)["fire"] for x in ok(run_cli("wakes", "--json", env=env)).splitlines()]
+    assert fires == ["asleep", "asleep"] and WAKE_RESULTS["asleep"] == "asleep" and "slept" not in WAKE_RESULTS

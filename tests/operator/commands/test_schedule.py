@@ -212,3 +212,14 @@ def test_the_group_explains_itself():
     out = ok(run_cli("schedule", "--help"))
     assert "docs/schedules.md" in out and "BRAINSTEM_SCHEDULE_MAX" in out
     assert "brainstem schedule add" in ok(run_cli("--help"))
+
+
+def test_a_run_now_that_fails_exits_1_and_says_why(env):
+    # send_telegram with Telegram not set up: the run fails, naming what to set, and so does the command.
+    schedule_id = ok(run_cli("schedule", "add", "send_telegram", "--input", '{"text": "hi"}', "--every", "1h",
+                             env=env)).strip()
+    r = run_cli("schedule", "run", schedule_id, env=env)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stdout.startswith(f"schedule {schedule_id}: failed") and "BRAINSTEM_TELEGRAM_BOT_TOKEN" in r.stdout
+    r = run_cli("schedule", "run", schedule_id, "--json", env=env)
+    assert r.returncode == 1 and json.loads(r.stdout)["outcome"] == "failed"

@@ -58,3 +58,27 @@ def test_status_names_each_schedule_with_its_next_run_and_how_its_last_run_ended
     assert by_id["late"]["due"] is True and by_id["morning"]["next_run"] is None
     assert by_id["broken"] == {"id": "broken", "key": "schedule:broken",
                                "error": "give exactly one of every (e.g. 30m, 1d) and cron (five fields)"}
+
+
+def test_next_wake_says_due_now_and_why_when_an_urgent_message_wakes_the_agent_before_its_time(tmp_path):
+    from brainstem.core import keys
+    from brainstem.state import inbox
+    from brainstem.store import open_store
+
+    env = {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}"}
+    later = "2999-01-01T22:57:00Z"
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put(keys.WAKE_CONFIG, {"next_wake_after": later})
+
+    def next_wake() -> tuple[str, dict]:
+        line = next(ln for ln in run_cli("status", env=env).stdout.splitlines() if ln.startswith("next wake"))
+        return " ".join(line.split()[2:]), json.loads(run_cli("status", "--json", env=env).stdout)
+
+    said, report = next_wake()
+    assert said == f"{later} (asleep)" and report["next_wake_at"] == later and report["asleep"] is True
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        inbox.post(store, "look now", sender="operator", urgent=True)
+    said, report = next_wake()
+    # One true thing: it is due now, and the time its schedule gave is named as that, not as its next wake.
+    assert said == f"due now: an urgent message waits (its own schedule said {later})"
+    assert report["asleep"] is False and report["next_wake_at"] is None and report["next_wake_after"] == later
