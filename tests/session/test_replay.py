@@ -287,3 +287,46 @@ def test_replay_shows_the_schedules_a_session_changed(st, llm, fenv):
     assert ["put", "schedule:daily"] in [w[:2] for w in report["writes"]["now"]]
     assert report["writes"]["same"] is True
     assert st.get("schedule:daily", "json") == made
+
+
+# --- what the recording feeds back, and the diff of a changed request ---
+
+def test_a_tool_reads_the_store_as_the_session_did_and_its_code_change_still_shows(st, llm, fenv):
+    """The key a tool read changes after the session: the replay's tool reads the recorded value. A
+    change of the tool's code is a change of the agent: it still shows."""
+    st.put("notes:plan", "ship it")
+    llm.queue(plan(action("kv_read", {"keys": ["notes:plan"]}, id="read", store_result_as="seen"),
+                   think("What did I plan? {{seen}}", id="ask")))
+    llm.responder = answers("ship it", reflect=reflection("read my plan"))
+    sid, entries = finished(run_wake(fenv, "--force"), st)
+    (reads,) = [e for e in entries if e["event"] == "tool_reads"]
+    assert reads["values"] == {"notes:plan": "ship it"}
+    st.put("notes:plan", "changed my mind")
+    llm.reset()
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert st.get("notes:plan") == "changed my mind" and llm.requests == []
+    code = st.get(keys.tool_code("kv_read"))
+    st.put(keys.tool_code("kv_read"), code.replace("def execute(args, ctx):",
+                                                   "def execute(args, ctx):\n    return 'nothing'\n\n"
+                                                   "def previous(args, ctx):"))
+    report = json.loads(run_cli("replay", sid, "--json", env=fenv).stdout)
+    assert not report["same"] and report["requests"][0]["purpose"] == "think"
+    diff = report["requests"][0]["diff"].splitlines()
+    assert "+nothing" in diff and '-{"ok": true, "values": {"notes:plan": "ship it"}, "missing": []}' in diff
+
+
+def test_the_diff_shows_what_changed_and_not_the_clock():
+    from brainstem.session.replay_report import prompt_diff
+
+    def request(*lines):
+        return {"model": "m", "messages": [{"role": "user", "content": "\n".join(lines)}]}
+
+    before = request("# Orient", "now: 2026-01-01T10:00:00Z", "a", "b", "c", "d", "e", "f", "plan it")
+    now = request("# Orient", "now: 2026-12-07T02:00:00Z", "a", "b", "c", "d", "e", "f", "plan it", "be brief")
+    diff = prompt_diff(before, now).splitlines()
+    assert diff[:2] == ["--- recorded", "+++ now"]
+    assert [x for x in diff if x[:1] in "+-" and not x.startswith(("---", "+++"))] == ["+be brief"]
+    assert " now: 2026-12-07T02:00:00Z" not in diff  # the clock line is no change, and too far to be context
+    assert prompt_diff(None, now).splitlines()[0] == "--- recorded (no call here)"
+    assert prompt_diff(before, {**before, "model": "other"}).splitlines()[3:5] == ["-model: m", "+model: other"]
