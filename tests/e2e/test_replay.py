@@ -108,6 +108,8 @@ def test_every_kind_of_session_replays_the_same_then_a_prompt_edit_differs_with_
     assert {r["id"]: r["verdict"] for r in rows} == {
         sid: "skipped" if kind == "dead" else "same" for kind, sid in made.items()}
     assert all(r["differences"] == [] for r in rows)
+    last = json.loads(ok(run_cli("replay", "--since", made["deep"], "--json", env=env)))["sessions"]
+    assert [r["id"] for r in last] == [made["deep"]]  # from an id on: its number
 
     edit = "\nAlways say which message you answer.\n"
     ok(run_cli("kv", "put", keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + edit, env=env))

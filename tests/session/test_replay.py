@@ -330,3 +330,18 @@ def test_the_diff_shows_what_changed_and_not_the_clock():
     assert " now: 2026-12-07T02:00:00Z" not in diff  # the clock line is no change, and too far to be context
     assert prompt_diff(None, now).splitlines()[0] == "--- recorded (no call here)"
     assert prompt_diff(before, {**before, "model": "other"}).splitlines()[3:5] == ["-model: m", "+model: other"]
+
+
+def test_what_a_tool_read_of_the_agent_itself_is_never_put_back(st, llm, fenv):
+    """A tool that read the orient prompt and the soul: the replay still runs today's prompt (so an edit
+    shows) and never sees a recorded value of either in place of the store's."""
+    llm.queue(plan(action("kv_read", {"keys": [keys.PROMPT_ORIENT, keys.SOUL, "notes:x"]}, id="read")))
+    llm.responder = answers("ok", reflect=reflection("read myself"))
+    sid, entries = finished(run_wake(fenv, "--force"), st)
+    (reads,) = [e for e in entries if e["event"] == "tool_reads"]
+    assert set(reads["values"]) == {keys.PROMPT_ORIENT, keys.SOUL, "notes:x"} and reads["values"]["notes:x"] is None
+    st.put(keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + "\nOne step at most.\n")
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["requests"][0]["purpose"] == "orient" and "+One step at most." in report["requests"][0]["diff"]
