@@ -179,8 +179,6 @@ def load(store: Store, ref: str) -> Recording:
     end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
     if start is None:
         raise ReplayError(f"session {sid}: the start of its karma was trimmed; it cannot be replayed")
-    if start.get("dry_run"):
-        raise ReplayError(f"session {sid} is a dry run: its tools never ran, so there is nothing to replay them from")
     if end is None:
         raise ReplayError(f"session {sid} never finished (it is running, or it crashed); only finished sessions "
                           "can be replayed")
@@ -443,7 +441,8 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     if paid:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
     deps = SessionDeps(id=sid, number=number, settings=settings, store=overlay, karma=karma, budget=budget,
-                       defaults=defaults, models=models, soul=soul, mode="replay",
+                       defaults=defaults, models=models, soul=soul,
+                       mode="dry_run" if recording.start.get("dry_run") else "replay",  # a dry run's tools: not run
                        check_change=RecordedGate(recording))
     policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
     session = build_session(deps, state, SessionSpec(providers=[answers], policy=policy))

@@ -125,13 +125,17 @@ def test_every_kind_of_session_replays_the_same_then_a_prompt_edit_differs_with_
     assert llm.requests == []
 
 
-def test_a_dry_run_and_a_session_that_never_was_are_named_not_replayed(st, llm, env):
-    llm.queue(plan(think("Say hi", id="hi")))
+def test_a_dry_run_replays_as_a_dry_run_and_is_no_session_to_replay_since(st, llm, env):
+    llm.queue(plan(action("kv_write", {"key": "k", "value": "v"}, id="w"), think("Say hi", id="hi")))
     llm.responder = answers("hi", reflect=reflection())
     r = ok(run_wake(env, "--dry-run", "--quiet"))
     dry = r.split()[2].rstrip(":")
-    out = run_cli("replay", dry, env=env)
-    assert out.returncode == 2 and "dry run" in out.stderr and dry in out.stderr, out.stderr
+    llm.reset()
+    out = run_cli("replay", dry, "--json", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["steps"][0]["now"]["not_run"] == "dry_run"  # its tools do not run in the replay either
+    assert report["writes"]["now"] == [] and llm.requests == [] and st.get("tooldata:kv_write:k") is None
     out = run_cli("replay", "--since", "1", env=env)
     assert out.returncode == 2 and "no session from '1' on" in out.stderr, out.stderr  # a dry run is no session
     both = run_cli("replay", "1", "--since", "1", env=env)

@@ -46,7 +46,7 @@ def replay(c, session_ref: str | None, since: str | None, live: bool, llm_casset
 
     Exit codes: 0 the behaviour is the same, 1 it differs, 2 the session
     cannot be replayed (unknown, its karma trimmed, recorded by an older
-    version, a dry run, unfinished) or no session is from N on.
+    version, unfinished, a wake a reflex handled) or no session is from N on.
 
     \b
     Examples:
