@@ -232,9 +232,10 @@ class RecordedAnswers:
 
     tier = "replay"
 
-    def __init__(self, recording: Recording, record, live=None, assume: bool = False, redact=None):
+    def __init__(self, recording: Recording, record, live=None, assume: bool = False, as_recorded=None):
         self.record = record
-        self.redact = redact or (lambda value: value)
+        # A request is compared as karma recorded its twin (a long prompt capped, secrets redacted).
+        self.as_recorded = as_recorded or (lambda value: value)
         self.live = live
         self.simulated = bool(getattr(live, "simulated", False))  # a cassette live: no answer moves money
         self.assume = assume
@@ -269,7 +270,7 @@ class RecordedAnswers:
 
     def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         self.last_live = False
-        queue = self.by_request.get(normalised(request))
+        queue = self.by_request.get(normalised(self.as_recorded(request)))
         purpose, step_id = self.current
         found = (queue[0], "recorded") if queue else None
         if found is None and self.assume:
@@ -309,7 +310,7 @@ class RecordedAnswers:
         purpose, step_id = self.current
         place = self.by_place.get((purpose, step_id))
         twin = place[0]["request"] if place else None
-        now = {"model": request.get("model"), "messages": self.redact(request.get("messages", [])[1:])}
+        now = {"model": request.get("model"), "messages": self.as_recorded(request.get("messages", [])[1:])}
         before = {"model": twin.get("model"), "messages": twin.get("messages", [])[1:]} if twin else None
         self.changed.append({"purpose": purpose, "step_id": step_id, "before": before, "now": now})
 
@@ -436,7 +437,7 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     state = SessionState(context=dict(recording.context), effort=effort if isinstance(effort, str) else "low",
                          inbox_ids=list(recording.inbox_ids))
     number = int(finite_or(recording.start.get("number"), 0))
-    answers = RecordedAnswers(recording, karma.record, assume=assume, redact=karma.redact,
+    answers = RecordedAnswers(recording, karma.record, assume=assume, as_recorded=karma.as_recorded,
                               live=(cassette or hardcoded_provider(settings)) if live else None)
     if paid:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)

@@ -345,3 +345,22 @@ def test_what_a_tool_read_of_the_agent_itself_is_never_put_back(st, llm, fenv):
     assert r.returncode == 1, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["requests"][0]["purpose"] == "orient" and "+One step at most." in report["requests"][0]["diff"]
+
+
+def test_a_prompt_longer_than_karma_keeps_of_it_still_replays_the_same(st, llm, fenv):
+    """Karma caps one text at 100,000 characters: the recorded orient request is cut, and the replay's is
+    compared as karma would have recorded it, so a long prompt is no difference."""
+    from tests.wake_helpers import set_defaults
+
+    set_defaults(st, memory={"max_load_key_bytes": 60_000, "max_load_keys": 4,
+                             "default_load_keys": ["notes:big0", "notes:big1"]}, session_budget={"max_cost": 0.5})
+    for i in range(2):
+        st.put(f"notes:big{i}", f"{i}" * 60_000)
+    llm.queue(plan(think("hi", id="hi")))
+    llm.responder = answers("ok", reflect=reflection(load_keys=["notes:big0", "notes:big1"]))
+    env = {**fenv, "BRAINSTEM_MAX_SESSION_COST": "0.5"}
+    sid, entries = finished(run_wake(env, "--force"), st, "clean")
+    orient = next(e for e in entries if e["event"] == "llm_call" and e["purpose"] == "orient")
+    assert "[truncated" in orient["request"]["messages"][-1]["content"]
+    r = run_cli("replay", sid, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
