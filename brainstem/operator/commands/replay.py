@@ -12,7 +12,7 @@ from brainstem.operator.output import echo_lines, print_json
 
 
 @click.command()
-@click.argument("session_ref", metavar="SESSION", required=False)
+@click.argument("session_ref", metavar="[SESSION]", required=False)
 @click.option("--since", "since", metavar="N",
               help="Replay every session from N (a number or an id) on, one line each; exit 1 if any differs.")
 @click.option("--live", is_flag=True,
