@@ -66,6 +66,9 @@ REFLEX_FIRED = "reflex_fired"
 REFLEX_SUPPRESSED = "reflex_suppressed"  # a reflex whose condition held, held back by its cooldown
 REFLEX_FAILED = "reflex_failed"  # a reflex's tool is missing or failed: the wake goes on to orient
 REPLAY_GATE = "replay_gate"  # deep reflection's proposed change, replayed on recent sessions before it applied
+# At a session's end: each key its tools read from the store, as first read (``values``; null: absent),
+# so a replay's tools read what they did; ``too_large`` instead past the bound of a context entry.
+TOOL_READS = "tool_reads"
 INBOX_SHOWN = "inbox_shown"  # the operator's unread messages (ids) put in the orient prompt
 INBOX_READ = "inbox_read"  # at the end of a session whose orient call was answered: those messages marked read
 # A reply step: the message answered, the text, whether it was kept (not in a dry run or a replay) and, for a

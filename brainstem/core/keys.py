@@ -166,6 +166,12 @@ def is_privileged(key: str) -> bool:
     return key in PRIVILEGED_KEYS or key.startswith(PRIVILEGED_PREFIXES)
 
 
+def defines_agent(key: str) -> bool:
+    """The keys that make the agent what it is (its soul, prompts, config, tools and adapters), as replay
+    tests a change of them: a replay reads them as they are today, and its memory as the session saw it."""
+    return key == SOUL or key.startswith(PRIVILEGED_PREFIXES)
+
+
 # First segments of the default agent's own keys (``soul``, ``config:*``, ``karma:*``...). An agent
 # sharing the store is named by its key prefix ``NAME:``, and no agent may be named one of these:
 # its keys would be indistinguishable from the default agent's. Keys starting with one of them are

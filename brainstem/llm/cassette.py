@@ -10,7 +10,9 @@ is a provider error like any other: recorded, never a hang.
 
 A cassette's answers are *simulated*: they move no money, so the chokepoint
 charges them to the session's budget but never to today's spend. Each session
-gets a provider of its own, so each starts from the cassette's first answer.
+gets a provider of its own, so each starts from the cassette's first answer. A replay
+(``brainstem replay --live --llm-cassette``) passes over the answers of the calls it answers from
+its recording (:meth:`CassetteProvider.skip`), so the n-th answer still answers the n-th call.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class CassetteProvider:
                               f"{{\"tool_calls\": [...]}}, ...]}}")
         self.answers = answers
         self.served = 0
+
+    def skip(self) -> None:
+        """Pass over the next answer: its call was answered otherwise. A replay answers the calls that did
+        not change from its recording, so the cassette's answers keep their places in the session."""
+        self.served += 1
 
     def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         if self.served >= len(self.answers):

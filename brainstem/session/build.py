@@ -101,7 +101,7 @@ class Session:
                         policy=self.tool_policy, attempt=attempt, step_id=step_id, max_timeout_ms=max(50, left_ms),
                         on_read=self.state.reads.update, dry_run=deps.mode == "dry_run", enforce_mode=True,
                         on_supervised=supervised, review_room=partial(self.state.review_room, cap),
-                        floors=deps.settings.mode_floors())
+                        floors=deps.settings.mode_floors(), on_seen=self.state.seen.setdefault)
 
     def models_for_prompt(self) -> list[dict]:
         return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,

@@ -2,8 +2,8 @@
 
 A session's :class:`~brainstem.session.state.SessionState` is filled in here as it goes; the wake
 (:mod:`brainstem.session.wake`) starts it, and :mod:`brainstem.session.ending`
-records how it ended. Replay runs :func:`plan_and_execute` on a recorded
-session's context, so a replayed session takes exactly the path a live one does.
+records how it ended. Replay runs :func:`work` on a recorded session's context,
+so a replayed session takes exactly the path a live one does.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from brainstem.session.build import Session
 from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
 from brainstem.session.orient import orient, plan_budget
-from brainstem.session.reflect import run_deep_reflect, run_reflect
+from brainstem.session.reflect import deep_memory, run_deep_reflect, run_reflect
 from brainstem.session.stopping import OUTCOMES, SessionStopped, stop_of
 from brainstem.state import config, reflexes
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
-from brainstem.state.memory import summary as memory_summary
 from brainstem.store import karma as karma_mod
 from brainstem.tools.tool import ToolError, load_tool
 
@@ -36,16 +35,25 @@ def think(session: Session, orient_template: str, left_today: float, deep: tuple
     load_session_context(session)
     due, why = deep
     context["deepReflectDue"] = due
+    if due:  # what deep reflection is shown of memory, recorded with the rest
+        context.update(deep_memory(session))
     # What replay needs to run this session again with the context it saw: bounded by the memory caps
     # in config:defaults, and never more than CONTEXT_RECORD_CHARS (past that, replay says it cannot).
     recorded = to_record(context)
     size = len(karma_mod.encode_entry(recorded))
     if size <= CONTEXT_RECORD_CHARS:
-        session.record(events.CONTEXT, context=recorded)
+        session.record(events.CONTEXT, context=recorded, inbox_ids=state.inbox_ids or None)
     else:
         session.record(events.CONTEXT, context=None, too_large=size, limit=CONTEXT_RECORD_CHARS)
+    work(session, orient_template, left_today, deep)
+
+
+def work(session: Session, orient_template: str, left_today: float, deep: tuple[bool, str]) -> None:
+    """What a session does once its context is recorded (a replay starts here, on the recorded one):
+    deep reflection when it is due, else orient, the plan and reflection."""
+    state = session.state
+    due, why = deep
     if due:
-        context["memoryStats"] = memory_summary(session.deps.store, session.deps.number)
         state.kind = "deep_reflect"
         session.record(events.DEEP_REFLECT, phase="start", reason=why)
         tally = CallTally(session.llm)

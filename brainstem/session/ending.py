@@ -18,6 +18,7 @@ from brainstem.core.backoff import call_with_backoff
 from brainstem.core.clock import iso, now_utc
 from brainstem.core.errors import LeaseLost, StoreUnavailable
 from brainstem.session.build import SessionDeps
+from brainstem.session.cycle import CONTEXT_RECORD_CHARS
 from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state import inbox
@@ -155,6 +156,7 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
             entry["summary"] = str(summary)[:300]
     if state.reads:
         flush_reads(store, state.reads, deps.number)
+    record_tool_reads(deps, state)
     if state.outcome == outcomes.CLEAN and state.kind == "session" and state.clean_snapshot is not None:
         save_clean_snapshot(store, state.clean_snapshot, deps.id)
     mark_inbox_read(deps, state)
@@ -190,6 +192,19 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
         message += f" ({state.reason})"
     return WakeResult("ran", outcome=state.outcome, session_id=deps.id, next_wake_after=next_after,
                       message=message)
+
+
+def record_tool_reads(deps: SessionDeps, state: SessionState) -> None:
+    """What the session's tools read from the store, for a replay to give its tools the same (after
+    reflection, so no prompt shows it); past the bound of a context entry, only its size."""
+    if not state.seen:
+        return
+    values = dict(state.seen)
+    size = len(karma_mod.encode_entry(values))
+    if size <= CONTEXT_RECORD_CHARS:
+        deps.karma.record(events.TOOL_READS, values=values)
+    else:
+        deps.karma.record(events.TOOL_READS, values=None, too_large=size, limit=CONTEXT_RECORD_CHARS)
 
 
 def mark_inbox_read(deps: SessionDeps, state: SessionState) -> None:

@@ -39,6 +39,7 @@ from brainstem.state.budget import BudgetExceeded
 from brainstem.state.config import Defaults, Models
 from brainstem.state.guarded import check_value
 from brainstem.state.memory import notes_for_prompt, remember_note
+from brainstem.state.memory import summary as memory_summary
 from brainstem.state.review import tool_records
 from brainstem.store.base import encode
 from brainstem.store.karma import read as read_karma
@@ -196,26 +197,42 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, now: dateti
     return False, f"{since} of {after_sessions:g} sessions"
 
 
+DEEP_MEMORY = ("wisdom", "notes", "toolRecords", "replayGate", "memoryStats", "sessionHistory", "recentKarma")
+
+
+def deep_memory(session) -> dict[str, Any]:
+    """What deep reflection is shown of the agent's memory as it stands now (wisdom, notes, past sessions,
+    review verdicts, the last gate check, memory statistics): put in the session's context before the
+    context is recorded, so a replay shows the model what the session saw, not what the store holds later."""
+    deps = session.deps
+    store = deps.store
+    # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked.
+    return {"wisdom": untrusted(_text_or_none(store, keys.WISDOM), "memory:wisdom") or "",
+            "notes": notes_for_prompt(store),
+            # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
+            "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
+            "replayGate": untrusted(store.get_json(keys.REPLAY_GATE, default=None), "memory:replay-gate"),
+            # key names (tools choose them) and past notes
+            "memoryStats": untrusted(memory_summary(store, deps.number), "memory:statistics"),
+            "sessionHistory": Untrusted(session_history.recent(store, 30), "memory:session_history"),
+            "recentKarma": recent_karma(store, deps.id)}
+
+
 def run_deep_reflect(session) -> dict | None:
     """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
     deps = session.deps
     store = deps.store
     template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
-    # The deep prompt shows the notes of past selves, each with when it was written ({{context.notes}}).
-    context = {**session.state.context, "notes": notes_for_prompt(store),
-               # Each supervised tool's record (the operator's verdicts), and how the last proposed change fared.
-               "toolRecords": untrusted(tool_records(store) or None, "review:tool-records"),
-               "replayGate": untrusted(store.get_json(keys.REPLAY_GATE, default=None), "memory:replay-gate")}
-    if "memoryStats" in context:  # key names (tools choose them) and past notes
-        context["memoryStats"] = untrusted(context["memoryStats"], "memory:statistics")
-    # Wisdom, notes and summaries are the agent's own words but may quote tool output: marked. The orient
-    # prompt and the defaults are its configuration, under review: shown as they are.
+    if not all(name in session.state.context for name in DEEP_MEMORY):  # not filled in before it was recorded
+        session.state.context.update(deep_memory(session))
+    context = session.state.context
+    # The orient prompt and the defaults are its configuration, under review: shown as they are.
     variables = {
-        "wisdom": untrusted(_text_or_none(store, keys.WISDOM), "memory:wisdom") or "",
-        "recentKarma": recent_karma(store, deps.id),
+        "wisdom": context["wisdom"],
+        "recentKarma": context["recentKarma"],
         "orientPrompt": store.get(keys.PROMPT_ORIENT) or "",
         "currentDefaults": deps.defaults.model_dump(),
-        "sessionHistory": Untrusted(session_history.recent(store, 30), "memory:session_history"),
+        "sessionHistory": context["sessionHistory"],
         "models": session.models_for_prompt(),
         "context": context,
     }
@@ -346,7 +363,7 @@ def replay_gate(session, kv_operations: Any, merged: dict | None, proposed: str 
     if proposed is not None:
         staged[keys.PROMPT_ORIENT] = proposed
     n = deps.defaults.deep_reflect.replay_gate_sessions
-    if not staged or deps.mode == "replay":
+    if not staged:
         return None
     for key, text in staged.items():
         try:

@@ -4,7 +4,11 @@ Karma is the test set. A session's karma holds what replay needs: everything
 up to its ``context`` entry is the context the session saw (ground truth,
 effort, crash data, the loaded keys, the last reflection), each ``llm_call``
 holds its request and answer, and each ``fetch`` its response (capped). Replay
-copies that prefix, then runs orient, the plan and reflection again:
+copies that prefix, then runs what the session ran after it (orient, the plan
+and reflection, or deep reflection) again on the recorded context: the
+operator's messages it was shown, the time, balances, crash data and what
+deep reflection was shown of memory all come from the recording, so only a
+change of the agent (prompts, config, tools, code) can change a request:
 
 * in a throwaway overlay of the store (:mod:`brainstem.store.overlay`): no key,
   schedule, session history or daily spend changes;
@@ -13,11 +17,17 @@ copies that prefix, then runs orient, the plan and reflection again:
   Otherwise ``live`` asks the model (priced, budgeted, counted towards today's
   spend, and its karma kept as ``replay-…``), or the call is a
   ``changed_request``;
-* tools run in the sandbox against the overlay; their fetches are answered with
-  what the original session received, and a fetch it never made fails.
+* tools run in the sandbox against the overlay, which holds each key the
+  original session's tools read as they read it (its ``tool_reads`` entry;
+  the keys that define the agent excepted: those are today's); their fetches
+  are answered with what the original session received, and a fetch it never
+  made fails;
+* the replay gate's verdicts on a change a reflection proposed are the ones the
+  original session got (:class:`RecordedGate`): a replay judges nothing again.
 
 :mod:`brainstem.session.replay_report` sets old beside new (plan, step
-outcomes and results, store writes, cost, reflection).
+outcomes and results, store writes, cost, reflection) and shows how each
+changed request differs.
 
 Deep reflection's gate (:mod:`brainstem.session.gate`) runs proposed changes
 through it.
@@ -51,7 +61,7 @@ from brainstem.session.build import (
     learner,
     make_budget,
 )
-from brainstem.session.cycle import plan_and_execute
+from brainstem.session.cycle import work
 from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state.budget import DailyLedger, daily_spent
@@ -89,15 +99,18 @@ class ChangedRequest(LLMError):
     final = True
 
 
+def volatile_out(text: Any) -> str:
+    """``text`` with its clock readings (times, durations) and the answering tier replaced by placeholders."""
+    text = str(text)
+    for pattern, repl in _VOLATILE:
+        text = pattern.sub(repl, text)
+    return text
+
+
 def normalised(request: dict) -> str:
     """What makes two requests "the same": the model and every message after the soul, clock readings out."""
-    def norm(text: Any) -> str:
-        text = str(text)
-        for pattern, repl in _VOLATILE:
-            text = pattern.sub(repl, text)
-        return text
-
-    messages = [(m.get("role"), norm(m.get("content")), *_calls_of(m)) for m in request.get("messages", [])[1:]]
+    messages = [(m.get("role"), volatile_out(m.get("content")), *_calls_of(m))
+                for m in request.get("messages", [])[1:]]
     return json.dumps([request.get("model"), messages], ensure_ascii=False)
 
 
@@ -122,6 +135,22 @@ class Recording:
     context: dict
     start: dict
     end: dict
+    inbox_ids: list = field(default_factory=list)  # the operator's messages its orient was shown
+
+    @property
+    def tool_reads(self) -> dict[str, Any]:
+        """Each key the session's tools read, as first read (None: absent); empty when not recorded."""
+        e = next((e for e in reversed(self.rest) if e.get("event") == events.TOOL_READS), None)
+        values = e.get("values") if e else None
+        return values if isinstance(values, dict) else {}
+
+    @property
+    def deep(self) -> tuple[bool, str]:
+        """(whether it was a deep reflection, why it was due), as the session recorded them."""
+        start = next((e for e in self.rest if e.get("event") == events.DEEP_REFLECT and e.get("phase") == "start"),
+                     None)
+        due = self.context.get("deepReflectDue") is True and start is not None
+        return due, str(start.get("reason") or "") if start else ""
 
     @property
     def rest(self) -> list[dict]:
@@ -150,13 +179,12 @@ def load(store: Store, ref: str) -> Recording:
     end = next((e for e in reversed(entries) if e.get("event") == events.SESSION_END), None)
     if start is None:
         raise ReplayError(f"session {sid}: the start of its karma was trimmed; it cannot be replayed")
-    if start.get("dry_run"):
-        raise ReplayError(f"session {sid} is a dry run: its tools never ran, so there is nothing to replay them from")
     if end is None:
         raise ReplayError(f"session {sid} never finished (it is running, or it crashed); only finished sessions "
                           "can be replayed")
-    if end.get("kind") == "deep_reflect":
-        raise ReplayError(f"session {sid} was a deep reflection; replay runs sessions that planned")
+    if end.get("detected_by"):  # closed by the wake that found it dead, not by itself
+        raise ReplayError(f"session {sid} never finished (it ended {end.get('outcome')}, as session "
+                          f"{end['detected_by']} found); only finished sessions can be replayed")
     if end.get("kind") == "reflex":
         raise ReplayError(f"wake {sid} was handled by a reflex; it made no plan to replay")
     at = next((i for i, e in enumerate(entries) if e.get("event") == events.CONTEXT), None)
@@ -166,8 +194,34 @@ def load(store: Store, ref: str) -> Recording:
     if at is None or not isinstance(entries[at].get("context"), dict):
         raise ReplayError(f"session {sid} was recorded by an older version of brainstem (its karma has no context "
                           f"entry); sessions recorded by {__version__} or later can be replayed")
+    ids = entries[at].get("inbox_ids")
+    if not isinstance(ids, list):  # recorded before the context entry named them: as orient noted them
+        ids = next((e.get("ids") for e in entries[at:] if e.get("event") == events.INBOX_SHOWN), None) or []
     return Recording(id=sid, entries=entries, prefix=entries[:at + 1], context=from_record(entries[at]["context"]),
-                     start=start, end=end)
+                     start=start, end=end, inbox_ids=[i for i in ids if isinstance(i, int)])
+
+
+def sessions_since(store: Store, ref: str) -> list[str]:
+    """The ids of the sessions in the history from session ``ref`` (a number, or an id: its number) on,
+    oldest first; empty when ``ref`` names none."""
+    if ref.isdigit():
+        start = int(ref)
+    else:
+        sid = session_history.resolve_session(store, ref)
+        head = sid.split("-", 1)[0] if sid else ""
+        if not head.isdigit():
+            return []
+        start = int(head)
+    out: list[str] = []
+    for h in session_history.read(store):
+        found = h.get("id")
+        if not isinstance(found, str) or found in out:
+            continue
+        head = found.split("-", 1)[0]
+        number = h.get("number") if isinstance(h.get("number"), int) else int(head) if head.isdigit() else None
+        if number is not None and number >= start:
+            out.append(found)
+    return out
 
 
 # --- answers from the recording ---
@@ -178,8 +232,10 @@ class RecordedAnswers:
 
     tier = "replay"
 
-    def __init__(self, recording: Recording, record, live=None, assume: bool = False):
+    def __init__(self, recording: Recording, record, live=None, assume: bool = False, as_recorded=None):
         self.record = record
+        # A request is compared as karma recorded its twin (a long prompt capped, secrets redacted).
+        self.as_recorded = as_recorded or (lambda value: value)
         self.live = live
         self.simulated = bool(getattr(live, "simulated", False))  # a cassette live: no answer moves money
         self.assume = assume
@@ -199,6 +255,7 @@ class RecordedAnswers:
             self.by_place[(e.get("purpose"), e.get("step_id"))].append(call)
         self.used: dict[str, int] = {"recorded": 0, "live": 0, "assumed": 0, "changed_request": 0}
         self.last_live = False
+        self.changed: list[dict] = []  # each request that was not the recorded one, beside its recorded twin
         # (purpose, step id) of the call being asked: the chokepoint does not pass them to a provider,
         # so the LLM's call is wrapped to set them (see _track_place).
         self.current: tuple[str | None, str | None] = (None, None)
@@ -213,13 +270,14 @@ class RecordedAnswers:
 
     def complete(self, request: dict, timeout: float, deadline: float | None = None) -> LLMResponse:
         self.last_live = False
-        queue = self.by_request.get(normalised(request))
+        queue = self.by_request.get(normalised(self.as_recorded(request)))
         purpose, step_id = self.current
         found = (queue[0], "recorded") if queue else None
         if found is None and self.assume:
             place = self.by_place.get((purpose, step_id))
             found = (place[0], "assumed") if place else None
         if found is None:
+            self._note_changed(request)
             if self.live is not None:
                 self.used["live"] += 1
                 self.last_live = True
@@ -230,6 +288,9 @@ class RecordedAnswers:
         call, how = found
         self._take(call)
         self.used[how] += 1
+        skip = getattr(self.live, "skip", None)
+        if skip is not None:  # a cassette plays the whole session: this call's answer is passed over
+            skip()
         for e in call["side"]:
             self.record(e["event"], **{k: v for k, v in e.items() if k not in ("t", "elapsed_ms", "event")})
         content, truncated = str(call.get("response") or ""), bool(call.get("truncated"))
@@ -241,6 +302,35 @@ class RecordedAnswers:
         calls = parse_tool_calls(call.get("tool_calls")) if request.get("tools") else []
         return LLMResponse(content=content, usage=usage, finish_reason="length" if truncated else call.get(
             "finish_reason"), truncated=truncated, model=request["model"], raw={}, tool_calls=calls)
+
+
+    def _note_changed(self, request: dict) -> None:
+        """Keep the request (as karma would record it: no soul, secrets redacted) beside the recorded one
+        at the same place, for the report's diff."""
+        purpose, step_id = self.current
+        place = self.by_place.get((purpose, step_id))
+        twin = place[0]["request"] if place else None
+        now = {"model": request.get("model"), "messages": self.as_recorded(request.get("messages", [])[1:])}
+        before = {"model": twin.get("model"), "messages": twin.get("messages", [])[1:]} if twin else None
+        self.changed.append({"purpose": purpose, "step_id": step_id, "before": before, "now": now})
+
+
+class RecordedGate:
+    """The replay gate as a replay sees it: the verdicts the original session got on the changes its
+    reflections proposed, in order. A replay judges no change again (that would replay other sessions
+    inside this one); a change the original session never had judged is refused, as a gate that could
+    not judge it refuses."""
+
+    def __init__(self, recording: Recording):
+        self.verdicts = deque(e for e in recording.rest if e.get("event") == events.REPLAY_GATE)
+
+    def __call__(self, settings, store, staged: dict[str, Any], sessions: int, exclude=None, time_left=None) -> dict:
+        report: dict[str, Any] = {"keys": sorted(staged), "replayed": [], "skipped": 0, "refused": None}
+        if not self.verdicts:
+            return {**report, "refused": "replay: the original session had no such change judged"}
+        e = self.verdicts.popleft()
+        return {**report, "replayed": e.get("replayed") or [], "skipped": e.get("skipped") or 0,
+                "refused": e.get("refused")}
 
 
 class RecordedFetches:
@@ -310,6 +400,7 @@ class Replayed:
     answers: dict[str, int]
     karma_id: str | None = None  # where a live replay's karma was kept
     problems: list[str] = field(default_factory=list)
+    changed: list[dict] = field(default_factory=list)  # the requests that differ, beside their recorded twins
 
 
 def rerun(settings, store: Store, recording: Recording, *, live: bool = False, assume: bool = False,
@@ -327,6 +418,12 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     karma = Karma(overlay, sid, Redactor(settings.known_secrets()))
     for e in recording.prefix:  # the context the session saw, as it saw it
         overlay.append(keys.karma(sid), karma_mod.encode_entry(e))
+    for key, value in recording.tool_reads.items():  # the store its tools read, as they read it
+        if isinstance(key, str) and not keys.defines_agent(key) and not keys.is_runtime_owned(key):
+            if isinstance(value, str):
+                overlay.put(key, value)
+            else:
+                overlay.delete(key)
     soul, orient_template = check_ready(overlay, settings, need_key=paid)
     problems: list[str] = []
     defaults, models = load_defaults(overlay, problems), effective_models(overlay, problems)
@@ -337,19 +434,22 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     if max_seconds is not None:
         budget.max_duration = min(budget.max_duration, max(0.0, max_seconds))
     effort = recording.context.get("effort")
-    state = SessionState(context=dict(recording.context), effort=effort if isinstance(effort, str) else "low")
+    state = SessionState(context=dict(recording.context), effort=effort if isinstance(effort, str) else "low",
+                         inbox_ids=list(recording.inbox_ids))
     number = int(finite_or(recording.start.get("number"), 0))
-    answers = RecordedAnswers(recording, karma.record, assume=assume,
+    answers = RecordedAnswers(recording, karma.record, assume=assume, as_recorded=karma.as_recorded,
                               live=(cassette or hardcoded_provider(settings)) if live else None)
     if paid:  # real money is held against today's ceiling and booked; recorded answers cost nothing today
         budget.daily = DailyLedger(store, settings.max_daily_cost, billable=lambda: answers.last_live)
     deps = SessionDeps(id=sid, number=number, settings=settings, store=overlay, karma=karma, budget=budget,
-                       defaults=defaults, models=models, soul=soul, mode="replay")
+                       defaults=defaults, models=models, soul=soul,
+                       mode="dry_run" if recording.start.get("dry_run") else "replay",  # a dry run's tools: not run
+                       check_change=RecordedGate(recording))
     policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
     session = build_session(deps, state, SessionSpec(providers=[answers], policy=policy))
     _track_place(session.llm, answers)
     try:
-        plan_and_execute(session, orient_template, left_today)
+        work(session, orient_template, left_today, recording.deep)
     except Exception as exc:  # the one try/except of a replay, as of a session: an outcome, never a traceback
         state.outcome = outcomes.ERROR
         karma.record(events.FATAL_ERROR, error=f"{type(exc).__name__}: {exc}"[:1000])
@@ -361,7 +461,7 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
             store.append(keys.karma(karma_id), karma_mod.encode_entry({**e, "replay_of": sid}))
         session_history.note_unlisted(store, karma_id, settings.karma_retention_days)
     return Replayed(recording=recording, entries=entries, outcome=state.outcome, cost=round(budget.spent, 10),
-                    answers=dict(answers.used), karma_id=karma_id, problems=problems)
+                    answers=dict(answers.used), karma_id=karma_id, problems=problems, changed=answers.changed)
 
 
 def _track_place(llm, answers: RecordedAnswers) -> None:

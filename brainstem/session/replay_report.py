@@ -3,19 +3,24 @@
 :func:`behaviour` reads what a session did from its karma (plan, step outcomes
 and results, store writes, cost, reflection), leaving out the clock, so the
 same session and config give byte-identical reports; :func:`compare` sets the
-recorded session beside its replay (:mod:`brainstem.session.replay`), and
-:func:`render` prints that.
+recorded session beside its replay (:mod:`brainstem.session.replay`), with a
+unified diff of the prompt text of each request that changed (:func:`prompt_diff`),
+and :func:`render` prints that.
 """
 
 from __future__ import annotations
 
 import json
+from difflib import SequenceMatcher
 from typing import Any
 
 from brainstem.core import events, outcomes
 from brainstem.core.json_numbers import finite_or
 from brainstem.core.plan import PlanError, parse_plan
-from brainstem.session.replay import Replayed
+from brainstem.session.replay import Replayed, volatile_out
+
+DIFF_CONTEXT = 3  # unchanged lines shown around each change
+DIFF_LINES = 200  # of one request's diff; past that the rest is counted, not shown
 
 
 def behaviour(entries: list[dict], outcome: str | None, cost: Any) -> dict:
@@ -87,8 +92,53 @@ def compare(replayed: Replayed) -> dict:
     changed_steps = [r["id"] for r in step_rows if not r["same"]]
     if changed_steps:
         differs.insert(1, "steps")
+    requests = [{"purpose": c["purpose"], "step_id": c["step_id"], "diff": prompt_diff(c["before"], c["now"])}
+                for c in replayed.changed]
+    differences = [{"part": k, "before": parts[k]["before"], "now": parts[k]["now"]} for k in differs if k != "steps"]
+    differences[1:1] = [{"part": "steps", "id": r["id"], "before": r["before"], "now": r["now"]}
+                        for r in step_rows if not r["same"]]
+    differences += [{"part": "request", **r} for r in requests]
     return {"session": rec.id, "same": not differs, "differs": differs, "answers": replayed.answers,
-            **parts, "steps": step_rows, "karma": replayed.karma_id}
+            **parts, "steps": step_rows, "karma": replayed.karma_id, "requests": requests,
+            "differences": differences}
+
+
+def prompt_lines(request: dict | None) -> list[str]:
+    """A request's prompt as lines: the model, then each message after the soul under its role (an agent
+    step's tool calls and answers named)."""
+    if request is None:
+        return []
+    lines = [f"model: {request.get('model')}"]
+    for m in request.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        lines.append(f"[{m.get('role')}]" + (f" answering {m['tool_call_id']}" if m.get("tool_call_id") else ""))
+        lines += str(m.get("content") or "").splitlines()
+        for c in m.get("tool_calls") or []:
+            fn = (c.get("function") or {}) if isinstance(c, dict) else {}
+            lines.append(f"(calls {fn.get('name')} {fn.get('arguments')})")
+    return lines
+
+
+def prompt_diff(before: dict | None, now: dict) -> str:
+    """A unified diff of the prompt text, recorded against now. Lines are matched with clock readings
+    left out (as requests are compared), so a line that differs only in a time is not a change."""
+    a, b = prompt_lines(before), prompt_lines(now)
+    out = ["--- recorded" if before is not None else "--- recorded (no call here)", "+++ now"]
+    matcher = SequenceMatcher(None, [volatile_out(x) for x in a], [volatile_out(x) for x in b], autojunk=False)
+    for group in matcher.get_grouped_opcodes(DIFF_CONTEXT):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        out.append(f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@")
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                out += [" " + x for x in b[b1:b2]]
+            else:
+                out += ["-" + x for x in a[a1:a2]] + ["+" + x for x in b[b1:b2]]
+    if len(out) == 2:  # the same text: what differs is in the request's settings (its tools, its limits)
+        out.append("(the prompt text is the same; the request's model, tools or tool calls differ)")
+    if len(out) > DIFF_LINES:
+        out = out[:DIFF_LINES] + [f"... {len(out) - DIFF_LINES} more lines"]
+    return "\n".join(out)
 
 
 # --- printing ---
@@ -153,6 +203,10 @@ def render(report: dict) -> list[str]:
         lines.append("result: same behaviour")
     else:
         lines.append("result: DIFFERS in " + ", ".join(report["differs"]))
+    for r in report.get("requests") or []:
+        lines.append("")
+        lines.append(f"changed request: {r['purpose']}" + (f" (step {r['step_id']})" if r.get("step_id") else ""))
+        lines += r["diff"].splitlines()
     if report.get("karma"):
         lines.append(f"live calls were made: their karma is kept as {report['karma']} (brainstem karma "
                      f"{report['karma']})")

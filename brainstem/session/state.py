@@ -30,6 +30,9 @@ class SessionState:
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
     steps_failed: int = 0
     reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)
+    # What the session's tools read from the store, each key as first read (None: absent): recorded at
+    # its end (events.TOOL_READS), so a replay's tools read the store as this session's did.
+    seen: dict[str, str | None] = field(default_factory=dict)
     # The operator's messages this session's context shows (ids), and whether the model answered the
     # orient call that showed them: only then does the end of the session mark them read.
     inbox_ids: list[int] = field(default_factory=list)

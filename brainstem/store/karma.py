@@ -114,6 +114,10 @@ class Karma:
     def elapsed_ms(self) -> int:
         return int((time.monotonic() - self._t0) * 1000)
 
+    def as_recorded(self, value: Any) -> Any:
+        """``value`` as an entry holding it would be written: long text capped, secrets redacted."""
+        return self.redact(_cap(value))
+
     def record(self, event: str, **fields: Any) -> dict:
         """Append one entry; durable when this returns. Returns the entry as written."""
         return self._record(self.store, event, fields)

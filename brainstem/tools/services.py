@@ -67,7 +67,8 @@ class ToolServices:
 
     def __init__(self, name: str, meta: ToolMeta, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
                  policy: ToolPolicy, env: Mapping[str, str] | None = None,
-                 on_read: Callable[[list[str]], None] | None = None):
+                 on_read: Callable[[list[str]], None] | None = None,
+                 on_seen: Callable[[str, str | None], Any] | None = None):
         self.name = name
         self.kv_access = meta.kv_access
         self._store = store
@@ -76,6 +77,7 @@ class ToolServices:
         self._prefix = keys.tooldata_prefix(name)
         self._policy = policy
         self._on_read = on_read
+        self._on_seen = on_seen  # told each key the code read and what it held (a session records it for replay)
         self._written = 0
         if policy.withdrawn or refusals.held(store):
             # Code met a secret's value: no code of this agent runs again until the operator has looked, so
@@ -149,7 +151,10 @@ class ToolServices:
         full = self._read_key(key)
         if self._on_read is not None:
             self._on_read([full])
-        return self._store.get(full)
+        value = self._store.get(full)
+        if self._on_seen is not None:
+            self._on_seen(full, value)
+        return value
 
     def kv_put(self, key: str, value: str) -> None:
         full = self._write_key(key)
@@ -392,7 +397,8 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
              on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
              on_supervised: Callable[[ToolOutcome], None] | None = None,
              review_room: Callable[[], str | None] | None = None,
-             floors: Mapping[str, str] | None = None) -> ToolOutcome:
+             floors: Mapping[str, str] | None = None,
+             on_seen: Callable[[str, str | None], Any] | None = None) -> ToolOutcome:
     """Run tool ``name`` once with ``args``; records ``tool_start`` and ``tool_complete``.
 
     With ``enforce_mode`` (a session's calls) the meta's mode is obeyed: ``manual`` never runs (a
@@ -428,7 +434,7 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         return ToolOutcome(ok=False, error=f"not run: {why}", retryable=False, not_run="review_dropped")
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
     try:
-        services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read)
+        services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read, on_seen=on_seen)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
         out = run(code, "execute", [args], services=services, limits=Limits(timeout_ms=timeout_ms))
         outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=out.duration_ms)

@@ -133,6 +133,34 @@ def test_demo_keep_leaves_a_cassette_that_drives_the_kept_store(tmp_path):
         store.close()
 
 
+def test_the_demo_replays_the_same_and_its_cassette_answers_a_changed_prompt(tmp_path):
+    """The README's offline loop: the demo's session (a message read, an agent step, reflection) replays
+    the same on the unchanged agent; after an edit of the orient prompt, plain replay shows the diff and
+    the kept cassette answers the changed calls in their places."""
+    keep = tmp_path / "demo"
+    ok(run_cli("demo", "--keep", str(keep)))
+    url = f"sqlite:///{keep.resolve() / 'demo.db'}"
+    cassette = str(keep / "cassette.json")
+    r = cli(url, "replay", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: same behaviour" in r.stdout and "0 live, 0 changed request" in r.stdout, r.stdout
+    r = cli(url, "replay", "1", "--live", "--llm-cassette", cassette)
+    assert r.returncode == 0 and "result: same behaviour" in r.stdout, r.stdout + r.stderr
+    store = open_store(url)
+    try:
+        store.put(keys.PROMPT_ORIENT, store.get(keys.PROMPT_ORIENT) + "\nKeep every plan short.\n")
+    finally:
+        store.close()
+    r = cli(url, "replay", "1")
+    assert r.returncode == 1 and "changed request: orient" in r.stdout, r.stdout
+    assert "+Keep every plan short." in r.stdout and "--- recorded" in r.stdout, r.stdout
+    report = json.loads(cli(url, "replay", "1", "--live", "--llm-cassette", cassette, "--json").stdout)
+    assert report["plan"]["same"] and all(s["same"] for s in report["steps"]), report["differs"]
+    assert report["reflection"]["same"], report["reflection"]  # the cassette's reflect answer, in its place
+    assert report["answers"]["live"] >= 1 and report["answers"]["changed_request"] == 0, report["answers"]
+    assert [d["purpose"] for d in report["requests"]][0] == "orient"
+
+
 # --- honest spend ----------------------------------------------------------------------------
 
 def test_cassette_sessions_are_not_held_against_todays_ceiling(url, store):

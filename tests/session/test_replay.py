@@ -287,3 +287,80 @@ def test_replay_shows_the_schedules_a_session_changed(st, llm, fenv):
     assert ["put", "schedule:daily"] in [w[:2] for w in report["writes"]["now"]]
     assert report["writes"]["same"] is True
     assert st.get("schedule:daily", "json") == made
+
+
+# --- what the recording feeds back, and the diff of a changed request ---
+
+def test_a_tool_reads_the_store_as_the_session_did_and_its_code_change_still_shows(st, llm, fenv):
+    """The key a tool read changes after the session: the replay's tool reads the recorded value. A
+    change of the tool's code is a change of the agent: it still shows."""
+    st.put("notes:plan", "ship it")
+    llm.queue(plan(action("kv_read", {"keys": ["notes:plan"]}, id="read", store_result_as="seen"),
+                   think("What did I plan? {{seen}}", id="ask")))
+    llm.responder = answers("ship it", reflect=reflection("read my plan"))
+    sid, entries = finished(run_wake(fenv, "--force"), st)
+    (reads,) = [e for e in entries if e["event"] == "tool_reads"]
+    assert reads["values"] == {"notes:plan": "ship it"}
+    st.put("notes:plan", "changed my mind")
+    llm.reset()
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert st.get("notes:plan") == "changed my mind" and llm.requests == []
+    code = st.get(keys.tool_code("kv_read"))
+    st.put(keys.tool_code("kv_read"), code.replace("def execute(args, ctx):",
+                                                   "def execute(args, ctx):\n    return 'nothing'\n\n"
+                                                   "def previous(args, ctx):"))
+    report = json.loads(run_cli("replay", sid, "--json", env=fenv).stdout)
+    assert not report["same"] and report["requests"][0]["purpose"] == "think"
+    diff = report["requests"][0]["diff"].splitlines()
+    assert "+nothing" in diff and '-{"ok": true, "values": {"notes:plan": "ship it"}, "missing": []}' in diff
+
+
+def test_the_diff_shows_what_changed_and_not_the_clock():
+    from brainstem.session.replay_report import prompt_diff
+
+    def request(*lines):
+        return {"model": "m", "messages": [{"role": "user", "content": "\n".join(lines)}]}
+
+    before = request("# Orient", "now: 2026-01-01T10:00:00Z", "a", "b", "c", "d", "e", "f", "plan it")
+    now = request("# Orient", "now: 2026-12-07T02:00:00Z", "a", "b", "c", "d", "e", "f", "plan it", "be brief")
+    diff = prompt_diff(before, now).splitlines()
+    assert diff[:2] == ["--- recorded", "+++ now"]
+    assert [x for x in diff if x[:1] in "+-" and not x.startswith(("---", "+++"))] == ["+be brief"]
+    assert " now: 2026-12-07T02:00:00Z" not in diff  # the clock line is no change, and too far to be context
+    assert prompt_diff(None, now).splitlines()[0] == "--- recorded (no call here)"
+    assert prompt_diff(before, {**before, "model": "other"}).splitlines()[3:5] == ["-model: m", "+model: other"]
+
+
+def test_what_a_tool_read_of_the_agent_itself_is_never_put_back(st, llm, fenv):
+    """A tool that read the orient prompt and the soul: the replay still runs today's prompt (so an edit
+    shows) and never sees a recorded value of either in place of the store's."""
+    llm.queue(plan(action("kv_read", {"keys": [keys.PROMPT_ORIENT, keys.SOUL, "notes:x"]}, id="read")))
+    llm.responder = answers("ok", reflect=reflection("read myself"))
+    sid, entries = finished(run_wake(fenv, "--force"), st)
+    (reads,) = [e for e in entries if e["event"] == "tool_reads"]
+    assert set(reads["values"]) == {keys.PROMPT_ORIENT, keys.SOUL, "notes:x"} and reads["values"]["notes:x"] is None
+    st.put(keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + "\nOne step at most.\n")
+    r = run_cli("replay", sid, "--json", env=fenv)
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["requests"][0]["purpose"] == "orient" and "+One step at most." in report["requests"][0]["diff"]
+
+
+def test_a_prompt_longer_than_karma_keeps_of_it_still_replays_the_same(st, llm, fenv):
+    """Karma caps one text at 100,000 characters: the recorded orient request is cut, and the replay's is
+    compared as karma would have recorded it, so a long prompt is no difference."""
+    from tests.wake_helpers import set_defaults
+
+    set_defaults(st, memory={"max_load_key_bytes": 60_000, "max_load_keys": 4,
+                             "default_load_keys": ["notes:big0", "notes:big1"]}, session_budget={"max_cost": 0.5})
+    for i in range(2):
+        st.put(f"notes:big{i}", f"{i}" * 60_000)
+    llm.queue(plan(think("hi", id="hi")))
+    llm.responder = answers("ok", reflect=reflection(load_keys=["notes:big0", "notes:big1"]))
+    env = {**fenv, "BRAINSTEM_MAX_SESSION_COST": "0.5"}
+    sid, entries = finished(run_wake(env, "--force"), st, "clean")
+    orient = next(e for e in entries if e["event"] == "llm_call" and e["purpose"] == "orient")
+    assert "[truncated" in orient["request"]["messages"][-1]["content"]
+    r = run_cli("replay", sid, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr

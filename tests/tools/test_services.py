@@ -201,6 +201,21 @@ def test_kv_read_reads_anything_but_secrets(run, store):
         assert SECRET_VALUE not in repr(out) and SECRET_VALUE not in json.dumps(run.events, default=str)
 
 
+def test_each_read_is_told_with_the_value_it_got_and_a_refused_one_is_not(run, store):
+    """What a session records of its tools' reads for replay: the full key and what it held (None:
+    absent), and nothing of a secret the tool was refused."""
+    store.put("wisdom", "Be brief.")
+    store.put("secret:x", SECRET_VALUE)
+    seen: list[tuple] = []
+    out = run_tool("kv_read", {"keys": ["wisdom", "absent"]}, store=store, agent_kv=AgentKV(store, run.record),
+                   record=run.record, policy=ToolPolicy(), on_seen=lambda key, value: seen.append((key, value)))
+    assert out.ok and seen == [("wisdom", "Be brief."), ("absent", None)]
+    seen.clear()
+    out = run_tool("kv_read", {"key": "secret:x"}, store=store, agent_kv=AgentKV(store, run.record),
+                   record=run.record, policy=ToolPolicy(), on_seen=lambda key, value: seen.append((key, value)))
+    assert not out.ok and seen == []
+
+
 def test_read_all_scope_is_enforced_by_the_runtime_not_the_tool(run, store):
     """A tool that skips kv_read's own check still cannot read secret:* or write outside its prefix."""
     store.put("wisdom", "Be brief.")
