@@ -107,8 +107,8 @@ class DueIndex:
         return [(name or None, at) for name, at in self._due_agents(until, _known(index))]
 
     def _note_due(self, key: str, text: str | None) -> None:
-        """After a write of ``key``: its entry, when it is a schedule's. The write has landed, and the
-        index is a hint: a failure here leaves the entry for the next full look to correct."""
+        """After a write of ``key``: its entry, when it is a schedule's or the urgent mark. The write has
+        landed, and the index is a hint: a failure here leaves the entry for the next full look to correct."""
         try:
             if key == URGENT:  # an urgent message may wait: the daemon's watch looks at once
                 self._set_due(URGENT, None if text is None else now(), WAKES)

@@ -8,6 +8,8 @@ tests/store/test_lease.py.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from datetime import timedelta
 
@@ -222,3 +224,64 @@ def test_an_agent_running_here_or_backing_off_is_left_for_later(daemon):
 
 def test_an_unopened_agent_is_skipped():
     assert not wakes._idle(Agent(name="x", prefix="x:"))
+
+
+# --- a whole daemon ------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_brainstem_run_wakes_an_urgent_message_and_takes_a_dead_session_over_from_the_index(real_store_url, llm,
+                                                                                          monkeypatch):
+    """``Runner.run`` in this process (the real scheduler and threads) for two agents asleep for an hour: one
+    gets an urgent message, the other's session died on a host that is gone. The index across agents tells the
+    watch of both; each is woken once, by its own kind of fire."""
+    from brainstem.core.clock import now_iso
+    from brainstem.store import karma
+    from tests.helpers import wait_for
+    from tests.wake_helpers import API_KEY, events_of, responder, seeded
+
+    for var in ("OPENROUTER_API_KEY", "BRAINSTEM_KV", "BRAINSTEM_KV_PREFIX", "BRAINSTEM_AGENT"):
+        monkeypatch.delenv(var, raising=False)
+    base, tag = real_store_url.split("?")[0], f"{time.monotonic_ns() % 10**9}"
+    told, dead = f"told{tag}", f"dead{tag}"
+    stores = {n: seeded(f"{base}?prefix={n}") for n in (told, dead)}
+    for store in stores.values():
+        store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(now_utc() + timedelta(hours=1))})
+    gone = "host-gone:1:x"
+    stores[dead].put(keys.WAKE_CONFIG, pessimistic())
+    stores[dead].put(keys.SESSION_CURRENT, {"id": "1-dead", "started_at": now_iso(ms=True), "pid": 1,
+                                           "host": "host-gone", "lease": gone})
+    assert stores[dead].acquire_lease(keys.WAKE_LEASE, gone, 2_000)
+    llm.responder = responder()
+    settings = load_settings(kv=base, openrouter_api_key=API_KEY, openrouter_base_url=llm.base_url, llm_backoff=0.01,
+                             lease_seconds=2)
+    runner = Runner(settings, [told, dead], grace=5.0)
+
+    def started(name: str) -> dict | None:
+        sid = karma.latest_session_id(stores[name])
+        entries = karma.read(stores[name], sid) if sid and sid != "1-dead" else []
+        return entries[0] if entries and events_of(entries, "session_end") else None
+
+    seen: dict = {}
+
+    def drive() -> None:
+        try:
+            time.sleep(1.5)  # the daemon's first ticks: neither is due yet (an hour's sleep, a lease held)
+            seen["quiet"] = (started(told), started(dead))
+            inbox.post(stores[told], "this cannot wait", urgent=True)
+            seen["told"] = wait_for(lambda: started(told), 30, "the urgent session")
+            seen["dead"] = wait_for(lambda: started(dead), 30, "the takeover")
+        finally:
+            runner.stopping.set()
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        assert runner.run("1h", None, run_now=False) == 0
+    finally:
+        runner.stopping.set()
+        driver.join(60)
+    assert seen["quiet"] == (None, None), seen
+    assert seen["told"]["woke_for"] == "urgent_inbox"
+    assert seen["dead"]["crashed_session"] == "1-dead"
+    for store in stores.values():
+        assert [f["fire"] for f in map(json.loads, store.read_log(keys.WAKE_LOG))] == ["ran"]
+        store.close()

@@ -128,6 +128,8 @@ def test_an_agent_whose_acl_user_reaches_only_its_own_keys_keeps_its_own_index(r
     try:
         host = redis_url.split("//", 1)[1]
         own = RedisStore(f"redis://{name}:{name}pw@{host}", prefix=f"{name}:")
+        assert own.acquire_lease(keys.WAKE_LEASE, "me", 5_000)  # its session: the wake index, its own part only
+        assert own.due_at(keys.WAKE_LEASE, "wake") == pytest.approx(time.time() + 5, abs=2)
         own.put(keys.schedule("x"), schedule())
         assert own.due_at(keys.schedule("x")) == LATER_TS and own.due_first() is not None
         own.close()
