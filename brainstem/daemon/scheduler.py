@@ -211,7 +211,7 @@ class Runner:
             return
         if time.monotonic() < agent.backoff_until:
             return
-        if not agent.busy.acquire(blocking=False):  # the sweep fired it meanwhile, or the tick did
+        if not agent.busy.acquire(blocking=False):  # the watch fired it meanwhile, or the tick did
             return
         agent.running = True
         try:

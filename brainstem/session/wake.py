@@ -147,7 +147,7 @@ def urgent_state(store: Store) -> tuple[int, bool]:
 
 def dead_session_due(store: Store) -> bool:
     """True when the agent's last session died (its pessimistic advance stands and no lease is held) and
-    its retry is due: the daemon's sweep wakes such agents without waiting for their next tick."""
+    its retry is due: the daemon's watch wakes such agents without waiting for their next tick."""
     return dead_session(store, 0.0)[0]
 
 
