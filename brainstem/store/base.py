@@ -266,10 +266,7 @@ class Store(DueIndex):
     def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         self._ready()
         self.check_writable(name)
-        taken = self._acquire_lease(name, owner, ttl_ms)
-        if taken:
-            self._note_lease(name, ttl_ms)
-        return taken
+        return self._note_lease(name, ttl_ms, self._acquire_lease(name, owner, ttl_ms))
 
     def release_lease(self, name: str, owner: str) -> bool:
         self._ready()
@@ -279,10 +276,7 @@ class Store(DueIndex):
     def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         self._ready()
         self.check_writable(name)
-        renewed = self._renew_lease(name, owner, ttl_ms)
-        if renewed:
-            self._note_lease(name, ttl_ms)
-        return renewed
+        return self._note_lease(name, ttl_ms, self._renew_lease(name, owner, ttl_ms))
 
     def lease_owner(self, name: str) -> str | None:
         return self._lease_owner(name) if self._readable(name) else None

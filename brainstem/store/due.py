@@ -121,15 +121,16 @@ class DueIndex:
         except BrainstemError:
             pass
 
-    def _note_lease(self, name: str, ttl_ms: int) -> None:
-        """After the wake lease was taken or renewed for ``ttl_ms``: its entry in the wake index, due when the
-        lease would run out (a session whose host died is found then). A hint, as :meth:`_note_due`'s."""
-        if name != WAKE_LEASE:
-            return
-        try:
-            self._set_due(LEASE, now() + ttl_ms / 1000, WAKES)
-        except BrainstemError:
-            pass
+    def _note_lease(self, name: str, ttl_ms: int, held: bool) -> bool:
+        """After a take or renewal of the lease ``name`` for ``ttl_ms`` (``held``: it went through, returned):
+        the wake lease's entry in the wake index, due when the lease would run out (a session whose host died
+        is found then). A hint, as :meth:`_note_due`'s."""
+        if held and name == WAKE_LEASE:
+            try:
+                self._set_due(LEASE, now() + ttl_ms / 1000, WAKES)
+            except BrainstemError:
+                pass
+        return held
 
     # --- primitives (each backend): the key is this view's own, ``index`` one of INDEXES ---
     def _due_at(self, key: str, index: str) -> float | None: raise NotImplementedError
