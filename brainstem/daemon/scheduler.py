@@ -12,19 +12,19 @@ running sessions stop at their next step and are recorded as ``interrupted``
 (never left looking like a crash they were not).
 
 Several daemons, on several hosts, may run the same agents against one store:
-the wake lease lets one session run per agent at a time. Every half lease
-period each daemon also sweeps its agents for a session that died with its
-host (its pessimistic schedule advance stands and no lease is held) and wakes
-that agent at once, so it is taken over within about two lease periods
-rather than at its next tick.
+the wake lease lets one session run per agent at a time. A session that died
+with its host (its pessimistic schedule advance stands and no lease is held)
+is found when its lease would have run out, and its agent woken at once, so
+it is taken over within about a lease period of its last renewal rather than
+at its next tick.
 
-The agents' schedules run beside their sessions, looked at every
-:data:`URGENT_POLL` seconds (:mod:`brainstem.daemon.schedules`).
-
-An urgent message from the operator (``brainstem tell --urgent``) wakes its
-agent within a couple of seconds: every :data:`URGENT_POLL` seconds the daemon
-asks each idle agent's store whether one waits (one get while none does) and
-fires that agent at once, once per message.
+Every :data:`URGENT_POLL` seconds the daemon looks at what its agents need
+beside their ticks, each from a due index the store keeps, so a look costs in
+proportion to what is due, not to how many agents it serves: the agents'
+schedules (:mod:`brainstem.daemon.schedules`), run beside their sessions; an
+urgent message from the operator (``brainstem tell --urgent``), which wakes its
+agent within a couple of seconds, once per message; and the dead sessions
+(:mod:`brainstem.daemon.wakes`).
 
 The pool of ready sandbox workers (:mod:`brainstem.sandbox.pool`) is the
 process's: the daemon uses it from start to stop, and each session uses it
@@ -70,8 +70,7 @@ log = logging.getLogger("brainstem.run")
 
 WAKE_LOG_KEEP = 500
 BACKOFF_MAX = 300.0
-URGENT_POLL = 1.0  # seconds between looks at the agents' inboxes for an urgent message
-URGENT_REFIRE = 60.0  # a fire for an urgent message that left it waiting (an error, say) is tried again after this
+URGENT_POLL = 1.0  # seconds between looks at the due indexes: schedules, urgent messages, dead sessions
 # Session outcomes that mean the daemon cannot do its job until the operator acts: the LLM endpoint refused
 # the key, has no credit, is down or answers nonsense, or the store went away mid-session.
 FIRE_FAULTS = (*outcomes.PROVIDER_FAULTS.values(), outcomes.STORE_UNAVAILABLE)
@@ -113,7 +112,7 @@ class Agent:
     failing: str | None = None  # the reason fires fail, last logged and recorded (stats:daemon); None: not failing
     cancel: threading.Event = field(default_factory=threading.Event)
     running: bool = False
-    busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or sweep
+    busy: threading.Lock = field(default_factory=threading.Lock)  # one fire at a time: tick or watch
     urgent_fired: tuple[int, float] = (0, 0.0)  # the urgent message last fired for, and when (monotonic)
     scheduling: threading.Lock = field(default_factory=threading.Lock)  # one pass over its schedules at a time
 
@@ -212,7 +211,7 @@ class Runner:
             return
         if time.monotonic() < agent.backoff_until:
             return
-        if not agent.busy.acquire(blocking=False):  # the sweep fired it meanwhile, or the tick did
+        if not agent.busy.acquire(blocking=False):  # the watch fired it meanwhile, or the tick did
             return
         agent.running = True
         try:
@@ -295,44 +294,15 @@ class Runner:
 
         return [CassetteProvider(self.cassette)]
 
-    def _idle(self, look):
-        """(agent, ``look(agent.store)``) for each agent not running nor backing off, until the daemon stops.
-        A store that cannot answer is skipped: the tick reports store trouble, these checks only look."""
-        for agent in self.agents:
-            if self.stopping.is_set():
-                return
-            if agent.running or agent.store is None or time.monotonic() < agent.backoff_until:
-                continue
-            try:
-                yield agent, look(agent.store)
-            except BrainstemError:
-                continue
-
-    def sweep(self, sched) -> None:
-        """Wake at once each agent whose last session died (see :func:`brainstem.session.wake.dead_session_due`)."""
-        from brainstem.session.wake import dead_session_due  # noqa: PLC0415 -- `run` only
-
-        for agent, due in self._idle(dead_session_due):
-            if due:
-                log.info("%s: its last session died with no lease held; waking it now", agent.name or "default")
-                sched.add_job(self.fire, args=[agent], id=f"pickup-{agent.name or 'default'}", replace_existing=True,
-                              misfire_grace_time=None, executor="pickup")
-
     def watch_inboxes(self, sched) -> None:
-        """Wake at once each idle agent with an urgent message from the operator that no session has been
-        shown yet (see :func:`brainstem.session.wake.urgent_due`): once per message, tried again only
-        after :data:`URGENT_REFIRE` seconds if a fire left it waiting."""
-        from brainstem.session.wake import urgent_due  # noqa: PLC0415 -- `run` only
+        """Start what the due indexes say is due: the passes over the agents' schedules, and a fire for each
+        idle agent with an urgent message no session has been shown yet (once per message, tried again
+        only after :data:`~brainstem.daemon.wakes.URGENT_REFIRE` seconds if a fire left it waiting) or
+        whose last session died (see :mod:`brainstem.daemon.wakes`)."""
+        from brainstem.daemon import wakes  # noqa: PLC0415 -- `run` only: it imports the runtime a fire wakes
 
         schedules.watch(self, sched)
-        for agent, urgent in self._idle(urgent_due):
-            last, at = agent.urgent_fired
-            if not urgent or (urgent == last and time.monotonic() - at < URGENT_REFIRE):
-                continue
-            agent.urgent_fired = (urgent, time.monotonic())
-            log.info("%s: an urgent message from the operator; waking it now", agent.name or "default")
-            sched.add_job(self.fire, args=[agent], id=f"urgent-{agent.name or 'default'}", replace_existing=True,
-                          misfire_grace_time=None, executor="pickup")
+        wakes.watch(self, sched)
 
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
@@ -395,7 +365,6 @@ class Runner:
         sched = BackgroundScheduler(timezone="UTC",
                                     executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents))),
                                                # Their own threads: a takeover never queues behind a busy tick.
-                                               "sweep": ThreadPoolExecutor(max_workers=1),
                                                "inbox": ThreadPoolExecutor(max_workers=1),
                                                "pickup": ThreadPoolExecutor(max_workers=min(4, len(self.agents))),
                                                "schedules": ThreadPoolExecutor(max_workers=min(4, len(self.agents)))})
@@ -419,9 +388,6 @@ class Runner:
                 self.still_running(agent, [iso(t)
                                            for t in event.scheduled_run_times or []])
         sched.add_listener(on_max_instances, EVENT_JOB_MAX_INSTANCES)
-        period = max(0.5, self.settings.lease_seconds / 2)
-        sched.add_job(self.sweep, "interval", seconds=period, args=[sched], id="sweep", coalesce=True,
-                      max_instances=1, next_run_time=now_utc() + timedelta(seconds=period), executor="sweep")
         sched.add_job(self.watch_inboxes, "interval", seconds=URGENT_POLL, args=[sched], id="inbox", coalesce=True,
                       max_instances=1, misfire_grace_time=None, executor="inbox")
         sched.start()

@@ -28,7 +28,7 @@ from brainstem.store import due as index
 from brainstem.store import open_store
 
 log = logging.getLogger("brainstem.run")
-__all__ = ["RELOOK", "run_pass", "watch"]
+__all__ = ["RELOOK", "due_agents", "run_pass", "watch"]
 
 
 class _Watch:
@@ -50,7 +50,7 @@ def watch(runner: Any, sched: Any) -> None:
         w = _WATCHES[runner] = _Watch(runner)
     due, w.unlooked = w.unlooked, []  # each agent once at the start: its index may not exist yet
     try:
-        due += [w.by_name[name or ""] for name, _ in _due_agents(runner, w) if (name or "") in w.by_name]
+        due += [w.by_name[name or ""] for name, _ in due_agents(runner, w) if (name or "") in w.by_name]
     except BrainstemError:
         pass  # the tick reports store trouble
     now = time.monotonic()
@@ -65,17 +65,18 @@ def watch(runner: Any, sched: Any) -> None:
                       replace_existing=True, misfire_grace_time=None, executor="schedules")
 
 
-def _due_agents(runner: Any, w: _Watch) -> list[tuple[str | None, float]]:
-    """The agents with an entry due now in the index: one read, of the agent's own index when the daemon
-    serves one agent, else of the index across agents."""
+def due_agents(runner: Any, w: Any, which: str = index.SCHEDULES) -> list[tuple[str | None, float]]:
+    """The agents with an entry due now in the index ``which``: one read, of the agent's own index when the
+    daemon serves one agent, else of the index across agents (``w.index``, the operator's view, opened here
+    the first time)."""
     t = index.now()
     if len(runner.agents) == 1:
         agent = runner.agents[0]
-        first = agent.store.due_first() if agent.store is not None else None
+        first = agent.store.due_first(which) if agent.store is not None else None
         return [(agent.name, first[1])] if first is not None and first[1] <= t else []
     if w.index is None:
         w.index = open_store(runner.settings.kv, prefix="", check=False, register=False)
-    return w.index.due_agents(t)
+    return w.index.due_agents(t, which)
 
 
 def run_pass(runner: Any, agent: Any) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 from brainstem import __version__
 from brainstem.core import events, keys, outcomes
-from brainstem.core.clock import iso, now_utc
+from brainstem.core.clock import iso, now_utc, parse_iso
 from brainstem.core.errors import LeaseHeld, LeaseLost, MalformedValue, NotText, StoreUnavailable
 from brainstem.core.settings import Settings
 from brainstem.core.untrusted import to_record
@@ -133,21 +133,43 @@ def urgent_due(store: Store) -> int:
     """The id of an urgent message from the operator that makes the agent due now (no session has been
     shown it yet, and none is running), else 0: the daemon's inbox watch wakes such an agent at once.
     Cheap: one get while no urgent message waits."""
+    return urgent_state(store)[0]
+
+
+def urgent_state(store: Store) -> tuple[int, bool]:
+    """(:func:`urgent_due`'s answer; whether an urgent message no session has been shown waits at all, due
+    now or, while a session runs, once it ends)."""
     urgent = inbox.waiting_urgent(store)
     if not urgent:
-        return 0
-    return urgent if agent_sleeping_until(store, _read_wake_config(store)) is None else 0
+        return 0, False
+    return (urgent if agent_sleeping_until(store, _read_wake_config(store)) is None else 0), True
 
 
 def dead_session_due(store: Store) -> bool:
     """True when the agent's last session died (its pessimistic advance stands and no lease is held) and
-    its retry is due: the daemon's sweep wakes such agents without waiting for their next tick."""
+    its retry is due: the daemon's watch wakes such agents without waiting for their next tick."""
+    return dead_session(store, 0.0)[0]
+
+
+def dead_session(store: Store, recheck: float) -> tuple[bool, float | None]:
+    """(:func:`dead_session_due`'s answer; when, in unix seconds, to ask again: ``recheck`` seconds on while
+    its session runs or its pickup is under way, at its retry while a crash backs off, None once there is
+    nothing to take over early: no session's advance stands, or none could be retried before it runs out)."""
     try:
         wake_config = store.get(keys.WAKE_CONFIG, "json")
     except MalformedValue:
-        return False
-    return (isinstance(wake_config, dict) and wake_config.get("set_by") == PESSIMISTIC
-            and sleeping_until(wake_config, now_utc()) is not None and agent_sleeping_until(store, wake_config) is None)
+        return False, None
+    if not (isinstance(wake_config, dict) and wake_config.get("set_by") == PESSIMISTIC):
+        return False, None
+    now = now_utc()
+    until = sleeping_until(wake_config, now)
+    retry = parse_iso(wake_config.get("retry_after"))
+    if until is None or retry is None or retry >= until:
+        return False, None  # due anyway (the daemon's tick wakes it), or nothing to retry before that
+    at = agent_sleeping_until(store, wake_config)
+    if at is None:
+        return True, now.timestamp() + recheck
+    return False, (at.timestamp() if at < until else now.timestamp() + recheck)
 
 
 def dry_run_session(settings: Settings, store: Store, *, providers: list | None = None, listeners=(),

@@ -72,7 +72,8 @@ class Store(DueIndex):
     Every write takes a ``fence`` (see :data:`Fence`); None, the default, is an unfenced write (the
     operator's commands). A session writes through a :class:`~brainstem.store.fenced.FencedStore`,
     which fences each of its writes with the session's wake lease. Each write of a schedule keeps the
-    due index (:mod:`brainstem.store.due`) right.
+    due index (:mod:`brainstem.store.due`) right; each write of the urgent mark and each take and renewal of
+    the wake lease, the wake index beside it.
     """
 
     display_url: str = ""  # the URL with any password removed, safe to print
@@ -265,7 +266,7 @@ class Store(DueIndex):
     def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         self._ready()
         self.check_writable(name)
-        return self._acquire_lease(name, owner, ttl_ms)
+        return self._note_lease(name, ttl_ms, self._acquire_lease(name, owner, ttl_ms))
 
     def release_lease(self, name: str, owner: str) -> bool:
         self._ready()
@@ -275,7 +276,7 @@ class Store(DueIndex):
     def renew_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         self._ready()
         self.check_writable(name)
-        return self._renew_lease(name, owner, ttl_ms)
+        return self._note_lease(name, ttl_ms, self._renew_lease(name, owner, ttl_ms))
 
     def lease_owner(self, name: str) -> str | None:
         return self._lease_owner(name) if self._readable(name) else None

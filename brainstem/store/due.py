@@ -8,10 +8,18 @@ entry :data:`LOOK` (the bare prefix ``schedule:``, which no schedule can name) i
 look at its schedules is due (one due at once is set by the first write of a schedule of an agent never
 looked at): the slow safety net that finds a schedule written around Brainstem.
 
-An index is a hint, never trusted over the schedule itself: a run is decided by reading the schedule again
-under its claim lease, and a full look corrects every entry of the agent. An agent's entries are its own
-(under its prefix); the index across agents (each agent's earliest entry), which the daemon asks each
-second, is the store's internals and only the operator's view (the default agent's) reads it.
+A sibling index, the wake index (:data:`WAKES`), says when an agent may need a session woken by the daemon
+outside its schedule, kept the same way by the store's own writes: an urgent message from the operator
+(every write of ``stats:inbox_urgent`` sets the entry :data:`URGENT` due at once) and a session whose host may
+have died (every take and renewal of the wake lease sets the entry :data:`LEASE` due when the lease would run
+out). The daemon's watch (:mod:`brainstem.daemon.wakes`) reads it each second, decides from the real keys, and
+sets or removes the entry from what it found.
+
+An index is a hint, never trusted over the keys themselves: a run is decided by reading the schedule again
+under its claim lease, a wake by reading the inbox marks, the schedule and the lease, and a full look
+corrects every entry of the agent. An agent's entries are its own (under its prefix); the index across
+agents (each agent's earliest entry), which the daemon asks each second, is the store's internals and only
+the operator's view (the default agent's) reads it.
 """
 
 from __future__ import annotations
@@ -22,9 +30,14 @@ from typing import Any
 
 from brainstem.core import clock
 from brainstem.core.errors import BrainstemError, ForeignAgentKey
-from brainstem.core.keys import SCHEDULE_PREFIX
+from brainstem.core.keys import INBOX_URGENT, SCHEDULE_PREFIX, WAKE_LEASE
 
+SCHEDULES = ""  # the due index of the agents' schedules
+WAKES = "wake"  # the wake index: urgent messages and wake leases, for the daemon's watch
+INDEXES = (SCHEDULES, WAKES)
 LOOK = SCHEDULE_PREFIX  # the entry of the agent's next full look at its schedules
+URGENT = INBOX_URGENT  # the wake index's entry of an urgent message that may wait
+LEASE = WAKE_LEASE  # the wake index's entry of a session's wake lease: due when it would run out
 
 
 def due_of(text: str | None, now: float) -> float | None:
@@ -64,49 +77,70 @@ class DueIndex:
     def _readable(self, key: Any) -> bool: raise NotImplementedError
     def check_writable(self, key: Any) -> Any: raise NotImplementedError
 
-    def due_at(self, key: str) -> float | None:
-        """This view's entry for ``key``; None when it has none."""
-        return self._due_at(key) if self._readable(key) else None
+    def due_at(self, key: str, index: str = SCHEDULES) -> float | None:
+        """This view's entry for ``key`` (in ``index``: :data:`SCHEDULES` or :data:`WAKES`); None when none."""
+        return self._due_at(key, _known(index)) if self._readable(key) else None
 
-    def set_due(self, key: str, at: float | None) -> None:
+    def set_due(self, key: str, at: float | None, index: str = SCHEDULES) -> None:
         """Set this view's entry for ``key`` (None: remove it)."""
         self._ready()
         self.check_writable(key)
-        self._set_due(key, at)
+        self._set_due(key, at, _known(index))
 
-    def due_keys(self, until: float = float("inf"), limit: int = 1000) -> builtins.list[tuple[str, float]]:
+    def due_keys(self, until: float = float("inf"), limit: int = 1000,
+                 index: str = SCHEDULES) -> builtins.list[tuple[str, float]]:
         """This view's entries due by ``until``, earliest first, at most ``limit``."""
         self._ready(write=False)
-        return self._due_range(until, limit)
+        return self._due_range(until, limit, _known(index))
 
-    def due_first(self) -> tuple[str, float] | None:
+    def due_first(self, index: str = SCHEDULES) -> tuple[str, float] | None:
         """This view's earliest entry (one read)."""
-        first = self.due_keys(limit=1)
+        first = self.due_keys(limit=1, index=index)
         return first[0] if first else None
 
-    def due_agents(self, until: float) -> builtins.list[tuple[str | None, float]]:
+    def due_agents(self, until: float, index: str = SCHEDULES) -> builtins.list[tuple[str | None, float]]:
         """Every agent whose earliest entry is due by ``until`` (None: the default agent), with that time,
         earliest first. The operator's view only: the index across agents is the store's internals."""
         if self.prefix:
             raise ForeignAgentKey(f"agent {self.prefix[:-1]!r} cannot read the index across agents: only the "
                                   "operator's view of the store (the default agent's) does")
-        return [(name or None, at) for name, at in self._due_agents(until)]
+        return [(name or None, at) for name, at in self._due_agents(until, _known(index))]
 
     def _note_due(self, key: str, text: str | None) -> None:
-        """After a write of ``key``: its entry, when it is a schedule's. The write has landed, and the
-        index is a hint: a failure here leaves the entry for the next full look to correct."""
-        if not key.startswith(SCHEDULE_PREFIX) or key == LOOK:
-            return
+        """After a write of ``key``: its entry, when it is a schedule's or the urgent mark. The write has
+        landed, and the index is a hint: a failure here leaves the entry for the next full look to correct."""
         try:
+            if key == URGENT:  # an urgent message may wait: the daemon's watch looks at once
+                self._set_due(URGENT, None if text is None else now(), WAKES)
+            if not key.startswith(SCHEDULE_PREFIX) or key == LOOK:
+                return
             t = now()
-            self._set_due(key, due_of(text, t))
-            if self._due_at(LOOK) is None:  # never looked at: the next look at the agent's schedules is a full one
-                self._set_due(LOOK, t)
+            self._set_due(key, due_of(text, t), SCHEDULES)
+            if self._due_at(LOOK, SCHEDULES) is None:  # never looked at: the next look is a full one
+                self._set_due(LOOK, t, SCHEDULES)
         except BrainstemError:
             pass
 
-    # --- primitives (each backend): the key is this view's own ---
-    def _due_at(self, key: str) -> float | None: raise NotImplementedError
-    def _set_due(self, key: str, at: float | None) -> None: raise NotImplementedError
-    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]: raise NotImplementedError
-    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]: raise NotImplementedError
+    def _note_lease(self, name: str, ttl_ms: int, held: bool) -> bool:
+        """After a take or renewal of the lease ``name`` for ``ttl_ms`` (``held``: it went through, returned):
+        the wake lease's entry in the wake index, due when the lease would run out (a session whose host died
+        is found then). A hint, as :meth:`_note_due`'s."""
+        if held and name == WAKE_LEASE:
+            try:
+                self._set_due(LEASE, now() + ttl_ms / 1000, WAKES)
+            except BrainstemError:
+                pass
+        return held
+
+    # --- primitives (each backend): the key is this view's own, ``index`` one of INDEXES ---
+    def _due_at(self, key: str, index: str) -> float | None: raise NotImplementedError
+    def _set_due(self, key: str, at: float | None, index: str) -> None: raise NotImplementedError
+    def _due_range(self, until: float, limit: int, index: str) -> builtins.list[tuple[str, float]]:
+        raise NotImplementedError
+    def _due_agents(self, until: float, index: str) -> builtins.list[tuple[str, float]]: raise NotImplementedError
+
+
+def _known(index: str) -> str:
+    if index not in INDEXES:
+        raise ValueError(f"no due index {index!r} (one of {INDEXES})")
+    return index

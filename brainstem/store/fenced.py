@@ -98,8 +98,8 @@ class FencedStore(Store):
     def _settle_spend(self, day: str, token: str | None, actual: float) -> float:
         return self.store._settle_spend(day, token, actual)
 
-    def _set_due(self, key: str, at: float | None) -> None:  # a hint, set after the fenced write that landed
-        self.store._set_due(key, at)
+    def _set_due(self, key: str, at: float | None, index: str) -> None:  # a hint, after the fenced write landed
+        self.store._set_due(key, at, index)
 
     # --- reads: passed through ---
     def _get_text(self, key: str) -> str | None:
@@ -126,14 +126,14 @@ class FencedStore(Store):
     def _usage(self) -> dict:
         return self.store._usage()
 
-    def _due_at(self, key: str) -> float | None:
-        return self.store._due_at(key)
+    def _due_at(self, key: str, index: str) -> float | None:
+        return self.store._due_at(key, index)
 
-    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
-        return self.store._due_range(until, limit)
+    def _due_range(self, until: float, limit: int, index: str) -> builtins.list[tuple[str, float]]:
+        return self.store._due_range(until, limit, index)
 
-    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
-        return self.store._due_agents(until)
+    def _due_agents(self, until: float, index: str) -> builtins.list[tuple[str, float]]:
+        return self.store._due_agents(until, index)
 
 
 def unfenced(store: Store) -> Store:

@@ -32,7 +32,7 @@ class OverlayStore(Store):
         self._logs: dict[str, list[str] | None] = {}  # a log written here (a copy of the base's), None: deleted
         self._leases: dict[str, str] = {}
         self._holds: dict[str, tuple[float, float]] = {}  # token -> (USD, monotonic deadline)
-        self._due: dict[str, float | None] = {}  # the due index's entries set here (None: removed here)
+        self._due: dict[tuple[str, str], float | None] = {}  # (index, key) -> an entry set here (None: removed)
         self.written: list[tuple[str, str]] = []  # (op, key), in order: what the overlay kept from the base
 
     # --- confinement: the base's ---
@@ -205,15 +205,15 @@ class OverlayStore(Store):
         return self.base.usage()
 
     # --- the due index: entries set here are kept here; the rest is the base's ---
-    def _set_due(self, key: str, at: float | None) -> None:
+    def _set_due(self, key: str, at: float | None, index: str) -> None:
         if not self._passthrough(key):  # a passthrough write's entry is set by the base's own write
-            self._due[key] = at
+            self._due[index, key] = at
 
-    def _due_at(self, key: str) -> float | None:
-        return self._due[key] if key in self._due else self.base.due_at(key)
+    def _due_at(self, key: str, index: str) -> float | None:
+        return self._due[index, key] if (index, key) in self._due else self.base.due_at(key, index)
 
-    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
-        return self.base.due_keys(until, limit)
+    def _due_range(self, until: float, limit: int, index: str) -> builtins.list[tuple[str, float]]:
+        return self.base.due_keys(until, limit, index)
 
-    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
-        return [(a or "", t) for a, t in self.base.due_agents(until)]
+    def _due_agents(self, until: float, index: str) -> builtins.list[tuple[str, float]]:
+        return [(a or "", t) for a, t in self.base.due_agents(until, index)]

@@ -3,6 +3,8 @@ its own, and only the operator's view reads the index across agents. On a real R
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from brainstem.core import keys
@@ -126,6 +128,8 @@ def test_an_agent_whose_acl_user_reaches_only_its_own_keys_keeps_its_own_index(r
     try:
         host = redis_url.split("//", 1)[1]
         own = RedisStore(f"redis://{name}:{name}pw@{host}", prefix=f"{name}:")
+        assert own.acquire_lease(keys.WAKE_LEASE, "me", 5_000)  # its session: the wake index, its own part only
+        assert own.due_at(keys.WAKE_LEASE, "wake") == pytest.approx(time.time() + 5, abs=2)
         own.put(keys.schedule("x"), schedule())
         assert own.due_at(keys.schedule("x")) == LATER_TS and own.due_first() is not None
         own.close()
@@ -135,3 +139,50 @@ def test_an_agent_whose_acl_user_reaches_only_its_own_keys_keeps_its_own_index(r
             admin.delete(k)
         admin.srem("__agents__", name)
         admin.close()
+
+
+# --- the wake index: urgent messages and wake leases, for the daemon's watch -----------------------------
+
+def test_an_urgent_message_and_the_wake_lease_set_their_wake_entries(store):
+    from brainstem.state import inbox
+    from brainstem.store.due import LEASE, URGENT, WAKES
+
+    inbox.post(store, "no hurry")
+    assert store.due_at(URGENT, WAKES) is None  # a plain message waits for the agent's own tick
+    inbox.post(store, "now", urgent=True)
+    assert store.due_at(URGENT, WAKES) == pytest.approx(time.time(), abs=5)
+    assert store.acquire_lease(keys.WAKE_LEASE, "me", 5_000)
+    assert store.due_at(LEASE, WAKES) == pytest.approx(time.time() + 5, abs=2)  # when it would run out
+    assert store.renew_lease(keys.WAKE_LEASE, "me", 60_000)
+    assert store.due_at(LEASE, WAKES) == pytest.approx(time.time() + 60, abs=2)
+    assert not store.renew_lease(keys.WAKE_LEASE, "not me", 600_000)  # refused: the entry stays
+    assert store.due_at(LEASE, WAKES) == pytest.approx(time.time() + 60, abs=2)
+    assert store.acquire_lease("schedule_claim:x", "me", 5_000)
+    assert [k for k, _ in store.due_keys(index=WAKES)] == [URGENT, LEASE]  # no other lease has an entry
+    assert store.due_first() is None  # the schedules' index knows nothing of them
+    store.delete(keys.INBOX_URGENT)
+    assert store.due_at(URGENT, WAKES) is None
+
+
+def test_the_wake_index_is_confined_as_the_schedules_is(store):
+    import uuid
+
+    from brainstem.store.due import URGENT, WAKES
+
+    a, b, c = (f"{n}{uuid.uuid4().hex[:6]}" for n in ("alice", "bob", "carol"))  # the Redis server is shared
+    operator, alice, bob, carol = view(store, ""), view(store, a + ":"), view(store, b + ":"), view(store, c + ":")
+    alice.set_due(URGENT, 5.0, WAKES)
+    assert (a, 5.0) in operator.due_agents(10.0, WAKES)
+    assert all(x[0] != a for x in operator.due_agents(10.0))  # each index is its own
+    assert bob.due_keys(index=WAKES) == [] and operator.due_at(f"{a}:{URGENT}", WAKES) is None
+    with pytest.raises(ForeignAgentKey):
+        alice.due_agents(10.0, WAKES)
+    with pytest.raises(ForeignAgentKey):
+        operator.set_due(f"{a}:{URGENT}", 1.0, WAKES)
+    with pytest.raises(ValueError, match="no due index"):
+        alice.set_due(URGENT, 1.0, "elsewhere")
+    carol.set_due(URGENT, 5.0, WAKES)
+    assert operator.unregister_agent(c) == 0  # a hint is not something the agent holds
+    assert all(x[0] != c for x in operator.due_agents(float("inf"), WAKES))
+    alice.set_due(URGENT, None, WAKES)
+    assert all(x[0] != a for x in operator.due_agents(float("inf"), WAKES))

@@ -9,9 +9,11 @@ Layout under the agent's key prefix (several agents can share one Redis):
     {prefix}__lock__:{name}    a lease: SET NX PX with an owner token
     {prefix}__holds__:stats:daily_cost  today's spend held by calls in flight: a hash, token -> "USD DEADLINE_MS"
     {prefix}__due__            the agent's due index: a sorted set, key -> unix time (see brainstem.store.due)
+    {prefix}__due_wake__       the agent's wake index, the same way
     __agents__                 the registry of agent names: a set, outside every prefix
     __due_agents__             the due index across agents: a sorted set, agent name ('' the default) -> the
                                time of its earliest entry, outside every prefix
+    __due_wake_agents__        the wake index across agents, the same way
 
 A script's keys are all the agent's, so on a Redis Cluster they share its hash slot
 (see :mod:`brainstem.store.redis.store`) and the script stays legal there.
@@ -23,9 +25,13 @@ META = "__meta__:"
 LEASE = "__lock__:"
 HOLDS = "__holds__:"
 DUE = "__due__"
-INTERNAL = (META, LEASE, HOLDS, DUE)
+WAKE_DUE = "__due_wake__"
+INTERNAL = (META, LEASE, HOLDS, DUE, WAKE_DUE)
 REGISTRY = "__agents__"  # outside every prefix
 DUE_AGENTS = "__due_agents__"  # outside every prefix
+WAKE_DUE_AGENTS = "__due_wake_agents__"  # outside every prefix
+# Each due index (brainstem.store.due.INDEXES): (the agent's sorted set under its prefix, the one across agents).
+DUE_SETS = {"": (DUE, DUE_AGENTS), "wake": (WAKE_DUE, WAKE_DUE_AGENTS)}
 DEFAULT_TAG = "__default__"  # the default agent's hash tag on a cluster (no agent name starts with "__")
 
 # Compare-and-delete / compare-and-expire: only the owner may release or extend.

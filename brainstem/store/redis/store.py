@@ -48,7 +48,7 @@ from brainstem.store.base import (
 from brainstem.store.redis import scripts as lua
 from brainstem.store.redis.client import is_cluster, new_client, redact_url
 from brainstem.store.redis.errors import guard
-from brainstem.store.redis.scripts import DEFAULT_TAG, DUE, DUE_AGENTS, HOLDS, INTERNAL, LEASE, META, REGISTRY
+from brainstem.store.redis.scripts import DEFAULT_TAG, DUE_SETS, HOLDS, INTERNAL, LEASE, META, REGISTRY
 
 RETRY_SECONDS = 5.0  # how long a command keeps retrying a lost connection (a restart, a failover)
 
@@ -169,12 +169,13 @@ class RedisStore(Store):
     def _registry_remove(self, name: str) -> int:
         # SCAN is not atomic with the SREM: the operator removes a name whose agent is not running (a
         # running one holds its wake lease, which is counted here, as are metadata and today's spend).
-        due = self._space(name + ":") + DUE  # a hint, not something the agent holds
-        held = sum(1 for k in self._scan_all(_glob_escape(self._space(name + ":")) + "*") if k != due)
+        due = {self._space(name + ":") + own for own, _ in DUE_SETS.values()}  # hints, not what the agent holds
+        held = sum(1 for k in self._scan_all(_glob_escape(self._space(name + ":")) + "*") if k not in due)
         if held == 0:
             self._registry_call(self._r.srem, REGISTRY, name)
-            self._r.delete(due)
-            self._r.zrem(DUE_AGENTS, name)
+            for own, across in DUE_SETS.values():
+                self._r.delete(self._space(name + ":") + own)
+                self._r.zrem(across, name)
         return held
 
     def _scan_all(self, pattern: str):
@@ -373,36 +374,38 @@ class RedisStore(Store):
 
     # --- the due index ---
     @guard
-    def _due_at(self, key: str) -> float | None:
-        return self._r.zscore(self._k(DUE), key)
+    def _due_at(self, key: str, index: str) -> float | None:
+        return self._r.zscore(self._k(DUE_SETS[index][0]), key)
 
     _due_across = True  # this client may write the index across agents (an agent's own ACL user may not)
 
     @guard
-    def _set_due(self, key: str, at: float | None) -> None:
+    def _set_due(self, key: str, at: float | None, index: str) -> None:
         agent = self.prefix[:-1]
         score = "" if at is None else repr(float(at))
+        own, across = self._k(DUE_SETS[index][0]), DUE_SETS[index][1]
         if self.cluster or not self._due_across:
-            first = self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
+            first = self._set_due_script(keys=[own], args=[key, score, agent])
             if self.cluster and first:  # the index across agents is another slot's: a second step (a hint)
-                self._r.zadd(DUE_AGENTS, {agent: float(first)})
+                self._r.zadd(across, {agent: float(first)})
             elif self.cluster:
-                self._r.zrem(DUE_AGENTS, agent)
+                self._r.zrem(across, agent)
             return
         try:
-            self._set_due_script(keys=[self._k(DUE), DUE_AGENTS], args=[key, score, agent])
+            self._set_due_script(keys=[own, across], args=[key, score, agent])
         except redis.exceptions.NoPermissionError:
             self._due_across = False  # a user confined to its agent's keys: its own index only (its own daemon)
-            self._set_due_script(keys=[self._k(DUE)], args=[key, score, agent])
+            self._set_due_script(keys=[own], args=[key, score, agent])
 
     @guard
-    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
-        return [(k, float(t)) for k, t in self._r.zrangebyscore(self._k(DUE), "-inf", _score(until), start=0,
-                                                                 num=limit, withscores=True)]
+    def _due_range(self, until: float, limit: int, index: str) -> builtins.list[tuple[str, float]]:
+        return [(k, float(t)) for k, t in self._r.zrangebyscore(self._k(DUE_SETS[index][0]), "-inf", _score(until),
+                                                                 start=0, num=limit, withscores=True)]
 
     @guard
-    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
-        return [(a, float(t)) for a, t in self._r.zrangebyscore(DUE_AGENTS, "-inf", _score(until), withscores=True)]
+    def _due_agents(self, until: float, index: str) -> builtins.list[tuple[str, float]]:
+        return [(a, float(t)) for a, t in self._r.zrangebyscore(DUE_SETS[index][1], "-inf", _score(until),
+                                                                 withscores=True)]
 
     # --- today's spend: one Lua script each, atomic on the server (a cluster: one slot, the agent's) ---
     def _spend_keys(self) -> builtins.list[str]:

@@ -3,7 +3,7 @@
 Logs are rows keyed by (log, sequence), so an append costs one B-tree insert whatever the log's size;
 ``log_keys`` holds each log's length, the number of its oldest kept entry (``base``) and its size in
 bytes. ``due`` is the due index (:mod:`brainstem.store.due`): an agent's name ('' the default), a key of
-its own, and a time; found by time across agents.
+its own, and a time; found by time across agents. ``due_wake`` is the wake index, the same way.
 Every change here is additive and idempotent: two processes opening one file at once may both
 run it.
 """
@@ -11,6 +11,8 @@ run it.
 from __future__ import annotations
 
 import sqlite3
+
+DUE_TABLES = {"": "due", "wake": "due_wake"}  # each due index's table (brainstem.store.due.INDEXES)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS kv (
@@ -27,6 +29,10 @@ CREATE TABLE IF NOT EXISTS due (agent TEXT NOT NULL, key TEXT NOT NULL, at REAL 
     PRIMARY KEY (agent, key)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS due_by_agent ON due (agent, at);
 CREATE INDEX IF NOT EXISTS due_by_time ON due (at);
+CREATE TABLE IF NOT EXISTS due_wake (agent TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (agent, key)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS due_wake_by_agent ON due_wake (agent, at);
+CREATE INDEX IF NOT EXISTS due_wake_by_time ON due_wake (at);
 CREATE TABLE IF NOT EXISTS spend_holds (key TEXT NOT NULL, token TEXT NOT NULL, usd REAL NOT NULL,
     expires_at REAL NOT NULL, PRIMARY KEY (key, token)) WITHOUT ROWID;
 """

@@ -7,7 +7,7 @@ locked beyond the busy timeout is waited out for a while. The tables are in
 (:mod:`brainstem.store.sqlite.file`). Agents sharing the file are confined as
 described in :mod:`brainstem.core.names`; the registry of their names is the
 ``agents`` table. Today's spend held by calls in flight is the ``spend_holds``
-table, keyed like the spend itself; the due index is the ``due`` table.
+table, keyed like the spend itself; the due index is the ``due`` table, the wake index ``due_wake``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from brainstem.store.base import (
 )
 from brainstem.store.sqlite.errors import abandon, is_busy, is_full, reason, store_error
 from brainstem.store.sqlite.file import make_private, not_writable, open_read_only, tighten
-from brainstem.store.sqlite.schema import has_column, set_up
+from brainstem.store.sqlite.schema import DUE_TABLES, has_column, set_up
 
 RETRY_SECONDS = 5.0  # how long a statement keeps retrying a database locked beyond the busy timeout
 
@@ -172,7 +172,8 @@ class SQLiteStore(Store):
                                           ("spend_holds", "key")))
             if held == 0:
                 db.execute("DELETE FROM agents WHERE name = ?", (name,))
-                db.execute("DELETE FROM due WHERE agent = ?", (name,))  # a hint, not something the agent holds
+                for table in DUE_TABLES.values():  # hints, not something the agent holds
+                    db.execute(f"DELETE FROM {table} WHERE agent = ?", (name,))
             return held
         return self._tx(body)
 
@@ -359,25 +360,26 @@ class SQLiteStore(Store):
                 return []
         return self._run(body)
 
-    def _due_at(self, key: str) -> float | None:
-        rows = self._due_read("SELECT at FROM due WHERE agent = ? AND key = ?", (self.prefix[:-1], key))
+    def _due_at(self, key: str, index: str) -> float | None:
+        rows = self._due_read(f"SELECT at FROM {DUE_TABLES[index]} WHERE agent = ? AND key = ?",
+                              (self.prefix[:-1], key))
         return rows[0][0] if rows else None
 
-    def _set_due(self, key: str, at: float | None) -> None:
-        agent = self.prefix[:-1]
+    def _set_due(self, key: str, at: float | None, index: str) -> None:
+        agent, table = self.prefix[:-1], DUE_TABLES[index]
         if at is None:
-            self._run(lambda db: db.execute("DELETE FROM due WHERE agent = ? AND key = ?", (agent, key)))
+            self._run(lambda db: db.execute(f"DELETE FROM {table} WHERE agent = ? AND key = ?", (agent, key)))
             return
-        self._run(lambda db: db.execute("INSERT INTO due (agent, key, at) VALUES (?, ?, ?) ON CONFLICT (agent, key) "
-                                        "DO UPDATE SET at = excluded.at", (agent, key, float(at))))
+        self._run(lambda db: db.execute(f"INSERT INTO {table} (agent, key, at) VALUES (?, ?, ?) ON CONFLICT "
+                                        "(agent, key) DO UPDATE SET at = excluded.at", (agent, key, float(at))))
 
-    def _due_range(self, until: float, limit: int) -> builtins.list[tuple[str, float]]:
-        return [(k, t) for k, t in self._due_read("SELECT key, at FROM due WHERE agent = ? AND at <= ? ORDER BY at "
-                                                  "LIMIT ?", (self.prefix[:-1], until, limit))]
+    def _due_range(self, until: float, limit: int, index: str) -> builtins.list[tuple[str, float]]:
+        return [(k, t) for k, t in self._due_read(f"SELECT key, at FROM {DUE_TABLES[index]} WHERE agent = ? AND "
+                                                  "at <= ? ORDER BY at LIMIT ?", (self.prefix[:-1], until, limit))]
 
-    def _due_agents(self, until: float) -> builtins.list[tuple[str, float]]:
-        return [(a, t) for a, t in self._due_read("SELECT agent, min(at) FROM due WHERE at <= ? GROUP BY agent "
-                                                  "ORDER BY 2", (until,))]
+    def _due_agents(self, until: float, index: str) -> builtins.list[tuple[str, float]]:
+        return [(a, t) for a, t in self._due_read(f"SELECT agent, min(at) FROM {DUE_TABLES[index]} WHERE at <= ? "
+                                                  "GROUP BY agent ORDER BY 2", (until,))]
 
     # --- today's spend: one BEGIN IMMEDIATE transaction each, so every process of every host sharing
     # the file sees the others' holds ---
