@@ -334,6 +334,21 @@ class Runner:
             sched.add_job(self.fire, args=[agent], id=f"urgent-{agent.name or 'default'}", replace_existing=True,
                           misfire_grace_time=None, executor="pickup")
 
+    def seen(self, stopped: bool = False) -> None:
+        """Tell each agent's store that this daemon serves it (the dashboard's "running"), opening a store
+        no fire has opened yet; a store that cannot answer is left for the next time."""
+        for agent in self.agents:
+            try:
+                if agent.store is None and agent.busy.acquire(blocking=False):
+                    try:
+                        agent.store = open_store(self.settings.kv, prefix=agent.prefix, register=False)
+                    finally:
+                        agent.busy.release()
+                if agent.store is not None:
+                    daemon_health.note_seen(agent.store, host_name(), os.getpid(), stopped=stopped)
+            except BrainstemError:
+                continue
+
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
         self._count(agent, entry["fire"])
@@ -427,10 +442,14 @@ class Runner:
         sched.start()
         names = ", ".join(a.name or "default" for a in self.agents)
         log.info("running %s: %s", names, f"every {every}" if every else f"cron {cron!r} (UTC)")
+        seen_at = 0.0
         try:
             while not self.stopping.wait(0.5):
-                pass
+                if time.monotonic() - seen_at >= daemon_health.SEEN_EVERY:
+                    seen_at = time.monotonic()
+                    self.seen()
         finally:
+            self.seen(stopped=True)
             if poller is not None:
                 poller.stop()
             sched.pause()
