@@ -335,19 +335,20 @@ class Runner:
                           misfire_grace_time=None, executor="pickup")
 
     def seen(self, stopped: bool = False) -> None:
-        """Tell each agent's store that this daemon serves it (the dashboard's "running"), opening a store
-        no fire has opened yet; a store that cannot answer is left for the next time."""
+        """Tell each agent's store that this daemon serves it (the dashboard's "running"): through the store
+        its fires use, or, before its first fire, one of this call's own (never the fire's, nor its lock, so
+        a fire is never held up by it). A store that cannot answer is left for the next time."""
         for agent in self.agents:
+            store, own = agent.store, None
             try:
-                if agent.store is None and agent.busy.acquire(blocking=False):
-                    try:
-                        agent.store = open_store(self.settings.kv, prefix=agent.prefix, register=False)
-                    finally:
-                        agent.busy.release()
-                if agent.store is not None:
-                    daemon_health.note_seen(agent.store, host_name(), os.getpid(), stopped=stopped)
+                if store is None:
+                    store = own = open_store(self.settings.kv, prefix=agent.prefix, register=False)
+                daemon_health.note_seen(store, host_name(), os.getpid(), stopped=stopped)
             except BrainstemError:
                 continue
+            finally:
+                if own is not None:
+                    own.close()
 
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""

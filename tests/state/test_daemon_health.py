@@ -125,7 +125,7 @@ def test_a_daemon_says_it_is_alive_and_that_it_stopped(tmp_path):
     store = seeded(url)
     assert daemon_health.seen(store) == {"running": False, "at": None, "host": None, "pid": None, "stopped": False}
     runner = Runner(settings_for(url, None, None), [None])
-    runner.seen()  # opens the store no fire has opened yet
+    runner.seen()  # through a store of its own: no fire has opened one yet
     seen = daemon_health.seen(store)
     assert seen["running"] and seen["host"] == host_name() and isinstance(seen["pid"], int) and seen["at"]
     later = now_utc() + timedelta(seconds=daemon_health.SEEN_STALE + 1)
@@ -135,3 +135,20 @@ def test_a_daemon_says_it_is_alive_and_that_it_stopped(tmp_path):
                                                         "pid": seen["pid"], "stopped": True}
     store.put(keys.DAEMON_SEEN, "not a record")
     assert daemon_health.seen(store)["at"] is None
+
+
+@pytest.mark.slow
+def test_brainstem_run_says_it_is_alive_while_it_runs_and_that_it_stopped(tmp_path, daemons):
+    from tests.helpers import clean_env, wait_for
+
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    store = seeded(url)
+    store.put(keys.WAKE_CONFIG, {"next_wake_after": "2999-01-01T00:00:00Z"})  # asleep: nothing but the daemon runs
+    d = daemons(clean_env({"BRAINSTEM_KV": url}), "--every", "1h")
+    seen = wait_for(lambda: daemon_health.seen(store)["running"] and daemon_health.seen(store), 30,
+                    "the daemon to say it is alive", d)
+    assert seen["pid"] == d.proc.pid and not seen["stopped"]
+    rc, _ = d.stop()
+    assert rc == 0, d.stderr
+    after = daemon_health.seen(store)
+    assert after["stopped"] and not after["running"] and after["pid"] == d.proc.pid
