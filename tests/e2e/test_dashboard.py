@@ -615,7 +615,7 @@ def test_the_live_page_shows_a_session_while_it_runs(world, tab):
 
 def test_screenshots(world, tab):
     """Screenshots of the main pages into tests/artifacts/ (look at them); with BRAINSTEM_UPDATE_SCREENSHOTS=1
-    the README's three are copied into docs/screenshots/."""
+    the ones docs/running.md shows are copied into docs/screenshots/."""
     page = tab.page
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     base = world.server.base
@@ -631,16 +631,6 @@ def test_screenshots(world, tab):
     assert len(tab.errors) == 1 and "status of 401" in tab.errors[0], tab.errors
     tab.errors.clear()
     world.server.login(tab)
-    shot("overview", "/")
-    # Red is for what is wrong: here, only a protection that is really off (not one that is "not needed").
-    assert {el.inner_text() for el in page.locator("main .bad").all()} <= {"off"}
-    shot("sessions", "/sessions")
-    page.goto(f"{base}/sessions/{world.work}")
-    entries = karma.read(world.store, world.work)
-    i = next(i for i, e in enumerate(entries) if e["event"] == "llm_call" and e.get("purpose") == "think")
-    page.locator(f"#e{i} summary").first.click()  # one entry open, as an operator reads it
-    shots["timeline"] = ARTIFACTS / "dashboard-timeline.png"
-    page.screenshot(path=str(shots["timeline"]), full_page=True)
     # A dry run started from the overview's button, followed on its page until it ends.
     world.llm.reset()
     world.llm.responder = answers(default=plan(think("What would you do now?", id="peek")),
@@ -656,6 +646,17 @@ def test_screenshots(world, tab):
         world.llm.responder = None
     shots["action"] = ARTIFACTS / "dashboard-action.png"
     page.screenshot(path=str(shots["action"]), full_page=True)
+    shot("overview", "/")  # with the dry run it started listed
+    assert "dry run" in page.locator("table.recent").inner_text()
+    # Red is for what is wrong: here, only a protection that is really off (not one that is "not needed").
+    assert {el.inner_text() for el in page.locator("main .bad").all()} <= {"off"}
+    shot("sessions", "/sessions")
+    page.goto(f"{base}/sessions/{world.work}")
+    entries = karma.read(world.store, world.work)
+    i = next(i for i, e in enumerate(entries) if e["event"] == "llm_call" and e.get("purpose") == "think")
+    page.locator(f"#e{i} summary").first.click()  # one entry open, as an operator reads it
+    shots["timeline"] = ARTIFACTS / "dashboard-timeline.png"
+    page.screenshot(path=str(shots["timeline"]), full_page=True)
     shot("changes", f"/changes/{keys.PROMPT_ORIENT}?a=1&b=3", full_page=True)
     shot("review", "/review", full_page=True)
     for name, path in shots.items():

@@ -85,9 +85,10 @@ def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width
         if len(values) <= 12:  # few bars: each says what it is
             out.append(f'<text x="{x:.1f}" y="{pad_t + h - bh - 3:.1f}" class="axis">{unit}{value:.4f}</text>')
     if len(values) <= 31:
-        for i, (label, _) in enumerate(values[:: max(1, len(values) // 8)]):
-            x = pad_l + i * max(1, len(values) // 8) * step
-            out.append(f'<text x="{x:.1f}" y="{height - 4}" class="axis">{escape(label[-5:])}</text>')
+        every = max(1, len(values) // 8)
+        for i, (label, _) in enumerate(values[::every]):
+            x = pad_l + (i * every + 0.5) * step  # under the middle of its bar
+            out.append(f'<text x="{x:.1f}" y="{height - 4}" class="axis tick">{escape(label[-5:])}</text>')
     out.append(_ceiling(ceiling, drawn, top, peak, unit, pad_l, pad_t, w, h))
     out.append("</svg>")
     return Drawn("".join(out))
