@@ -124,9 +124,12 @@ class Actions:
                 raise BadArgument(f"{busy.name} ({busy.id}) is still running for this agent; wait for it to end")
             action = Action(id=secrets.token_hex(4), kind=kind, agent=agent, argv=argv, started_at=now_iso(),
                             target=target)
-            action._proc = subprocess.Popen([*self.program, *argv], env=child_env(agent), stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                            errors="replace")
+            try:
+                action._proc = subprocess.Popen([*self.program, *argv], env=child_env(agent),
+                                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT, text=True, errors="replace")
+            except OSError as exc:  # no such program, no process left: one line, nothing started
+                raise BadArgument(f"could not start {action.command}: {exc.strerror or exc}") from None
             self._all[action.id] = action
             while len(self._all) > KEEP:
                 oldest = next(iter(self._all))

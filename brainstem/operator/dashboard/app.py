@@ -177,11 +177,16 @@ def _csrf_ok(request: Request, form) -> bool:
     return d.csrf.check(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE))
 
 
+def _agent_of(d: Dashboard, form) -> str:
+    """The agent a form acts for (its ``agent`` field; the first shown when it has none)."""
+    return str(form.get("agent") or next(iter(d.stores)))
+
+
 async def _action(request: Request, act) -> Response:
     """One operator action (the token was checked before any route ran): refused when the browser says it
     comes from another origin (403, whatever it carries), without the page's CSRF token when the token came
     in the cookie (403; a Bearer header is never sent cross-site, see :mod:`.auth`), or for an agent this
-    dashboard does not show (400); then ``act(store, form, agent)`` -> (page to go to, what was done). A
+    dashboard does not show (400); then ``act(store, form)`` -> (page to go to, what was done). A
     :class:`BrainstemError` from it is a 400 naming why; nothing was done."""
     d: Dashboard = request.app.state.dashboard
     if not auth.same_origin(request.headers):
@@ -189,12 +194,12 @@ async def _action(request: Request, act) -> Response:
     form = await request.form()
     if request.scope.get(AUTH_SCOPE) != auth.BEARER and not _csrf_ok(request, form):
         return _plain(403, "this form's CSRF token is missing or stale; reload the page and try again")
-    name = str(form.get("agent") or next(iter(d.stores)))
+    name = _agent_of(d, form)
     store = d.stores.get(name)
     if store is None:
         return _plain(400, f"no agent {name!r} here")
     try:
-        path, done = act(store, form, name)
+        path, done = act(store, form)
     except BrainstemError as exc:
         return _plain(400, str(exc))
     query = urlencode({**({"agent": name} if name else {}), **({"done": done} if done else {})})
@@ -286,7 +291,7 @@ async def key_history(request: Request) -> Response:
 async def rollback(request: Request) -> Response:
     from brainstem.state.versions import rollback as do_rollback
 
-    def act(store, form, agent):
+    def act(store, form):
         key = str(form.get("key") or "")
         if not keys.is_privileged(key):
             raise BadArgument(f"{key!r} is not a versioned key")
@@ -327,7 +332,7 @@ async def review_act(request: Request) -> Response:
 
     item_id = request.path_params["item"]
 
-    def act(store, form, agent):
+    def act(store, form):
         if form.get("verdict") == "confirm":
             item = settle(store, item_id, confirm=True)
         else:
@@ -349,7 +354,7 @@ async def tell(request: Request) -> Response:
     """The operator leaves the agent a message (``brainstem tell``), urgent when the box is ticked."""
     from brainstem.state import inbox
 
-    def act(store, form, agent):
+    def act(store, form):
         urgent = form.get("urgent") in ("1", "on", "true")
         try:
             msg = inbox.post(store, str(form.get("text") or ""), sender="operator", urgent=urgent,
@@ -363,9 +368,9 @@ async def tell(request: Request) -> Response:
 async def run_action(request: Request) -> Response:
     """Wake now, a dry run or a replay (``do``; ``session`` for a replay), run as the command line runs them
     (:mod:`.actions`); then the action's page, which shows how it ends."""
-    def act(store, form, agent):
+    def act(store, form):
         d: Dashboard = request.app.state.dashboard
-        started = d.actions.start(str(form.get("do") or ""), agent, str(form.get("session") or "") or None)
+        started = d.actions.start(str(form.get("do") or ""), _agent_of(d, form), str(form.get("session") or "") or None)
         return local_path(f"/actions/{started.id}"), ""
     return await _action(request, act)
 
@@ -375,7 +380,7 @@ def _started(request: Request) -> tuple[Dashboard, actions.Action]:
     d, name, store = _viewing(request)
     found = d.actions.get(request.path_params["id"])
     if found is None or found.agent != name:
-        raise _NotFound("no such action here (this dashboard keeps its last 50, until it restarts)")
+        raise _NotFound(f"no such action here (this dashboard keeps its last {actions.KEEP}, until it restarts)")
     return d, found
 
 

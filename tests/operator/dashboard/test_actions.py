@@ -7,7 +7,8 @@ real ``brainstem`` command, a process against the LLM double:
   run writes nothing but its karma; a replay of that session says ``same behaviour``;
 * a POST without its CSRF token, or one a browser says another origin sent (another site, or another port
   of this host: same site, not same origin), is 403 and starts nothing;
-* one action at a time per agent; the process never gets the dashboard's token; bad input is a one-line 400.
+* one action at a time per agent, run for the agent whose page started it; the process never gets the
+  dashboard's token; bad input is a one-line 400, and what the command says is shown as text.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ import pytest
 from brainstem.core import keys
 from brainstem.core.errors import BadArgument
 from brainstem.operator.dashboard import actions, auth
+from brainstem.operator.dashboard.app import make_app
 from brainstem.state import history as session_history
-from brainstem.store import karma
+from brainstem.state.seed import example_soul_path, seed
+from brainstem.store import karma, open_store
 from tests.dashboard_client import TOKEN, app_for, client, dashboard_settings
 from tests.doubles import LLMDouble
 from tests.helpers import one_line
@@ -92,11 +95,15 @@ def test_wake_now_then_a_dry_run_then_a_replay_each_as_the_command_line_runs_the
     assert overview.count('href="/actions/') == 3 and "Wake now" in overview and "Dry run" in overview
 
 
-def test_a_replay_of_an_unknown_session_says_so(world):
+def test_a_replay_of_an_unknown_session_says_so_as_text(world):
     store, c, llm = world
-    r = c.post("/actions", data={auth.CSRF_FIELD: csrf_of(c), "do": "replay", "session": "99-nope"})
+    hostile = '99-<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    r = c.post("/actions", data={auth.CSRF_FIELD: csrf_of(c), "do": "replay", "session": hostile})
     done = wait_done(c, r.headers["location"])
-    assert (done["returncode"], done["verdict"]) == (2, "cannot be replayed") and "99-nope" in done["output"]
+    assert (done["returncode"], done["verdict"]) == (2, "cannot be replayed") and "99-" in done["output"]
+    page = c.get(r.headers["location"]).text
+    assert "cannot be replayed" in page and "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the command it ran, and what it said, as text
 
 
 @pytest.mark.parametrize("case", ["no csrf", "other site", "same site, other port", "other origin, no fetch header",
@@ -149,3 +156,36 @@ def test_one_action_at_a_time_per_agent_and_never_the_dashboards_token():
         time.sleep(0.1)
     assert first.state == "done" and first.returncode == 0
     assert slow.start("dry_run", "a").kind == "dry_run"
+
+
+def test_an_action_runs_the_agent_whose_page_started_it(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    stores = {}
+    for name in ("a", "b"):
+        stores[name] = open_store(url, prefix=name)
+        seed(stores[name], soul_file=example_soul_path())
+    with LLMDouble() as llm:
+        llm.responder = answers(default=plan(think("Say hello", id="hi")), reflect=reflection("said hello"))
+        settings = dashboard_settings(monkeypatch, **wake_env(url, llm))
+        c = client(make_app(settings, stores, token=TOKEN, loopback_only=True))
+        c.get("/?agent=b")
+        r = c.post("/actions", data={auth.CSRF_FIELD: c.cookies.get(auth.CSRF_COOKIE), "do": "wake", "agent": "b"})
+        assert r.status_code == 303 and "agent=b" in r.headers["location"], r.text
+        action_id = r.headers["location"].split("?")[0].rsplit("/", 1)[1]
+        assert c.get(f"/api/actions/{action_id}?agent=a").status_code == 404  # another agent's page: not here
+        deadline = time.monotonic() + 90
+        while c.get(f"/api/actions/{action_id}?agent=b").json()["state"] != "done" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        done = c.get(f"/api/actions/{action_id}?agent=b").json()
+    assert done["outcome"] == "clean", done
+    assert [h["id"] for h in session_history.read(stores["b"])] == [done["session_id"]]
+    assert session_history.read(stores["a"]) == []
+    for s in stores.values():
+        s.close()
+
+
+def test_a_command_that_cannot_start_is_one_line_and_nothing_is_left_running(tmp_path):
+    broken = actions.Actions(program=[str(tmp_path / "no-such-program")])
+    with pytest.raises(BadArgument, match="could not start brainstem wake --force"):
+        broken.start("wake", "")
+    assert broken.running("") is None and broken.recent("") == []

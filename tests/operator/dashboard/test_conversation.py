@@ -5,8 +5,8 @@
 * a real session with an agent step (the model calls ``kv_read`` on a value holding script and markup)
   shows every turn with its role, the call's name and arguments, the tool result inside its boundary, and
   the answer; the hostile text arrives as text, escaped; the raw entry is one click away. (Redaction runs
-  on every piece before it is cut: the first test of it here; the crawl of tests/hostile/test_dashboard.py
-  checks no known secret reaches any page.)
+  on every piece before it is cut, tested on its own below; the crawl of tests/hostile/test_dashboard.py
+  checks that no known secret reaches any page.)
 """
 
 from __future__ import annotations
