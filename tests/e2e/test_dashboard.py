@@ -887,3 +887,29 @@ def test_an_agent_step_reads_as_a_conversation_and_the_buttons_run_the_agent(bro
             shutil.copyfile(ARTIFACTS / f"dashboard-{name}.png", SCREENSHOTS / filename)
     tab.assert_clean()
     store.close()
+
+
+@pytest.mark.parametrize(("origin", "refused"), [("http://127.0.0.1:1", 403), ("http://evil.example", 401)])
+def test_a_form_another_origin_sends_starts_nothing(world, tab, origin, refused):
+    """A page elsewhere that posts the Wake now form: from another port of this host (the same site, so the
+    browser sends the cookie) the dashboard refuses it on its origin; from another site the SameSite cookie
+    stays home and the token is missing. Either way no session starts."""
+    page = tab.page
+    world.server.login(tab)
+    base = world.server.base
+    page.goto(base + "/")
+    started = page.locator("table.recent tr").count()
+    latest = karma.latest_session_id(world.store)
+    attack = (f'<form id="f" method="post" action="{base}/actions"><input name="do" value="wake">'
+              f'<input name="csrf" value="guessed"></form><script>document.getElementById("f").submit()</script>')
+    page.route(origin + "/", lambda route: route.fulfill(status=200, content_type="text/html", body=attack))
+    with page.expect_response(base + "/actions") as answer:
+        page.goto(origin + "/")
+    assert answer.value.status == refused, answer.value.status
+    if refused == 403:
+        assert "another site's page" in answer.value.text()
+    time.sleep(1)
+    assert karma.latest_session_id(world.store) == latest
+    page.goto(base + "/")
+    assert page.locator("table.recent tr").count() == started
+    world.server.assert_no_errors()
