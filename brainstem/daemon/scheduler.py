@@ -335,17 +335,15 @@ class Runner:
                           misfire_grace_time=None, executor="pickup")
 
     def seen(self, stopped: bool = False) -> None:
-        """Tell each agent's store that this daemon serves it (the dashboard's "running"): through the store
-        its fires use, or, before its first fire, one of this call's own (never the fire's, nor its lock, so
-        a fire is never held up by it). A store that cannot answer is left for the next time."""
+        """Tell each agent's store this daemon serves it (the dashboard's "running"); never via the fire's lock."""
         for agent in self.agents:
-            store, own = agent.store, None
+            own = None
             try:
-                if store is None:
-                    store = own = open_store(self.settings.kv, prefix=agent.prefix, register=False)
-                daemon_health.note_seen(store, host_name(), os.getpid(), stopped=stopped)
+                if agent.store is None:
+                    own = open_store(self.settings.kv, prefix=agent.prefix, register=False)
+                daemon_health.note_seen(own or agent.store, host_name(), os.getpid(), stopped=stopped)
             except BrainstemError:
-                continue
+                pass
             finally:
                 if own is not None:
                     own.close()
