@@ -77,8 +77,6 @@ ELSEWHERE: dict[str, str] = {
                                            "tests/operator/dashboard/test_views.py (the schedules page), "
                                            "tests/hostile/test_dashboard_token.py (every route) and "
                                            "tests/hostile/test_dashboard.py",
-    "brainstem/operator/dashboard/charts.py": "SVG drawn from the agent's numbers: tests/hostile/test_dashboard.py "
-                                              "(hostile values never escape it) and tests/e2e/test_dashboard.py",
     "brainstem/operator/demo/__init__.py": "the demo's session on a throwaway store: tests/e2e/test_offline_loop.py "
                                            "and tests/operator/commands/test_wake.py",
     "brainstem/operator/progress.py": "live progress of a wake: tests/operator/commands/test_wake.py (--quiet, "

@@ -55,6 +55,7 @@ INBOX_READ = "stats:inbox_read"  # the highest inbox id shown to the agent in a 
 INBOX_URGENT = "stats:inbox_urgent"  # the highest urgent inbox id: above the read and shown marks, the agent is due
 INBOX_SHOWN = "stats:inbox_shown"  # the highest inbox id put before the model (answered or not): wakes once
 DAEMON_FAILING = "stats:daemon"  # why `brainstem run` cannot wake the agent, and since when; gone once a fire succeeds
+DAEMON_SEEN = "stats:daemon_seen"  # the last `brainstem run` serving the agent: host, pid, when it last said so
 TELEGRAM_STATE = "stats:telegram"  # the Bot API update offset, and texts from other chats (counted, never shown)
 REVIEW_PREFIX = "review:"  # review:{id}: one run of a supervised tool, waiting for (or settled by) the operator
 # approved:{code key}: the code the operator approved under that key (its bytes and their sha256)

@@ -304,6 +304,20 @@ class Runner:
         schedules.watch(self, sched)
         wakes.watch(self, sched)
 
+    def seen(self, stopped: bool = False) -> None:
+        """Tell each agent's store this daemon serves it (the dashboard's "running"); never via the fire's lock."""
+        for agent in self.agents:
+            own = None
+            try:
+                if agent.store is None:
+                    own = open_store(self.settings.kv, prefix=agent.prefix, register=False)
+                daemon_health.note_seen(own or agent.store, host_name(), os.getpid(), stopped=stopped)
+            except BrainstemError:
+                pass
+            finally:
+                if own is not None:
+                    own.close()
+
     def _record(self, agent: Agent, entry: dict) -> None:
         """A fire in the agent's wake_log, and in the metrics."""
         self._count(agent, entry["fire"])
@@ -393,10 +407,14 @@ class Runner:
         sched.start()
         names = ", ".join(a.name or "default" for a in self.agents)
         log.info("running %s: %s", names, f"every {every}" if every else f"cron {cron!r} (UTC)")
+        seen_at = 0.0
         try:
             while not self.stopping.wait(0.5):
-                pass
+                if time.monotonic() - seen_at >= daemon_health.SEEN_EVERY:
+                    seen_at = time.monotonic()
+                    self.seen()
         finally:
+            self.seen(stopped=True)
             if poller is not None:
                 poller.stop()
             sched.pause()

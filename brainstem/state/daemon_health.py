@@ -1,4 +1,5 @@
-"""Why the daemon cannot wake the agent, kept in the store (``stats:daemon``) for ``status`` and the dashboard.
+"""Why the daemon cannot wake the agent, kept in the store (``stats:daemon``) for ``status`` and the dashboard,
+and whether one serves it at all (``stats:daemon_seen``).
 
 ``brainstem run`` logs to its own journal, which the operator reading ``brainstem status`` on another
 terminal (or host) never sees: a daemon failing every tick on a missing API key looked like "next
@@ -10,10 +11,11 @@ reason does, so a daemon failing every few seconds writes once, not every tick.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from brainstem.core import keys
-from brainstem.core.clock import now_iso
+from brainstem.core.clock import now_iso, now_utc, parse_iso
 from brainstem.core.errors import one_line
 from brainstem.store.base import Store
 
@@ -49,3 +51,24 @@ def clear(store: Store) -> dict[str, Any] | None:
 def line(rec: dict[str, Any] | None) -> str | None:
     """``failing since T: reason``, as status and the dashboard show it."""
     return f"failing since {rec['since']}: {rec['reason']}" if rec else None
+
+
+# ``brainstem run`` says it is alive every SEEN_EVERY seconds (its wake_log is written only at fires, an
+# hour apart on an hourly schedule); older than SEEN_STALE, it is not running, or cannot reach the store.
+SEEN_EVERY = 30.0
+SEEN_STALE = 3 * SEEN_EVERY
+
+
+def note_seen(store: Store, host: str, pid: int, stopped: bool = False) -> None:
+    """The daemon serving this agent is alive (or, ``stopped``, has stopped cleanly) as of now."""
+    store.put(keys.DAEMON_SEEN, {"at": now_iso(), "host": host, "pid": pid, "stopped": stopped})
+
+
+def seen(store: Store, now: datetime | None = None) -> dict[str, Any]:
+    """``{"running": bool, "at", "host", "pid", "stopped"}``; ``at`` None when no daemon ever said so."""
+    rec = store.get_json(keys.DAEMON_SEEN, default=None)
+    rec = rec if isinstance(rec, dict) else {}
+    at = parse_iso(rec.get("at"))
+    fresh = at is not None and ((now or now_utc()) - at).total_seconds() <= SEEN_STALE
+    return {"running": bool(fresh and not rec.get("stopped")), "at": rec.get("at") if at else None,
+            "host": rec.get("host"), "pid": rec.get("pid"), "stopped": bool(rec.get("stopped"))}

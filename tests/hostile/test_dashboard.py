@@ -452,7 +452,8 @@ def _actions(ids) -> dict[str, tuple[str, dict]]:
     return {"rollback": ("/rollback", {"key": "prompt:orient", "version": "1"}),
             "confirm": (f"/review/{ids[0]}", {"verdict": "confirm"}),
             "correct": (f"/review/{ids[1]}", {"verdict": "correct", "correction": "do better"}),
-            "tell": ("/tell", {"text": "hello from the operator", "urgent": "1"})}
+            "tell": ("/tell", {"text": "hello from the operator", "urgent": "1"}),
+            "wake": ("/actions", {"do": "wake"})}
 
 
 def _state(store) -> tuple:
@@ -480,7 +481,7 @@ def _forgeries() -> dict[str, tuple[str | None, str | None]]:
 
 
 @pytest.mark.parametrize("kind", ["loopback", "beyond"])
-@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "tell"])
+@pytest.mark.parametrize("action", ["rollback", "confirm", "correct", "tell", "wake"])
 def test_a_csrf_pair_the_client_made_up_is_403_on_every_post(acting, kind, action):
     store, ids, apps = acting
     path, form = _actions(ids)[action]
@@ -495,13 +496,14 @@ def test_a_csrf_pair_the_client_made_up_is_403_on_every_post(acting, kind, actio
         r = c.post(path, data=data)
         assert r.status_code == 403 and "CSRF" in r.text, (case, r.status_code, r.text)
         assert _state(store) == before, case
+        assert apps[kind].state.dashboard.actions.recent("") == [], case  # nothing was started
 
 
 def test_every_post_route_checks_the_csrf_token(acting):
     """No POST route is left out of the test above."""
     store, ids, apps = acting
     posts = {route.path for route in apps["loopback"].routes if "POST" in (getattr(route, "methods", None) or ())}
-    assert posts == {"/rollback", "/review/{item}", "/tell"}, posts
+    assert posts == {"/rollback", "/review/{item}", "/tell", "/actions"}, posts
 
 
 @pytest.mark.parametrize("kind", ["loopback", "beyond"])

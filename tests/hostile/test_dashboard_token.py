@@ -80,7 +80,7 @@ def snapshot(store) -> dict:
 def requests_of(app, item: str) -> list[tuple[str, str]]:
     """(method, path) for every route the app serves, each method it answers, with its parameters filled
     in; and a path it does not serve. A new route with a new parameter fails here until it is named."""
-    values = {"sid": SID, "key": keys.PROMPT_ORIENT, "item": item, "name": "app.css"}
+    values = {"sid": SID, "key": keys.PROMPT_ORIENT, "item": item, "name": "app.css", "id": "0a1b2c3d"}
     out = [("GET", "/nonesuch"), ("POST", "/nonesuch"), ("GET", "/store?key=notes"), ("GET", "/inbox?agent=")]
     for route in app.routes:
         path = route.path_format.format(**{name: values[name] for name in route.param_convertors})
@@ -125,7 +125,7 @@ def send(c, method: str, path: str, authorization: str | None, cookie: str, para
     headers = {"cookie": cookie} if cookie else {}
     if authorization is not None:
         headers["authorization"] = authorization
-    data = {"verdict": "confirm", "text": "hello", "key": keys.PROMPT_ORIENT, "version": "1"}
+    data = {"verdict": "confirm", "text": "hello", "key": keys.PROMPT_ORIENT, "version": "1", "do": "wake"}
     return c.request(method, path, params=params or None, headers=headers, data=data if method == "POST" else None)
 
 
@@ -142,7 +142,8 @@ def test_every_route_without_the_token_is_401_with_no_store_data(world):
     app, store, item = world
     before = snapshot(store)
     requests = requests_of(app, item)
-    assert {p for _, p in requests} >= {"/", "/review", f"/review/{item}", "/tell", "/rollback", "/static/app.css"}
+    assert {p for _, p in requests} >= {"/", "/review", f"/review/{item}", "/tell", "/rollback", "/static/app.css",
+                                        "/actions", "/actions/0a1b2c3d", "/api/actions/0a1b2c3d"}
     for authorization, cookie, params in forged(app).values():
         for method, path in requests:
             c = client(app, logged_in=False)  # from loopback, on a loopback bind
@@ -152,6 +153,7 @@ def test_every_route_without_the_token_is_401_with_no_store_data(world):
         if method == "POST":
             c = client(app, logged_in=False)
             refused(send(c, method, path, None, "", [(auth.TOKEN_QUERY, TOKEN)]), before, store)
+    assert app.state.dashboard.actions.recent("") == []  # and no wake, dry run or replay was started
 
 
 _ascii = st.text(alphabet=string.printable.replace(";", "").replace("\r", "").replace("\n", "")
@@ -184,13 +186,14 @@ def test_with_the_token_the_same_routes_work(world, how):
     c = client(app, logged_in=how == "cookie")  # the cookie the printed link sets
     headers = BEARER if how == "bearer" else {}
     forms = {"/rollback": {"key": keys.PROMPT_ORIENT, "version": "1"}, f"/review/{item}": {"verdict": "confirm"},
-             "/tell": {"text": "hello from the operator"}}
+             "/tell": {"text": "hello from the operator"},
+             "/actions": {"do": "no-such-action"}}  # through the gate to the action itself: 400, nothing run
     for method, path in requests_of(app, item):
-        if path == "/nonesuch":
+        if path == "/nonesuch" or path.endswith("/0a1b2c3d"):  # no such route; no such action
             assert c.request(method, path, headers=headers).status_code in (404, 405)
         elif method == "POST" and how == "bearer":  # a script's POST: no CSRF token needed (see auth.py)
             r = c.post(path, data=forms[path], headers=headers)
-            assert r.status_code == 303, (path, r.status_code, r.text)
+            assert r.status_code == (400 if path == "/actions" else 303), (path, r.status_code, r.text)
         elif method == "POST":
             page = c.get("/review")
             csrf = c.cookies.get(auth.CSRF_COOKIE)

@@ -111,3 +111,44 @@ def test_the_dashboard_overview_shows_the_failure(daemon):
     rec = daemon_health.read(store)
     page = client(app_for(runner.settings, store)).get("/").text
     assert f"failing since {rec['since']}: OPENROUTER_API_KEY is not set" in page
+
+
+# --- whether a daemon serves the agent at all ---
+
+def test_a_daemon_says_it_is_alive_and_that_it_stopped(tmp_path):
+    from datetime import timedelta
+
+    from brainstem.core.clock import now_utc
+    from brainstem.store.lease import host_name
+
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    store = seeded(url)
+    assert daemon_health.seen(store) == {"running": False, "at": None, "host": None, "pid": None, "stopped": False}
+    runner = Runner(settings_for(url, None, None), [None])
+    runner.seen()  # through a store of its own: no fire has opened one yet
+    seen = daemon_health.seen(store)
+    assert seen["running"] and seen["host"] == host_name() and isinstance(seen["pid"], int) and seen["at"]
+    later = now_utc() + timedelta(seconds=daemon_health.SEEN_STALE + 1)
+    assert not daemon_health.seen(store, later)["running"]  # not heard from: not running
+    runner.seen(stopped=True)
+    assert daemon_health.seen(store) | {"at": None} == {"running": False, "at": None, "host": host_name(),
+                                                        "pid": seen["pid"], "stopped": True}
+    store.put(keys.DAEMON_SEEN, "not a record")
+    assert daemon_health.seen(store)["at"] is None
+
+
+@pytest.mark.slow
+def test_brainstem_run_says_it_is_alive_while_it_runs_and_that_it_stopped(tmp_path, daemons):
+    from tests.helpers import clean_env, wait_for
+
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    store = seeded(url)
+    store.put(keys.WAKE_CONFIG, {"next_wake_after": "2999-01-01T00:00:00Z"})  # asleep: nothing but the daemon runs
+    d = daemons(clean_env({"BRAINSTEM_KV": url}), "--every", "1h")
+    seen = wait_for(lambda: daemon_health.seen(store)["running"] and daemon_health.seen(store), 30,
+                    "the daemon to say it is alive", d)
+    assert seen["pid"] == d.proc.pid and not seen["stopped"]
+    rc, _ = d.stop()
+    assert rc == 0, d.stderr
+    after = daemon_health.seen(store)
+    assert after["stopped"] and not after["running"] and after["pid"] == d.proc.pid

@@ -27,8 +27,11 @@ def dashboard(c, host: str, port: int, agents: tuple[str, ...]) -> None:
     (http://127.0.0.1:8765/?token=...). Opening that address sets a cookie
     for the rest of the visit and drops the token from the address bar.
     Scripts send "Authorization: Bearer TOKEN". Actions (rollback, review
-    verdicts, a message to the agent) are POSTs; from the browser they also
-    carry the page's CSRF token. Secret values never reach the browser.
+    verdicts, a message to the agent, wake now, a dry run, a replay) are
+    POSTs; from the browser they also carry the page's CSRF token, and one
+    another origin sent is refused. Wake now, dry run and replay run the
+    brainstem command itself (wake --force, wake --dry-run, replay ID) as a
+    process, without the dashboard's token. Secret values never reach the browser.
     Nothing is loaded from the internet. A --port that another process holds
     is one line and exit 2 (pick another port); the address is printed only
     once it is listening.

@@ -3,7 +3,9 @@
 Every request needs the dashboard token, loopback included; without it the answer is 401 and a
 short page that holds nothing from the store (:mod:`.auth`). Every page reads the store through
 :mod:`.views`; the only writes are the operator's actions (a rollback, a review verdict, a message to the
-agent), each a POST, carrying a CSRF token this server signed unless it came with a Bearer header.
+agent; wake now, a dry run or a replay, each the command line's own run as a process, :mod:`.actions`), each
+a POST from this dashboard's own origin, carrying a CSRF token this server signed unless it came with a
+Bearer header.
 
 Everything in the store is the agent's to write (key names, values, karma, tool
 names, review items, even the names of ``secret:*`` keys), so every string a
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from jinja2 import Environment, FileSystemLoader
+from jinja2 import Environment, FileSystemLoader, Undefined
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,7 +36,7 @@ from brainstem.core import keys
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import BadArgument, BrainstemError
 from brainstem.core.secrets import PCHAR_SAFE
-from brainstem.operator.dashboard import auth, charts, views
+from brainstem.operator.dashboard import actions, auth, charts, views
 from brainstem.store import karma as karma_mod
 from brainstem.store.karma import Redactor
 
@@ -56,11 +58,13 @@ class Dashboard:
         self.gate = auth.Gate(token)
         self.loopback_only = loopback_only
         self.csrf = auth.CsrfSigner(auth.signing_key(token))
+        self.actions = actions.Actions()
         self.static = {name: (STATIC / name).read_bytes() for name in STATIC_TYPES}
         self._redactor: Redactor | None = None
         self._redactor_at = 0.0
         env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, finalize=self._finalize)
         env.filters["usd"] = _usd
+        env.filters["kind"] = views.kind_name
         env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
         self.env = env
 
@@ -148,7 +152,7 @@ def local_path(path: str) -> str:
 
 
 def _usd(value: Any, digits: int = 4) -> str:
-    if value is None:
+    if value is None or isinstance(value, Undefined):  # a field the entry does not have
         return "-"
     try:
         return f"${float(value):.{int(digits)}f}"
@@ -173,16 +177,24 @@ def _csrf_ok(request: Request, form) -> bool:
     return d.csrf.check(form.get(auth.CSRF_FIELD), request.cookies.get(auth.CSRF_COOKIE))
 
 
+def _agent_of(d: Dashboard, form) -> str:
+    """The agent a form acts for (its ``agent`` field; the first shown when it has none)."""
+    return str(form.get("agent") or next(iter(d.stores)))
+
+
 async def _action(request: Request, act) -> Response:
-    """One operator action (the token was checked before any route ran): refused without the page's CSRF
-    token when the token came in the cookie (403; a Bearer header is never sent cross-site, see
-    :mod:`.auth`), or for an agent this dashboard does not show (400); then ``act(store, form)`` -> (page to
-    go back to, what was done). A :class:`BrainstemError` from it is a 400 naming why; nothing was written."""
+    """One operator action (the token was checked before any route ran): refused when the browser says it
+    comes from another origin (403, whatever it carries), without the page's CSRF token when the token came
+    in the cookie (403; a Bearer header is never sent cross-site, see :mod:`.auth`), or for an agent this
+    dashboard does not show (400); then ``act(store, form)`` -> (page to go to, what was done). A
+    :class:`BrainstemError` from it is a 400 naming why; nothing was done."""
     d: Dashboard = request.app.state.dashboard
+    if not auth.same_origin(request.headers):
+        return _plain(403, "this form was sent from another site's page; use the dashboard's own")
     form = await request.form()
     if request.scope.get(AUTH_SCOPE) != auth.BEARER and not _csrf_ok(request, form):
         return _plain(403, "this form's CSRF token is missing or stale; reload the page and try again")
-    name = str(form.get("agent") or next(iter(d.stores)))
+    name = _agent_of(d, form)
     store = d.stores.get(name)
     if store is None:
         return _plain(400, f"no agent {name!r} here")
@@ -190,8 +202,8 @@ async def _action(request: Request, act) -> Response:
         path, done = act(store, form)
     except BrainstemError as exc:
         return _plain(400, str(exc))
-    query = urlencode({**({"agent": name} if name else {}), "done": done})
-    return RedirectResponse(f"{path}?{query}", status_code=303)
+    query = urlencode({**({"agent": name} if name else {}), **({"done": done} if done else {})})
+    return RedirectResponse(f"{path}?{query}" if query else path, status_code=303)
 
 
 # --- pages ---
@@ -202,7 +214,9 @@ async def overview(request: Request) -> Response:
 
     d, name, store = _viewing(request)
     report = status(store, d.settings)
-    return d.page(request, "overview.html", title="Overview", report=report, pending=len(items(store)))
+    return d.page(request, "overview.html", title="Overview", report=report, pending=len(items(store)),
+                  alive=views.liveness(store, d.settings), busy=d.actions.running(name),
+                  recent=[a.public() for a in d.actions.recent(name)])
 
 
 async def sessions(request: Request) -> Response:
@@ -216,7 +230,7 @@ async def sessions(request: Request) -> Response:
     per_day = charts.bars([(d.redact.text(str(day["day"])), charts.number(day["cost"])) for day in page["days"]],
                           ceiling=d.settings.max_daily_cost, title="cost per UTC day")
     return d.page(request, "sessions.html", title="Sessions", p=page, chart_sessions=per_session,
-                  chart_days=per_day)
+                  chart_days=per_day, unlisted=views.unlisted(store))
 
 
 async def session(request: Request) -> Response:
@@ -351,6 +365,35 @@ async def tell(request: Request) -> Response:
     return await _action(request, act)
 
 
+async def run_action(request: Request) -> Response:
+    """Wake now, a dry run or a replay (``do``; ``session`` for a replay), run as the command line runs them
+    (:mod:`.actions`); then the action's page, which shows how it ends."""
+    def act(store, form):
+        d: Dashboard = request.app.state.dashboard
+        started = d.actions.start(str(form.get("do") or ""), _agent_of(d, form), str(form.get("session") or "") or None)
+        return local_path(f"/actions/{started.id}"), ""
+    return await _action(request, act)
+
+
+def _started(request: Request) -> tuple[Dashboard, actions.Action]:
+    """The action a page or the API asks for, started for the agent it is asked for; else a 404."""
+    d, name, store = _viewing(request)
+    found = d.actions.get(request.path_params["id"])
+    if found is None or found.agent != name:
+        raise _NotFound(f"no such action here (this dashboard keeps its last {actions.KEEP}, until it restarts)")
+    return d, found
+
+
+async def action_page(request: Request) -> Response:
+    d, found = _started(request)
+    return d.page(request, "action.html", title=f"{found.name.capitalize()} {found.id}", a=found.public())
+
+
+async def api_action(request: Request) -> Response:
+    d, found = _started(request)
+    return d.json(found.public())
+
+
 async def static(request: Request) -> Response:
     """The dashboard's one script and one stylesheet (the CSP allows no inline ones)."""
     d: Dashboard = request.app.state.dashboard
@@ -395,6 +438,8 @@ def make_app(settings, stores: dict[str, Any], *, token: str, loopback_only: boo
         Route("/store", store_keys), Route("/review", review_page),
         Route("/review/{item}", review_act, methods=["POST"]), Route("/inbox", inbox_page),
         Route("/tell", tell, methods=["POST"]), Route("/schedules", schedules_page), Route("/static/{name}", static),
+        Route("/actions", run_action, methods=["POST"]), Route("/actions/{id}", action_page),
+        Route("/api/actions/{id}", api_action),
     ]
     async def guard(request: Request, call_next):
         if not auth.host_allowed(request.headers.get("host"), loopback_only):

@@ -20,6 +20,11 @@
   different: a browser never adds one by itself, and another site's script can set it only through a
   CORS preflight this server never answers, so a request that carries the right one was written by
   someone holding the token. Bearer POSTs need no CSRF token.
+* An action a browser says another origin sent (``Sec-Fetch-Site`` other than ``same-origin``, or else an
+  ``Origin`` that does not name this ``Host``) is 403 before anything else is looked at, whatever it
+  carries: a page on another port of this host is the same *site*, so its forms arrive with the
+  SameSite cookie; the CSRF token stops them, and this stops them first. A client that sends neither
+  header (a script, an old browser) is judged by the token and the CSRF token alone.
 * On a loopback bind, the request's ``Host`` must name loopback as well (DNS rebinding): defence in depth.
 """
 
@@ -32,7 +37,7 @@ import ipaddress
 import re
 import secrets
 import time
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from brainstem.core.errors import ConfigError
 
@@ -101,6 +106,21 @@ def host_allowed(host_header: str | None, loopback_only: bool) -> bool:
         if port and not port.isdigit():
             return False
     return is_loopback(name)
+
+
+def same_origin(headers) -> bool:
+    """Whether a browser's request comes from this dashboard's own pages, as far as its headers say (see
+    above): behind a reverse proxy that rewrites ``Host``, ``Sec-Fetch-Site`` is what decides."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site.strip().lower() in ("same-origin", "none")  # none: the operator's own navigation
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    try:
+        return origin != "null" and urlsplit(origin.strip()).netloc.lower() == (headers.get("host") or "").lower()
+    except ValueError:
+        return False
 
 
 def same(a: object, b: object) -> bool:

@@ -12,8 +12,11 @@ from typing import Any
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_utc, parse_iso
 from brainstem.core.errors import BrainstemError
+from brainstem.daemon import telegram
+from brainstem.daemon.scheduler import read_wake_log
+from brainstem.operator.dashboard.conversation import conversation
+from brainstem.state import daemon_health, schedules
 from brainstem.state import history as session_history
-from brainstem.state import schedules
 from brainstem.store import karma as karma_mod
 
 DETAIL_CHARS = 20_000  # one expanded entry; karma holds more, the CLI shows it whole
@@ -73,7 +76,8 @@ def timeline(store, session_id: str, redact: Any = None) -> dict | None:
             label = f"{e.get('tool')} {e.get('method')} {e.get('host')}{e.get('path') or ''}"
         rows.append({"i": i, "event": event, "kind": timed or "mark", "label": label,
                      "start": start, "dur": dur, "cost": e.get("cost"), "t": e.get("t"),
-                     "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact)})
+                     "detail": pretty({k: v for k, v in e.items() if k not in ("t", "elapsed_ms")}, redact=redact),
+                     "conv": conversation(e, redact) if event == events.LLM_CALL else None})
     # A session ends in session_end; a schedule's run (whose karma this page shows too) in schedule_run.
     end = next((e for e in reversed(entries) if e.get("event") in (events.SESSION_END, events.SCHEDULE_RUN)), None)
     return {"id": session_id, "rows": rows, "end_ms": end_ms, "end": end, "start": entries[0]}
@@ -255,3 +259,58 @@ def key_value(store, key: str, redact: Any = None) -> dict:
         except ValueError:
             value = pretty(value, redact=redact)
     return {"key": key, "value": value}
+
+
+# --- kinds of session, and what runs the agent ---
+
+KIND_NAMES = {"session": "session", "deep_reflect": "deep reflection", "reflex": "reflexes only"}
+
+
+def kind_name(entry: Any) -> str:
+    """What kind of session a history entry or a ``session_end`` entry is, as the lists print it."""
+    if not isinstance(entry, dict):
+        return ""
+    if entry.get("dry_run"):
+        return "dry run"
+    if entry.get("replay") or str(entry.get("id") or entry.get("session_id") or "").startswith("replay-"):
+        return "live replay"
+    kind = entry.get("kind")
+    return KIND_NAMES.get(kind, str(kind)) if kind else "session"
+
+
+def unlisted(store, limit: int = 20) -> list[dict]:
+    """The karma kept without a history entry (dry runs, wakes reflexes handled, live replays), newest first,
+    each with how it ended when its karma says so."""
+    kept = store.get_json(keys.UNLISTED_KARMA, default=[])
+    rows = []
+    for k in (kept if isinstance(kept, list) else [])[::-1][:limit]:
+        if not isinstance(k, dict) or not isinstance(k.get("id"), str):
+            continue
+        last = store.read_log(keys.karma(k["id"]), -1)
+        end = karma_mod.parse_entry(last[0]) if last else {}
+        end = end if isinstance(end, dict) and end.get("event") == events.SESSION_END else {}
+        rows.append({"id": k["id"], "at": k.get("at"), "kind": kind_name({"id": k["id"], **end}) if end else "",
+                     "outcome": end.get("outcome"), "cost": end.get("cost"), "kept": bool(last)})
+    return rows
+
+
+def liveness(store, settings, now: datetime | None = None) -> dict:
+    """Whether a daemon serves the agent and whether a Telegram poller polls its bot: running, or not seen
+    since when (``stats:daemon_seen``, the wake_log's last fire; the poll lease, ``stats:telegram``)."""
+    now = now or now_utc()
+    try:
+        seen = daemon_health.seen(store, now)
+        fires = read_wake_log(store, 1)
+        poller = store.lease_owner(keys.TELEGRAM_LEASE)
+        tg = telegram.status(store, settings)
+    except BrainstemError as exc:
+        return {"error": str(exc)}
+    last_fire = fires[-1].get("t") if fires else None
+    latest = max((t for t in (seen["at"], last_fire) if parse_iso(t)), key=lambda t: parse_iso(t), default=None)
+    daemon = {"running": seen["running"], "host": seen["host"], "pid": seen["pid"], "stopped": seen["stopped"],
+              "at": _at(latest) if latest else None, "ago": _from_now(latest, now) if latest else None}
+    poll = tg.get("last_poll_at")
+    telegram_row = {"running": bool(poller), "owner": poller, "configured": tg["polling"], "why_not": tg["why_not"],
+                    "at": _at(poll) if poll else None, "ago": _from_now(poll, now) if poll else None,
+                    "failing": tg["failing"], "last_error": tg["last_error"]}
+    return {"daemon": daemon, "telegram": telegram_row}

@@ -291,3 +291,43 @@ def test_a_schedule_whose_next_run_cannot_be_worked_out_is_a_row_saying_so(store
     assert rows["odd"]["error"] == "no next run: cron '0 0 29 2 *' does not run within 28 years"
     assert rows["odd"]["operator"] and rows["fine"]["next_run"] == "2026-05-04 10:00"
     assert page["invalid"] == 1
+
+
+# --- what runs the agent, and kinds of session ---
+
+def test_the_overview_says_whether_a_daemon_and_a_telegram_poller_are_running(settings, store):
+    from brainstem.state import daemon_health
+
+    alive = views.liveness(store, settings, NOW)
+    assert not alive["daemon"]["running"] and alive["daemon"]["at"] is None
+    assert not alive["telegram"]["running"] and not alive["telegram"]["configured"]
+    assert "never seen" in client(app_for(settings, store)).get("/").text
+    daemon_health.note_seen(store, "host-a", 4242)
+    store.acquire_lease(keys.TELEGRAM_LEASE, "host-a:4242:x", 60_000)
+    page = client(app_for(settings, store)).get("/").text
+    assert "running</span> on host-a (pid 4242), seen" in page and "polling</span>" in page
+    store.release_lease(keys.TELEGRAM_LEASE, "host-a:4242:x")
+    store.put(keys.DAEMON_SEEN, {"at": iso(NOW - timedelta(hours=2)), "host": "host-a", "pid": 4242})
+    store.put(keys.TELEGRAM_STATE, {"last_poll_at": iso(NOW - timedelta(hours=3))})
+    alive = views.liveness(store, settings, NOW)
+    assert (alive["daemon"]["running"], alive["daemon"]["at"], alive["daemon"]["ago"]) == (False, "2026-05-04 07:30",
+                                                                                          "2h ago")
+    assert (alive["telegram"]["running"], alive["telegram"]["ago"]) == (False, "3h ago")
+    page = client(app_for(settings, store)).get("/").text
+    assert "not seen since" in page and "not polling" in page
+
+
+def test_each_session_is_listed_with_its_kind(settings, store):
+    store.put(keys.SESSION_HISTORY, [
+        {"id": "1-a", "kind": "session", "outcome": "clean", "started_at": "2026-05-04T08:00:00Z"},
+        {"id": "2-b", "kind": "deep_reflect", "outcome": "clean", "started_at": "2026-05-04T09:00:00Z"}])
+    k = karma.Karma(store, "dry-3")
+    k.record(events.SESSION_END, outcome="clean", kind="session", dry_run=True, cost=0.001)
+    store.put(keys.UNLISTED_KARMA, [{"id": "dry-3", "at": "2026-05-04T09:10:00Z"}, {"id": "gone", "at": "x"}])
+    assert [views.kind_name(h) for h in store.get_json(keys.SESSION_HISTORY)] == ["session", "deep reflection"]
+    assert views.kind_name({"kind": "reflex"}) == "reflexes only" and views.kind_name(None) == ""
+    assert [(u["id"], u["kind"], u["kept"]) for u in views.unlisted(store)] == [("gone", "", False),
+                                                                                ("dry-3", "dry run", True)]
+    page = client(app_for(settings, store)).get("/sessions").text
+    assert '<td class="nowrap">deep reflection</td>' in page and '<td class="nowrap">session</td>' in page
+    assert "Dry runs, wakes reflexes handled, live replays" in page and "<td>dry run</td>" in page

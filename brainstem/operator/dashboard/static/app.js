@@ -45,9 +45,38 @@
     poll();
   }
 
+  // /actions/ID: while the action runs, ask every second whether it has ended; then show its result.
+  function follow(el) {
+    var agent = el.dataset.agent;
+    function poll() {
+      var q = agent ? "?agent=" + encodeURIComponent(agent) : "";
+      fetch("/api/actions/" + encodeURIComponent(el.dataset.action) + q, {credentials: "same-origin"})
+        .then(function (r) { return r.json(); }).then(function (d) {
+          if (d.state !== "running" || (d.session_id && !document.querySelector("a[href^='/sessions/']"))) {
+            window.location.reload();
+            return;
+          }
+          setTimeout(poll, 1000);
+        }).catch(function () { setTimeout(poll, 3000); });
+    }
+    setTimeout(poll, 1000);
+  }
+
+  // A form that starts something is sent once: its button waits while the page changes.
+  function once() {
+    document.querySelectorAll("form.act").forEach(function (f) {
+      f.addEventListener("submit", function () {
+        f.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+      });
+    });
+  }
+
   function start() {
     bars();
     autosubmit();
+    once();
+    var action = document.getElementById("action");
+    if (action && action.dataset.state === "running") { follow(action); }
     var log = document.getElementById("log");
     if (log && log.hasAttribute("data-live")) { live(log); }
   }
