@@ -311,7 +311,8 @@ class Runner:
             try:
                 if agent.store is None:
                     own = open_store(self.settings.kv, prefix=agent.prefix, register=False)
-                daemon_health.note_seen(own or agent.store, host_name(), os.getpid(), stopped=stopped)
+                daemon_health.note_seen(own or agent.store, host_name(), os.getpid(), stopped=stopped,
+                                        every=daemon_health.seen_every(len(self.agents)))
             except BrainstemError:
                 pass
             finally:
@@ -410,7 +411,7 @@ class Runner:
         seen_at = 0.0
         try:
             while not self.stopping.wait(0.5):
-                if time.monotonic() - seen_at >= daemon_health.SEEN_EVERY:
+                if time.monotonic() - seen_at >= daemon_health.seen_every(len(self.agents)):
                     seen_at = time.monotonic()
                     self.seen()
         finally:

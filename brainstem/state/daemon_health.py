@@ -54,14 +54,24 @@ def line(rec: dict[str, Any] | None) -> str | None:
 
 
 # ``brainstem run`` says it is alive every SEEN_EVERY seconds (its wake_log is written only at fires, an
-# hour apart on an hourly schedule); older than SEEN_STALE, it is not running, or cannot reach the store.
+# hour apart on an hourly schedule); older than three of its periods, it is not running, or cannot reach
+# the store. A daemon serving many agents says it less often, so that its heartbeats cost at most
+# SEEN_RATE writes a second however many agents it serves; each record names its own period.
 SEEN_EVERY = 30.0
 SEEN_STALE = 3 * SEEN_EVERY
+SEEN_RATE = 20.0
+_MOST_EVERY = 86_400.0  # a record claiming a longer period (edited by hand) is judged by this one
 
 
-def note_seen(store: Store, host: str, pid: int, stopped: bool = False) -> None:
-    """The daemon serving this agent is alive (or, ``stopped``, has stopped cleanly) as of now."""
-    store.put(keys.DAEMON_SEEN, {"at": now_iso(), "host": host, "pid": pid, "stopped": stopped})
+def seen_every(agents: int) -> float:
+    """How often a daemon serving ``agents`` agents says it is alive to each."""
+    return max(SEEN_EVERY, agents / SEEN_RATE)
+
+
+def note_seen(store: Store, host: str, pid: int, stopped: bool = False, every: float = SEEN_EVERY) -> None:
+    """The daemon serving this agent is alive (or, ``stopped``, has stopped cleanly) as of now, and says so
+    again within ``every`` seconds."""
+    store.put(keys.DAEMON_SEEN, {"at": now_iso(), "host": host, "pid": pid, "stopped": stopped, "every": every})
 
 
 def seen(store: Store, now: datetime | None = None) -> dict[str, Any]:
@@ -69,6 +79,8 @@ def seen(store: Store, now: datetime | None = None) -> dict[str, Any]:
     rec = store.get_json(keys.DAEMON_SEEN, default=None)
     rec = rec if isinstance(rec, dict) else {}
     at = parse_iso(rec.get("at"))
-    fresh = at is not None and ((now or now_utc()) - at).total_seconds() <= SEEN_STALE
+    every = rec.get("every")
+    every = min(float(every), _MOST_EVERY) if isinstance(every, (int, float)) and every > 0 else SEEN_EVERY
+    fresh = at is not None and ((now or now_utc()) - at).total_seconds() <= 3 * max(every, SEEN_EVERY)
     return {"running": bool(fresh and not rec.get("stopped")), "at": rec.get("at") if at else None,
             "host": rec.get("host"), "pid": rec.get("pid"), "stopped": bool(rec.get("stopped"))}

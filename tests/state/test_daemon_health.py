@@ -137,6 +137,24 @@ def test_a_daemon_says_it_is_alive_and_that_it_stopped(tmp_path):
     assert daemon_health.seen(store)["at"] is None
 
 
+def test_a_daemon_of_many_agents_says_it_less_often_and_is_judged_by_its_own_period(tmp_path):
+    from datetime import timedelta
+
+    from brainstem.core.clock import now_utc
+
+    # Heartbeats cost at most SEEN_RATE writes a second, however many agents one daemon serves.
+    for agents in (1, 10, 600, 10_000, 100_000):
+        assert agents / daemon_health.seen_every(agents) <= daemon_health.SEEN_RATE
+    assert daemon_health.seen_every(1) == daemon_health.SEEN_EVERY
+    store = seeded(f"sqlite:///{tmp_path / 'agent.db'}")
+    every = daemon_health.seen_every(10_000)
+    daemon_health.note_seen(store, "h", 1, every=every)
+    assert daemon_health.seen(store, now_utc() + timedelta(seconds=2 * every))["running"]  # its own period
+    assert not daemon_health.seen(store, now_utc() + timedelta(seconds=3 * every + 1))["running"]
+    daemon_health.note_seen(store, "h", 1, every=10**12)  # a record edited by hand claims no lasting life
+    assert not daemon_health.seen(store, now_utc() + timedelta(days=4))["running"]
+
+
 @pytest.mark.slow
 def test_brainstem_run_says_it_is_alive_while_it_runs_and_that_it_stopped(tmp_path, daemons):
     from tests.helpers import clean_env, wait_for
