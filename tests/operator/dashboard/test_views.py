@@ -291,3 +291,15 @@ def test_a_schedule_whose_next_run_cannot_be_worked_out_is_a_row_saying_so(store
     assert rows["odd"]["error"] == "no next run: cron '0 0 29 2 *' does not run within 28 years"
     assert rows["odd"]["operator"] and rows["fine"]["next_run"] == "2026-05-04 10:00"
     assert page["invalid"] == 1
+
+
+@pytest.mark.parametrize(("truth", "shown"), [
+    ({"balances": {"openrouter": None, "wallet_usdc": None}, "not_offered": ["openrouter"]},
+     "LLM credit not offered by this server, wallet USDC unknown"),
+    ({"balances": {"openrouter": None, "wallet_usdc": None}}, "LLM credit unknown, wallet USDC unknown"),
+    ({"balances": {"openrouter": 7.25, "wallet_usdc": None}}, "LLM credit $7.25, wallet USDC unknown"),
+])
+def test_the_overview_tells_credit_not_offered_from_unknown(settings, store, truth, shown):
+    store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-04T09:00:00Z", **truth})
+    row = re.search(r"<tr><th>balances</th><td>(.*?)</td></tr>", client(app_for(settings, store)).get("/").text)
+    assert html.unescape(row.group(1)).startswith(shown)
