@@ -24,6 +24,7 @@ import httpx
 from brainstem.core.settings import load_settings
 from brainstem.operator.dashboard import auth
 from brainstem.operator.dashboard.app import make_app
+from tests.helpers import stop
 
 with warnings.catch_warnings():
     # Starlette 1.x warns that its TestClient will move from httpx to httpx2; the project pins httpx.
@@ -93,9 +94,4 @@ def serving(env: dict[str, str], log: Path, *args: str, timeout: float = 30):
         assert address and proc.poll() is None, f"the dashboard did not start: {log.read_text(errors='replace')}"
         yield proc, address
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop(proc)

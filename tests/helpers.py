@@ -126,6 +126,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server a test started: SIGTERM, then SIGKILL if it has not gone in ten seconds."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited."""
     p = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.helpers import free_port
+from tests.helpers import free_port, stop
 
 
 class RedisServerError(RuntimeError):
@@ -42,14 +42,6 @@ def start_redis_server(workdir: str | Path, port: int | None = None, *extra: str
                 proc.kill()
                 raise RedisServerError(f"redis-server did not start on port {port}") from None
             time.sleep(0.05)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _cluster_port() -> int:

@@ -34,6 +34,7 @@ SECRET_REFUSED = "secret_refused"  # a request would have carried a secret to a 
 FETCH = "fetch"  # one ctx.fetch: method, scheme, host, port, path, status or error, bytes, ms, secrets put in
 TELEGRAM_SENT = "telegram_sent"  # one ctx.send_telegram: chat, chars, bytes, message_id or error, ms
 COST_ANOMALY = "cost_anomaly"  # a host reported more than the request could cost
+USAGE_IMPLAUSIBLE = "usage_implausible"  # reported prompt tokens under a quarter of the estimate: priced at it
 SPEND_OVERRUN = "spend_overrun"  # a request billed above the worst case reserved for it: booked as billed
 SPEND_SETTLED = "spend_settled"  # a call's cost booked after the session's lease was lost (its llm_call refused)
 QUOTA_EXCEEDED = "quota_exceeded"  # a tool write refused by the write quota

@@ -18,7 +18,7 @@ NO_PLAN = "no_plan"                    # orient gave no usable plan (the agent's
 ERROR = "error"                        # an unexpected error in the session (or every call after orient failed)
 CRASHED = "crashed"                    # the process died mid-session; noticed by the next wake
 INTERRUPTED = "interrupted"            # SIGTERM/SIGINT (a wake or the daemon stopping): not the agent's fault
-LLM_AUTH_FAILED = "llm_auth_failed"    # the LLM endpoint refused the key (401/403)
+LLM_AUTH_FAILED = "llm_auth_failed"    # the LLM endpoint refused the key (401/403, a 400 about the key)
 LLM_NO_CREDIT = "llm_no_credit"        # the LLM account is out of credit (402)
 LLM_UNAVAILABLE = "llm_unavailable"    # the LLM endpoint is down: 5xx, 429 after retries, network, timeouts
 LLM_BAD_RESPONSE = "llm_bad_response"  # the LLM endpoint answered, but not with a chat completion
@@ -38,14 +38,14 @@ PROVIDER_FAULTS = {"auth": LLM_AUTH_FAILED, "no_credit": LLM_NO_CREDIT, "unavail
 
 # The operator's move (or nobody's: an outage that passes), in one line each.
 OPERATOR_ACTION = {
-    LLM_AUTH_FAILED: "the LLM endpoint refused the API key (HTTP 401/403): set a valid OPENROUTER_API_KEY "
-                     "(and check OPENROUTER_BASE_URL); the agent retries on its own",
+    LLM_AUTH_FAILED: "the LLM endpoint refused the API key (HTTP 401/403, or a 400 about the key): set a valid "
+                     "BRAINSTEM_LLM_API_KEY (and check BRAINSTEM_LLM_BASE_URL); the agent retries on its own",
     LLM_NO_CREDIT: "the LLM account is out of credit (HTTP 402): add credit at the provider; "
                    "the agent retries on its own",
     LLM_UNAVAILABLE: "the LLM endpoint is down or unreachable (5xx, 429, network, timeout): nothing to do if "
-                     "it is a passing outage; if it persists check OPENROUTER_BASE_URL and the network",
+                     "it is a passing outage; if it persists check BRAINSTEM_LLM_BASE_URL and the network",
     LLM_BAD_RESPONSE: "the LLM endpoint answered with something that is not a chat completion: check that "
-                      "OPENROUTER_BASE_URL points at an OpenAI-compatible API (…/api/v1)",
+                      "BRAINSTEM_LLM_BASE_URL points at an OpenAI-compatible API (…/v1)",
     HOST_LOST: "the session's host stopped renewing its wake lease (it died, froze, or lost the network or the "
                "store) and another host took the agent over: check that host; the agent goes on elsewhere",
     STORE_UNAVAILABLE: "the store became unreachable mid-session: check BRAINSTEM_KV (the Redis server, "

@@ -3,8 +3,9 @@
 The operator binds each secret to the hosts it may reach, in
 ``BRAINSTEM_TOOL_SECRETS``: ``NAME@HOST`` for an environment variable,
 ``secret:NAME@HOST`` for a ``secret:NAME`` key in the store, one entry per
-host. A bare ``OPENROUTER_API_KEY`` is bound to the host of
-``OPENROUTER_BASE_URL``; any other bare name is a configuration error.
+host. A bare ``BRAINSTEM_LLM_API_KEY`` (or its older name ``OPENROUTER_API_KEY``) is
+bound to the host of ``BRAINSTEM_LLM_BASE_URL``; any other bare name is a configuration
+error.
 
 A tool's meta asks (``secrets``, ``kv_secrets``); the binding decides. What
 the tool then holds in ``ctx.secrets`` is an opaque placeholder, never the
@@ -17,7 +18,8 @@ host, and the LLM key into headers only (see :meth:`Grants.check`). A value
 that comes back in a response is turned back into its placeholder before the
 tool sees it.
 
-A few operator settings that are not credentials (``OPENROUTER_BASE_URL``,
+A few operator settings that are not credentials (``BRAINSTEM_LLM_BASE_URL`` and
+``OPENROUTER_BASE_URL``,
 ``WALLET_ADDRESS``, ``BASE_RPC_URL`` when it carries no path, query or user
 part where a key could hide, and the Telegram chat and API URL) are handed over
 as plain values to code that asks.
@@ -49,8 +51,11 @@ KV_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 HOST_NAME = re.compile(r"(?=.{1,253}\Z)"  # 1 to 253 characters in all
                        r"([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)"  # a first label of 1 to 63
                        r"(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*\Z")  # then more, each after a dot
-LLM_KEY = "OPENROUTER_API_KEY"
-PUBLIC_SETTINGS = ("OPENROUTER_BASE_URL", "WALLET_ADDRESS", "BASE_RPC_URL", "TELEGRAM_CHAT_ID", "TELEGRAM_API_URL")
+LLM_KEY = "OPENROUTER_API_KEY"  # the LLM key's older name, which the shipped tools ask for
+LLM_KEY_NAME = "BRAINSTEM_LLM_API_KEY"
+LLM_KEYS = frozenset({LLM_KEY, LLM_KEY_NAME})  # either name is the one LLM key, bound and guarded alike
+LLM_URLS = ("BRAINSTEM_LLM_BASE_URL", "OPENROUTER_BASE_URL")
+PUBLIC_SETTINGS = (*LLM_URLS, "WALLET_ADDRESS", "BASE_RPC_URL", "TELEGRAM_CHAT_ID", "TELEGRAM_API_URL")
 BOT_TOKEN = "BRAINSTEM_TELEGRAM_BOT_TOKEN"
 # Secrets the runtime holds and never grants, by the name it knows them by: code asks for the act instead.
 NEVER_GRANTED = frozenset({BOT_TOKEN})
@@ -111,14 +116,14 @@ def parse_bindings(entries: Iterable[str], llm_base_url: str) -> dict[str, Bindi
         if not entry:
             continue
         if "@" not in entry:
-            if entry != LLM_KEY:
+            if entry not in LLM_KEYS:
                 raise ConfigError(
                     f"BRAINSTEM_TOOL_SECRETS entry {entry!r} names no host: bind it to the hosts it may "
                     f"reach, one entry each, e.g. {entry}@api.example.com")
             host = urllib.parse.urlsplit(llm_base_url).hostname
             if not host:
-                raise ConfigError(f"BRAINSTEM_TOOL_SECRETS: {LLM_KEY} is bound to the host of "
-                                  f"OPENROUTER_BASE_URL, which has none ({llm_base_url!r})")
+                raise ConfigError(f"BRAINSTEM_TOOL_SECRETS: {entry} is bound to the host of "
+                                  f"BRAINSTEM_LLM_BASE_URL, which has none ({llm_base_url!r})")
             name, host = entry, host
         else:
             name, host = entry.rsplit("@", 1)
@@ -129,7 +134,9 @@ def parse_bindings(entries: Iterable[str], llm_base_url: str) -> dict[str, Bindi
         elif not ENV_NAME.match(name):
             raise ConfigError(f"BRAINSTEM_TOOL_SECRETS entry {entry!r}: {name!r} is not an environment "
                               f"variable name (or write secret:NAME@HOST for a key in the store)")
-        hosts.setdefault(name, set()).add(_check_host(entry, host))
+        # The LLM key under either name is the one key: bound once, a tool may ask for it by either.
+        for label in sorted(LLM_KEYS) if name in LLM_KEYS else (name,):
+            hosts.setdefault(label, set()).add(_check_host(entry, host))
     return {name: Binding(name, frozenset(h)) for name, h in hosts.items()}
 
 
@@ -140,7 +147,7 @@ def placeholder_for(label: str) -> str:
 
 def _public_setting(name: str, value: str) -> tuple[str | None, str]:
     """(the value to hand over, or None, and why not): a URL that could carry a credential is withheld."""
-    if name in ("BASE_RPC_URL", "OPENROUTER_BASE_URL", "TELEGRAM_API_URL"):
+    if name in ("BASE_RPC_URL", *LLM_URLS, "TELEGRAM_API_URL"):
         parts = urllib.parse.urlsplit(value)
         # An RPC provider's key often sits in the path; an LLM endpoint's path is just its API root.
         path_may_hold_key = name == "BASE_RPC_URL" and parts.path.strip("/")
@@ -288,7 +295,7 @@ class Outgoing:
 
     def header_only(self, g: Grant) -> bool:
         """Whether ``g`` is put into headers only (its placeholder left as it is in the URL and body)."""
-        return self.headers_only or g.label == LLM_KEY
+        return self.headers_only or g.label in LLM_KEYS
 
 
 def cleartext_ok(host: str, llm_base_url: str | None = None) -> bool:

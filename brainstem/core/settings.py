@@ -16,19 +16,35 @@ from __future__ import annotations
 import ipaddress
 import re
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from brainstem.core import environment, names
 from brainstem.core.environment import default_store_url
 from brainstem.core.errors import ConfigError
-from brainstem.core.secrets import BOT_TOKEN, Binding, cleartext_ok, normalise_host, parse_bindings
+from brainstem.core.secrets import (
+    BOT_TOKEN,
+    LLM_KEY,
+    LLM_KEY_NAME,
+    LLM_KEYS,
+    Binding,
+    cleartext_ok,
+    normalise_host,
+    parse_bindings,
+)
 
 CommaList = Annotated[list[str], NoDecode]
 TELEGRAM_API_DEFAULT = "https://api.telegram.org"
+OPENROUTER_API = "https://openrouter.ai/api/v1"
+OPENROUTER_HOST = "openrouter.ai"
+NOT_OFFERED = "not offered by this server"  # a generic server's credit: there is no endpoint to ask
+# Each LLM setting under its name and its older one: (field, older field, variable, older variable).
+LLM_NAMES = (("llm_base_url", "openrouter_base_url", "BRAINSTEM_LLM_BASE_URL", "OPENROUTER_BASE_URL"),
+             ("llm_api_key", "openrouter_api_key", LLM_KEY_NAME, LLM_KEY))
 TELEGRAM_TOKEN_FORM = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}\Z")
 TELEGRAM_CHAT_FORM = re.compile(r"-?[0-9]{1,20}\Z")
 
@@ -48,11 +64,18 @@ class Settings(BaseSettings):
     kv_prefix: str | None = Field(None, validation_alias="BRAINSTEM_KV_PREFIX",
                            description="Agent name (keys under NAME:), so several agents can share one store, "
                                        "each confined to its own keys")
+    llm_base_url: str = Field(OPENROUTER_API, validation_alias="BRAINSTEM_LLM_BASE_URL",
+                              description="The LLM server: any OpenAI-compatible API (LiteLLM's proxy, vLLM, "
+                                          "Ollama, OpenAI, a test double); a generic one, never asked for its "
+                                          "credit, unless its host is openrouter.ai (docs/servers.md)")
+    llm_api_key: SecretStr | None = Field(None, validation_alias="BRAINSTEM_LLM_API_KEY",
+                                          description="The LLM server's key (the hard-coded tier-3 provider's)")
     openrouter_api_key: SecretStr | None = Field(None, validation_alias="OPENROUTER_API_KEY",
-                                                 description="Key of the hard-coded tier-3 LLM provider")
-    openrouter_base_url: str = Field("https://openrouter.ai/api/v1", validation_alias="OPENROUTER_BASE_URL",
-                                     description="Any OpenAI-compatible endpoint "
-                                                 "(a local server, a proxy, a test double)")
+                                                 description="The older name of BRAINSTEM_LLM_API_KEY")
+    openrouter_base_url: str = Field(OPENROUTER_API, validation_alias="OPENROUTER_BASE_URL",
+                                     description="The older name of BRAINSTEM_LLM_BASE_URL: a server named by it "
+                                                 "is treated as OpenRouter (its credit read from /key, "
+                                                 "then /credits)")
     base_rpc_url: str = Field("https://mainnet.base.org", validation_alias="BASE_RPC_URL",
                               description="Base JSON-RPC endpoint for the USDC balance")
     wallet_address: str | None = Field(None, validation_alias="WALLET_ADDRESS",
@@ -73,7 +96,8 @@ class Settings(BaseSettings):
     tool_secrets: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_TOOL_SECRETS",
                                     description="Secrets tools may use, each bound to the hosts it may reach: "
                                                 "NAME@HOST (environment) or secret:NAME@HOST (store), comma list; "
-                                                "a bare OPENROUTER_API_KEY is bound to the LLM endpoint's host")
+                                                "a bare BRAINSTEM_LLM_API_KEY (or OPENROUTER_API_KEY) is bound "
+                                                "to the LLM server's host")
     fetch_allow: CommaList = Field(default_factory=list, validation_alias="BRAINSTEM_FETCH_ALLOW",
                                    description="Extra hosts/CIDRs tool fetch may reach despite being private "
                                                "(comma list)")
@@ -154,8 +178,16 @@ class Settings(BaseSettings):
             return TELEGRAM_API_DEFAULT if info.field_name == "brainstem_telegram_api_url" else None
         return v.strip() if isinstance(v, str) else v
 
+    _llm_server: str = PrivateAttr("openrouter")
+
+    @field_validator("llm_api_key", "openrouter_api_key", mode="before")
+    @classmethod
+    def _blank_key_is_unset(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v  # `OPENROUTER_API_KEY=` in an env file
+
     @model_validator(mode="after")
     def _check_bindings(self):
+        self._resolve_llm()
         self._check_telegram()
         self.bindings()  # a malformed binding is a ConfigError (exit 2) at startup, not at the first tool run
         self._check_bot_token_unbound()
@@ -163,6 +195,41 @@ class Settings(BaseSettings):
         self.mode_floors()
         self.prefix  # noqa: B018 -- a bad agent name is one line at startup too
         return self
+
+    def _resolve_llm(self) -> None:
+        """Both names of each LLM setting hold the one value given (the two given apart is an error), and
+        the server's kind follows the name it was given by: OPENROUTER_BASE_URL names OpenRouter,
+        BRAINSTEM_LLM_BASE_URL a generic server unless its host is openrouter.ai."""
+        given = {f for f in self.model_fields_set if getattr(self, f) is not None}
+        for new, old, new_var, old_var in LLM_NAMES:
+            a, b = _plain(getattr(self, new)), _plain(getattr(self, old))
+            if new in given and old in given and a != b:
+                raise ConfigError(f"{new_var} and {old_var} are both set, to different values: they name one "
+                                  f"setting, so set one of them ({new_var})")
+            if new in given:
+                setattr(self, old, getattr(self, new))
+            elif old in given:
+                setattr(self, new, getattr(self, old))
+        host = normalise_host(urllib.parse.urlsplit(self.llm_base_url).hostname or "")
+        named_openrouter = "openrouter_base_url" in given and "llm_base_url" not in given
+        self._llm_server = "openrouter" if named_openrouter or host == OPENROUTER_HOST else "generic"
+
+    @property
+    def llm_server(self) -> str:
+        """``openrouter`` (its credit read from /key, then /credits) or ``generic`` (an OpenAI-compatible
+        server that offers no credit: never asked for one)."""
+        return self._llm_server
+
+    @property
+    def llm_key(self) -> str | None:
+        """The LLM server's key as text, or None when none is set."""
+        return self.llm_api_key.get_secret_value() if self.llm_api_key is not None else None
+
+    def _bound_value(self, b: Binding, given: Mapping[str, str]) -> str | None:
+        """The value a binding of an environment secret hands over: the LLM key under either of its names."""
+        if b.from_store:
+            return None
+        return self.llm_key if b.label in LLM_KEYS else given.get(b.label)
 
     @property
     def prefix(self) -> str:
@@ -190,7 +257,7 @@ class Settings(BaseSettings):
     def bindings(self) -> dict[str, Binding]:
         """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``). None holds the bot
         token: it is never bound (:meth:`_check_bot_token_unbound`)."""
-        return parse_bindings(self.tool_secrets, self.openrouter_base_url)
+        return parse_bindings(self.tool_secrets, self.llm_base_url)
 
     def _check_bot_token_unbound(self) -> None:
         """A binding that would hand the bot token to code, under its own name or another variable holding
@@ -198,7 +265,7 @@ class Settings(BaseSettings):
         token = self.telegram_bot_token.get_secret_value() if self.telegram_bot_token is not None else None
         given = environment.variables()
         for b in self.bindings().values():
-            if b.label == BOT_TOKEN or (token and not b.from_store and given.get(b.label) == token):
+            if b.label == BOT_TOKEN or (token and self._bound_value(b, given) == token):
                 raise ConfigError(f"BRAINSTEM_TOOL_SECRETS binds {b.label}, which holds the Telegram bot token: "
                                   f"the bot token is never handed to agent code (tools send to the operator "
                                   f"with ctx.send_telegram); remove {b.label} from BRAINSTEM_TOOL_SECRETS")
@@ -208,7 +275,7 @@ class Settings(BaseSettings):
         and whether a request could go out must never depend on the value (a trailing newline, say)."""
         given = environment.variables()
         for b in self.bindings().values():
-            value = None if b.from_store else given.get(b.label)
+            value = self._bound_value(b, given)
             bad = next((c for c in value if not 32 <= ord(c) < 127), None) if value else None
             if bad is not None:
                 raise ConfigError(f"BRAINSTEM_TOOL_SECRETS binds {b.label}, whose value holds {bad!r}: a secret "
@@ -217,21 +284,22 @@ class Settings(BaseSettings):
 
     def public_settings(self) -> dict[str, str | None]:
         """Operator settings that are not credentials, handed as plain values to code that asks."""
-        return {"OPENROUTER_BASE_URL": self.openrouter_base_url, "WALLET_ADDRESS": self.wallet_address,
+        return {"BRAINSTEM_LLM_BASE_URL": self.llm_base_url, "OPENROUTER_BASE_URL": self.llm_base_url,
+                "WALLET_ADDRESS": self.wallet_address,
                 "BASE_RPC_URL": self.base_rpc_url, "TELEGRAM_CHAT_ID": self.telegram_chat_id,
                 "TELEGRAM_API_URL": self.telegram_api_url.rstrip("/")}
 
     def allowed_secret_values(self) -> dict[str, str]:
         """The bound environment secrets that are set (in the environment or the env file), by name."""
         given = environment.variables()
-        return {b.label: given[b.label] for b in self.bindings().values()
-                if not b.from_store and given.get(b.label)}
+        found = {b.label: self._bound_value(b, given) for b in self.bindings().values()}
+        return {label: value for label, value in found.items() if value}
 
     def known_secrets(self) -> dict[str, str]:
         """Every secret value this process knows of, for redaction."""
         out = dict(self.allowed_secret_values())
-        if self.openrouter_api_key is not None:
-            out["OPENROUTER_API_KEY"] = self.openrouter_api_key.get_secret_value()
+        if self.llm_key:
+            out.setdefault(LLM_KEY, self.llm_key)
         if self.dashboard_token is not None:
             out["BRAINSTEM_DASHBOARD_TOKEN"] = self.dashboard_token.get_secret_value()
         if self.telegram_bot_token is not None:
@@ -296,6 +364,10 @@ class Settings(BaseSettings):
             raise ConfigError(f"BRAINSTEM_TELEGRAM_API_URL {url[:200]!r} is plain http to a remote host: the bot "
                               f"token would cross the network in clear; use https (plain http only to loopback or "
                               f"private addresses)")
+
+
+def _plain(value: Any) -> Any:
+    return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
 def load_settings(**overrides) -> Settings:

@@ -36,7 +36,14 @@ from brainstem.core.outcomes import PROVIDER_FAULTS
 from brainstem.llm.messages import request_chars
 from brainstem.llm.openrouter import REDACTED, LLMResponse, ProviderError
 from brainstem.llm.overrun import flag_overrun
-from brainstem.llm.pricing import CHARS_PER_TOKEN_WORST, MIN_USEFUL_TOKENS, listed_cost, worst_case_cost
+from brainstem.llm.pricing import (
+    CHARS_PER_TOKEN_WORST,
+    MIN_USEFUL_TOKENS,
+    estimated_tokens,
+    implausible_prompt,
+    listed_cost,
+    worst_case_cost,
+)
 from brainstem.llm.providers import Provider
 from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from brainstem.state.config import Models
@@ -128,8 +135,13 @@ class LLM:
     def worst_case(self, model_id: str, prompt_chars: int, max_tokens: int) -> float:
         return worst_case_cost(self.models, model_id, prompt_chars, max_tokens)
 
-    def actual_cost(self, model_id: str, resp: LLMResponse, tier: str, request: dict) -> tuple[float, str]:
+    def actual_cost(self, model_id: str, resp: LLMResponse, tier: str, request: dict,
+                    prompt_estimate: int | None = None) -> tuple[float, str]:
         """(what the call cost, where the figure came from).
+
+        ``prompt_estimate`` (the runtime's own count of the prompt's tokens, given when the reported usage
+        is implausibly below it: see :func:`implausible_prompt`) prices the prompt at the estimate, never
+        below what the server reported it cost.
 
         The provider's ``usage.cost`` when it reports one, else the price list's cost of the reported
         tokens. A reply with no usage at all (some OpenAI-compatible servers send none) is never free:
@@ -147,17 +159,20 @@ class LLM:
         reported = usage.get("cost")
         has_cost = isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0
         if tier not in TRUSTED_TIERS:
-            listed = listed_cost(self.models, model_id, max(tokens_in, prompt_chars // 4),
+            listed = listed_cost(self.models, model_id, max(tokens_in, prompt_chars // 4, prompt_estimate or 0),
                                  max(tokens_out, answer_chars // 4))
             return (max(float(reported), listed), "provider") if has_cost else (listed, "price_list")
+        if prompt_estimate is not None:
+            listed = listed_cost(self.models, model_id, prompt_estimate, tokens_out)
+            return max(float(reported), listed) if has_cost else listed, "estimated"
         if has_cost:
             return float(reported), "provider"
         if tokens_in or tokens_out:
             return listed_cost(self.models, model_id, tokens_in, tokens_out), "price_list"
         if request.get("reasoning"):
             return self.worst_case(model_id, prompt_chars, request["max_tokens"]), "worst_case"
-        return listed_cost(self.models, model_id, math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST),
-                           math.ceil(answer_chars / CHARS_PER_TOKEN_WORST)), "estimated"
+        return listed_cost(self.models, model_id, estimated_tokens(prompt_chars),
+                           estimated_tokens(answer_chars)), "estimated"
 
     def resolve(self, name: str) -> str:
         model_id = self.models.resolve(name)
@@ -339,7 +354,12 @@ class LLM:
             # what the adapter says it cost is never believed.
             cost, cost_source, charge = round(wire["cost"], 10), "wire", False
         else:
-            cost, cost_source = self.actual_cost(model_id, resp, tier, request)
+            estimate = implausible_prompt(resp.usage, request_chars(request))
+            if estimate is not None:
+                self.record(events.USAGE_IMPLAUSIBLE, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
+                            reported_prompt_tokens=resp.usage.get("prompt_tokens", 0),
+                            estimated_prompt_tokens=estimate)
+            cost, cost_source = self.actual_cost(model_id, resp, tier, request, estimate)
             cost, charge = round(cost, 10), True
         if charge:
             self.budget.settle(hold, cost)  # the session's spend and today's, in place of the worst case held

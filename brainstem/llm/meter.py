@@ -48,7 +48,7 @@ import httpx
 
 from brainstem.core import events
 from brainstem.core.json_numbers import count, finite
-from brainstem.core.secrets import LLM_KEY, normalise_host
+from brainstem.core.secrets import LLM_KEYS, normalise_host
 from brainstem.llm.messages import MESSAGE_KEYS, non_text_parts, unknown_message_keys
 from brainstem.llm.overrun import flag_overrun
 from brainstem.llm.pricing import MIN_USEFUL_TOKENS, listed_cost, parts_cost, worst_case_cost
@@ -125,7 +125,7 @@ class WireMeter:
         return host == self.host or (ip is not None and ip in self.local_addresses())
 
     def applies(self, host: str, port: int, injected: list[str], ip: str | None = None) -> bool:
-        return (self.is_llm_host(host, ip) and port == self.port) or LLM_KEY in injected
+        return (self.is_llm_host(host, ip) and port == self.port) or not LLM_KEYS.isdisjoint(injected)
 
     def before(self, method: str, path: str, body: bytes | None, note: dict, query: str = "") -> bytes | None:
         """The body to send (``max_tokens`` set and clamped); :class:`MeterRefused` when it may not go."""

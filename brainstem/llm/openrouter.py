@@ -20,6 +20,7 @@ import email.utils
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from brainstem.core.json_numbers import count, finite
 from brainstem.core.wire import DeadlineClock, deadline_transport, tls_context
 from brainstem.llm.messages import parse_tool_calls
 
-__all__ = ["LLMResponse", "ProviderError", "chat", "fetch_credit", "RETRYABLE_STATUS"]
+__all__ = ["LLMResponse", "ProviderError", "chat", "RETRYABLE_STATUS"]
 
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -88,6 +89,7 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         attempts: int = 1,
         malformed: bool = False,
+        auth: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -95,13 +97,14 @@ class ProviderError(Exception):
         self.retry_after = retry_after
         self.attempts = attempts
         self.malformed = malformed  # the server answered, but not with a chat completion
+        self.auth = auth  # the server refused the key in a 400 (see _key_refused)
 
     @property
     def kind(self) -> str | None:
-        """Whose fault, when it is not the request's: ``auth`` (401/403: the key), ``no_credit`` (402),
+        """Whose fault, when it is not the request's: ``auth`` (401/403, or a 400 about the key), ``no_credit`` (402),
         ``unavailable`` (5xx, 429, network, timeouts: transient), ``bad_response`` (an answer that is
         not a chat completion), else None (the request itself, e.g. an unknown model)."""
-        if self.status in (401, 403):
+        if self.status in (401, 403) or self.auth:
             return "auth"
         if self.status == 402:
             return "no_credit"
@@ -243,6 +246,26 @@ def _parse_body(body: Any, requested_model: str) -> LLMResponse:
     )
 
 
+# A 400 that is about the key, not the request. LiteLLM's proxy answers a key it cannot check (no database
+# behind it) with type no_db_connection, and others of its key errors with auth_error, expired_key or
+# token_not_found_in_db; OpenAI-style servers say code invalid_api_key; the rest say it in words.
+_KEY_ERROR_TYPES = frozenset({"no_db_connection", "auth_error", "authentication_error", "expired_key",
+                              "token_not_found_in_db", "invalid_api_key", "unauthorized", "permission_denied"})
+_KEY_ERROR_WORDS = re.compile(r"api[ _-]?key|authenticat|unauthori[sz]ed|credential|bearer|no connected db"
+                              r"|invalid (proxy server )?token|expired key", re.IGNORECASE)
+
+
+def _key_refused(status: int, body: Any, detail: str) -> bool:
+    """Whether a 400 answer says the key was refused (so the operator's to fix, not the agent's)."""
+    if status != 400:
+        return False
+    err = body.get("error") if isinstance(body, dict) else None
+    fields = [err.get("type"), err.get("code")] if isinstance(err, dict) else []
+    if any(isinstance(f, str) and f.lower() in _KEY_ERROR_TYPES for f in fields):
+        return True
+    return bool(_KEY_ERROR_WORDS.search(detail))
+
+
 def _http_error(resp: httpx.Response) -> ProviderError:
     status = resp.status_code
     detail = ""
@@ -255,6 +278,7 @@ def _http_error(resp: httpx.Response) -> ProviderError:
         detail, _ = _error_fields(body["error"])
     elif isinstance(body, dict) and isinstance(body.get("message"), str):
         detail = body["message"]
+        api_error = body.get("object") == "error"  # vLLM's own error object: {"object": "error", "message": ...}
     else:
         try:
             detail = resp.text
@@ -268,6 +292,7 @@ def _http_error(resp: httpx.Response) -> ProviderError:
         retryable=status in RETRYABLE_STATUS,
         retry_after=retry_after,
         malformed=_not_the_api(status, api_error, detail),
+        auth=_key_refused(status, body, detail),
     )
 
 
@@ -424,66 +449,5 @@ def _final_error(e: ProviderError, attempts: int, api_key: str | None) -> Provid
         retry_after=e.retry_after,
         attempts=attempts,
         malformed=e.malformed,
+        auth=e.auth,
     )
-
-
-# --------------------------------------------------------------------------- credit
-
-
-def fetch_credit(
-    *,
-    base_url: str,
-    api_key: str | None,
-    timeout: float = 10.0,
-    transport: httpx.BaseTransport | None = None,
-    why: list[str] | None = None,
-) -> float | None:
-    """Remaining credit in USD, or None when it cannot be known. Never raises, never retries.
-
-    ``GET {base}/key`` -> ``data.limit_remaining`` when it is a number (a key
-    without a limit answers null); otherwise ``GET {base}/credits`` ->
-    ``data.total_credits - data.total_usage`` (needs a management key).
-    When it gives None, ``why`` (a list) is told the reasons, one line each.
-    """
-    reasons: list[str] = []
-    try:
-        base = str(base_url).rstrip("/")
-        headers = _headers(api_key)
-        headers.pop("Content-Type", None)
-        # One deadline for both requests, every byte of them: a dripping server cannot hold ground truth.
-        deadline = time.monotonic() + timeout
-        with httpx.Client(transport=transport or deadline_transport(deadline, tls_context()), timeout=_timeout(timeout),
-                          verify=tls_context()) as client:
-
-            def data(path: str) -> dict | None:
-                try:
-                    r = client.get(f"{base}{path}", headers=headers)
-                    if r.status_code != 200:
-                        reasons.append(f"{path}: HTTP {r.status_code}")
-                        return None
-                    body = r.json()
-                except Exception as exc:  # noqa: BLE001
-                    reasons.append(f"{path}: {type(exc).__name__}: {one_line(exc, _MESSAGE_LIMIT)}")
-                    return None
-                d = body.get("data") if isinstance(body, dict) else None
-                if not isinstance(d, dict):
-                    reasons.append(f"{path}: no data object in the answer")
-                return d if isinstance(d, dict) else None
-
-            d = data("/key")
-            if d is not None:
-                remaining = finite(d.get("limit_remaining"))
-                if remaining is not None:
-                    return remaining
-                reasons.append("/key: the key has no spending limit")
-            d = data("/credits")
-            if d is not None:
-                total, used = finite(d.get("total_credits")), finite(d.get("total_usage"))
-                if total is not None and used is not None:
-                    return total - used
-                reasons.append("/credits: no total_credits/total_usage numbers")
-    except Exception as exc:  # noqa: BLE001 - a balance checker never breaks a wake
-        reasons.append(f"{type(exc).__name__}: {one_line(exc, _MESSAGE_LIMIT)}")
-    if why is not None:
-        why.append(_redact("; ".join(reasons) or "unknown", api_key))
-    return None

@@ -15,6 +15,7 @@ import math
 from brainstem.state.config import Models
 
 CHARS_PER_TOKEN_WORST = 3
+IMPLAUSIBLE_SHARE = 0.25  # reported prompt tokens under this share of the runtime's estimate are not believed
 MIN_USEFUL_TOKENS = 256
 ANOMALY_FACTOR = 1.01  # a reported cost this far above the call's worst case is recorded as an anomaly
 OVERRUN_SLACK = 1e-9  # USD: rounding, not a bill above its reservation
@@ -37,6 +38,22 @@ def parts_cost(models: Models, model_id: str, parts: int) -> float | None:
 def overran(cost: float, worst: float) -> bool:
     """A bill above what was reserved for it."""
     return cost > worst + OVERRUN_SLACK
+
+
+def estimated_tokens(chars: int) -> int:
+    """The runtime's own estimate of the tokens in ``chars`` characters (pessimistic: three a token)."""
+    return math.ceil(chars / CHARS_PER_TOKEN_WORST)
+
+
+def implausible_prompt(usage: dict, prompt_chars: int) -> int | None:
+    """The runtime's estimate of the prompt's tokens when the usage a server reported is implausibly below it
+    (under a quarter: a mock or a broken proxy counting a fixed few), else None. A reply with no usage at all
+    is priced from the text anyway, so it is not this."""
+    tokens_in, tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    estimate = estimated_tokens(prompt_chars)
+    if not (tokens_in or tokens_out) or tokens_in >= estimate * IMPLAUSIBLE_SHARE:
+        return None
+    return estimate
 
 
 def listed_cost(models: Models, model_id: str, tokens_in: int, tokens_out: int) -> float:

@@ -46,7 +46,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Start here:
       brainstem demo                         # a whole session, offline, no API key
       brainstem seed --example-soul          # give the agent prompts, config, tools and a soul
-      brainstem wake --force                 # run a session now (needs OPENROUTER_API_KEY)
+      brainstem wake --force                 # run a session now (needs BRAINSTEM_LLM_API_KEY)
       brainstem status                       # where it stands; then `brainstem karma`
 
     \b

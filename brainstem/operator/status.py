@@ -13,7 +13,7 @@ from brainstem.core import keys
 from brainstem.core.clock import iso
 from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
-from brainstem.core.settings import Settings
+from brainstem.core.settings import NOT_OFFERED, Settings
 from brainstem.daemon.telegram import status as telegram_status
 from brainstem.operator.output import as_text, labelled, spent, usd
 from brainstem.session.reflect import deep_reflect_due
@@ -121,6 +121,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "session_ceiling": settings.max_session_cost,
         "balances_last_seen": truth,
         "wallet_needs": NEEDS_WEB3 if settings.wallet_address and web3_missing() else None,
+        "llm_server": settings.llm_server,  # generic: its credit is not offered (balances_last_seen.not_offered)
         "next_wake_after": (wake_config or {}).get("next_wake_after") if isinstance(wake_config, dict) else None,
         "asleep": until is not None,
         "next_wake_at": iso(until) if until is not None else None,  # None: due now, whatever the schedule said
@@ -258,14 +259,16 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
     truth = report["balances_last_seen"] or {}
     bal = truth.get("balances") if isinstance(truth.get("balances"), dict) else {}
 
-    def money(v, why_unknown=None):
+    def money(v, why_unknown=None, name=""):
+        if v is None and name in (truth.get("not_offered") or ()):
+            return NOT_OFFERED
         return ("unknown" + (f" ({why_unknown})" if why_unknown else "")) if v is None else usd(v, 2)
     out = [labelled("failing in a row", as_text(report["failing_in_a_row"])),
            labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)}"
                                    + (f" (+{usd(report['simulated_cost_today'])} simulated, from cassettes)"
                                       if report.get("simulated_cost_today") else "")
                                    + f" (per session at most {usd(report['session_ceiling'], 2)})"),
-           labelled("balances", f"LLM credit {money(bal.get('openrouter'))}, wallet USDC "
+           labelled("balances", f"LLM credit {money(bal.get('openrouter'), name='openrouter')}, wallet USDC "
                                 f"{money(bal.get('wallet_usdc'), report.get('wallet_needs'))}"
                     + (f" (as of {as_text(truth.get('at'))})" if truth else "")),
            labelled("next wake", _next_wake(report)),

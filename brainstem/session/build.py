@@ -20,7 +20,7 @@ from typing import Any
 from brainstem.core import events, keys
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import ConfigError
-from brainstem.core.secrets import public_url
+from brainstem.core.secrets import LLM_KEY, public_url
 from brainstem.core.settings import Settings
 from brainstem.llm.chokepoint import LLM
 from brainstem.llm.providers import OpenRouterProvider
@@ -151,7 +151,7 @@ def screen_answers(store: Store, karma: Karma, policy: ToolPolicy) -> Callable[[
     def screen(text: str, key_masked: bool) -> bool:
         # The client masks an exact echo of the key in a host's error before it gets here; whether that was
         # the host repeating its credential or quoting the agent's guess of it, nothing shows which.
-        found = sorted({*scrubber.held(text), *(["OPENROUTER_API_KEY"] if key_masked else [])})
+        found = sorted({*scrubber.held(text), *([LLM_KEY] if key_masked else [])})
         if not found:
             return False
         karma.record(events.SECRET_REFUSED, source="llm", secrets=found, direction="in",
@@ -191,15 +191,14 @@ def check_ready(store: Store, settings: Settings, need_key: bool = True) -> tupl
     orient = store.get(keys.PROMPT_ORIENT)
     if not orient or not orient.strip():
         raise ConfigError(f"no prompt:orient in {store.display_url}: run `brainstem seed`")
-    if need_key and "openrouter.ai" in settings.openrouter_base_url and settings.openrouter_api_key is None:
-        raise ConfigError("OPENROUTER_API_KEY is not set: set it (or point OPENROUTER_BASE_URL at another "
+    if need_key and settings.llm_server == "openrouter" and settings.llm_api_key is None:
+        raise ConfigError("BRAINSTEM_LLM_API_KEY is not set: set it (or point BRAINSTEM_LLM_BASE_URL at another "
                           "OpenAI-compatible server), or pass --llm-cassette FILE to answer from recorded answers")
     return soul, orient
 
 
 def hardcoded_provider(settings: Settings) -> OpenRouterProvider:
-    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
-    return OpenRouterProvider(settings.openrouter_base_url, key, max_attempts=settings.llm_max_attempts,
+    return OpenRouterProvider(settings.llm_base_url, settings.llm_key, max_attempts=settings.llm_max_attempts,
                               backoff_base=settings.llm_backoff)
 
 
@@ -207,7 +206,7 @@ def cascade(deps: SessionDeps, agent_kv: AgentKV, policy: ToolPolicy) -> list:
     """Tier 1 (the agent's adapter), tier 2 (its last working version), tier 3 (hard-coded)."""
     settings = deps.settings
     dynamic = dynamic_providers(deps.store, agent_kv, deps.karma.record, policy,
-                                base_url=public_url(settings.openrouter_base_url), floors=settings.mode_floors(),
+                                base_url=public_url(settings.llm_base_url), floors=settings.mode_floors(),
                                 dry_run=deps.mode == "dry_run")
     return [*dynamic, hardcoded_provider(settings)]
 

@@ -17,7 +17,7 @@ from typing import Any
 from brainstem.core import events, keys
 from brainstem.core.clock import iso, now_utc
 from brainstem.core.templates import _MISSING, lookup
-from brainstem.llm.openrouter import fetch_credit
+from brainstem.llm.credit import fetch_credit
 from brainstem.session.wallet import usdc_balance
 from brainstem.state.config import EFFORT_ORDER, Tripwire
 from brainstem.tools.adapters import checked_number
@@ -98,12 +98,12 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
     recorded in karma and kept for ``status``. The agent's checkers are code under the operator's mode
     floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them."""
-    key = settings.openrouter_api_key.get_secret_value() if settings.openrouter_api_key else None
+    key = settings.llm_key
 
     def credit():
-        if key is None and "openrouter.ai" in settings.openrouter_base_url:
+        if key is None and settings.llm_server == "openrouter":
             return None  # nothing to ask without a key (the offline demo, a cassette)
-        return known(fetch_credit, base_url=settings.openrouter_base_url, api_key=key, timeout=timeout)
+        return known(fetch_credit, base_url=settings.llm_base_url, api_key=key, timeout=timeout)
 
     def wallet():
         if not settings.wallet_address:
@@ -120,8 +120,15 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
 
     checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
               "wallet_usdc": dynamic_or("wallet_balance", wallet)}
+    # A generic server (LiteLLM, vLLM, Ollama, OpenAI) has no credit endpoint: nobody asks it, neither the
+    # agent's checker nor the hard-coded one, and its credit is "not offered", not "unknown".
+    not_offered = ["openrouter"] if settings.llm_server == "generic" else []
+    for name in not_offered:
+        del checks[name]
     values, errors = gather(checks, timeout=timeout + 1)
     balances = {"openrouter": values.get("openrouter"), "wallet_usdc": values.get("wallet_usdc")}
-    karma.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None)
-    store.put(keys.LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage")})
+    karma.record(events.GROUND_TRUTH, balances=balances, kv_usage=values.get("kvUsage"), errors=errors or None,
+                 not_offered=not_offered or None)
+    store.put(keys.LAST_GROUND_TRUTH, {"at": iso(now_utc()), "balances": balances, "kvUsage": values.get("kvUsage"),
+                                       **({"not_offered": not_offered} if not_offered else {})})
     return {"balances": balances, "kvUsage": values.get("kvUsage")}

@@ -71,7 +71,7 @@ class _Run:
         self.daily_binds = left_today <= settings.max_session_cost  # today's ceiling, not the per-run one
         self.models = effective_models(store, [])
         self.meter = WireMeter(models=self.models, budget=self.budget, record=self.record,
-                               llm_base_url=settings.openrouter_base_url, on_anomaly=self.on_anomaly,
+                               llm_base_url=settings.llm_base_url, on_anomaly=self.on_anomaly,
                                operator_ids=frozenset(m.id for m in operator_models(store).models))
         self.policy = ToolPolicy.from_settings(settings, meter=self.meter, on_secrets=learner(karma))
 

@@ -338,7 +338,7 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
         note_anomaly(store, anomaly, sid)
 
     # Every request sandboxed code sends to the LLM host, from the balance checkers on, is metered.
-    meter = WireMeter(models=deps.models, budget=budget, record=karma.record, llm_base_url=settings.openrouter_base_url,
+    meter = WireMeter(models=deps.models, budget=budget, record=karma.record, llm_base_url=settings.llm_base_url,
                       on_anomaly=on_anomaly, operator_ids=frozenset(m.id for m in operator_models(store).models))
     # One policy for all code of the session, the balance checkers included: grants withdrawn after a
     # secret_refused stay withdrawn, and the write quota counts once.

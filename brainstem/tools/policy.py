@@ -46,6 +46,9 @@ class ToolPolicy:
     on_secrets: Callable[[dict[str, str]], None] | None = None
     # Every secret value this process holds (label -> value), granted or not: the scrubber knows them all.
     known_secrets: Mapping[str, str] = field(default_factory=dict)
+    # The bound environment secrets' values by name (the LLM key under either of its names); None: read the
+    # environment when a tool asks.
+    secret_values: Mapping[str, str] | None = None
     # Set (shared, like session_written) at a secret_refused stop: no more code of this session runs, even
     # if the store could not take the hold that stops the agent's code for good (see brainstem.state.refusals).
     withdrawn: dict[str, Any] = field(default_factory=dict)
@@ -78,6 +81,7 @@ class ToolPolicy:
         return cls(bindings=settings.bindings(), fetch_allow=list(settings.fetch_allow),
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
                    session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
+                   secret_values=settings.allowed_secret_values(),
                    telegram=ClientConfig.from_settings(settings), **kwargs)
 
     def scrubber(self, store: Store, granted: Mapping[str, str] | None = None) -> Scrubber:
@@ -110,7 +114,7 @@ def standalone_tool_policy(store: Store, settings: Any, record: Callable[..., An
                     max_duration=settings.max_session_seconds, reserve_fraction=0.0,
                     daily=DailyLedger(store, settings.max_daily_cost))
     meter = WireMeter(models=effective_models(store, []), budget=budget, record=record,
-                      llm_base_url=settings.openrouter_base_url,
+                      llm_base_url=settings.llm_base_url,
                       operator_ids=frozenset(m.id for m in operator_models(store).models))
     return ToolPolicy.from_settings(settings, meter=meter, on_secrets=on_secrets)
 

@@ -84,7 +84,8 @@ class ToolServices:
             # whether it was stopped confirms one guess, once (`brainstem refusals`).
             raise ToolError(refusals.HELD_MESSAGE)
         self.grants = grant(tool=name, asked_env=meta.secrets, asked_kv=meta.kv_secrets, bindings=policy.bindings,
-                            read_store_secret=lambda n: store.get(keys.secret(n)), record=record, env=env,
+                            read_store_secret=lambda n: store.get(keys.secret(n)), record=record,
+                            env=env if env is not None else policy.secret_values,
                             public=policy.public, withheld=policy.withheld)
         if policy.on_secrets is not None:
             policy.on_secrets(self.grants.values())

@@ -182,3 +182,76 @@ def test_the_operators_limits_on_the_agents_schedules(clean_env):
             load_settings()
         assert "\n" not in str(exc.value)
         clean_env.delenv(name)
+
+
+# --- the LLM server, under its name and its older one ------------------------------------
+
+@pytest.fixture
+def llm_env(clean_env):
+    for name in ("BRAINSTEM_LLM_BASE_URL", "BRAINSTEM_LLM_API_KEY", "OPENROUTER_BASE_URL", "OPENROUTER_API_KEY"):
+        clean_env.delenv(name, raising=False)
+    return clean_env
+
+
+@pytest.mark.parametrize(("env", "server", "url"), [
+    ({}, "openrouter", "https://openrouter.ai/api/v1"),
+    ({"OPENROUTER_BASE_URL": "http://127.0.0.1:4000/v1"}, "openrouter", "http://127.0.0.1:4000/v1"),
+    ({"BRAINSTEM_LLM_BASE_URL": "http://127.0.0.1:4000/v1"}, "generic", "http://127.0.0.1:4000/v1"),
+    ({"BRAINSTEM_LLM_BASE_URL": "https://OpenRouter.ai/api/v1"}, "openrouter", "https://OpenRouter.ai/api/v1"),
+    ({"BRAINSTEM_LLM_BASE_URL": "https://api.openai.com/v1", "OPENROUTER_BASE_URL": "https://api.openai.com/v1"},
+     "generic", "https://api.openai.com/v1"),
+])
+def test_the_server_is_openrouter_when_named_so_or_on_its_host(llm_env, env, server, url):
+    for name, value in env.items():
+        llm_env.setenv(name, value)
+    s = load_settings()
+    assert (s.llm_server, s.llm_base_url, s.openrouter_base_url) == (server, url, url)
+
+
+@pytest.mark.parametrize("name", ["BRAINSTEM_LLM_API_KEY", "OPENROUTER_API_KEY"])
+def test_either_name_sets_the_one_llm_key(llm_env, name):
+    llm_env.setenv(name, "sk-one-key-0123456789")
+    s = load_settings()
+    assert s.llm_key == "sk-one-key-0123456789" and s.openrouter_api_key.get_secret_value() == s.llm_key
+    assert "sk-one-key-0123456789" in s.known_secrets().values()
+
+
+@pytest.mark.parametrize(("new", "old"), [("BRAINSTEM_LLM_API_KEY", "OPENROUTER_API_KEY"),
+                                          ("BRAINSTEM_LLM_BASE_URL", "OPENROUTER_BASE_URL")])
+def test_both_names_with_different_values_is_one_line_of_configuration_error(llm_env, new, old):
+    llm_env.setenv(new, "http://127.0.0.1:4000/v1")
+    llm_env.setenv(old, "http://127.0.0.1:4001/v1")
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert new in str(err.value) and old in str(err.value) and "\n" not in str(err.value)
+    assert "4000" not in str(err.value)  # a key's value is never in the message
+    llm_env.setenv(old, "http://127.0.0.1:4000/v1")  # the same value under both names is no conflict
+    s = load_settings()
+    assert "http://127.0.0.1:4000/v1" in (s.llm_base_url, s.llm_key)
+
+
+def test_a_blank_llm_key_is_no_key(llm_env):
+    llm_env.setenv("OPENROUTER_API_KEY", "")
+    llm_env.setenv("BRAINSTEM_LLM_API_KEY", "sk-set")
+    assert load_settings().llm_key == "sk-set"
+
+
+@pytest.mark.parametrize(("key_var", "bound"), [("BRAINSTEM_LLM_API_KEY", "OPENROUTER_API_KEY"),
+                                                ("OPENROUTER_API_KEY", "BRAINSTEM_LLM_API_KEY"),
+                                                ("BRAINSTEM_LLM_API_KEY", "BRAINSTEM_LLM_API_KEY")])
+def test_a_bare_binding_of_either_name_grants_the_llm_key_to_the_llm_host_only(llm_env, key_var, bound):
+    llm_env.setenv("BRAINSTEM_LLM_BASE_URL", "https://llm.example.com/v1")
+    llm_env.setenv(key_var, "sk-bound-key-0123456789")
+    llm_env.setenv("BRAINSTEM_TOOL_SECRETS", bound)
+    s = load_settings()
+    b = s.bindings()
+    assert set(b) == {"BRAINSTEM_LLM_API_KEY", "OPENROUTER_API_KEY"}
+    assert all(x.hosts == {"llm.example.com"} for x in b.values())
+    assert s.allowed_secret_values() == {"BRAINSTEM_LLM_API_KEY": "sk-bound-key-0123456789",
+                                         "OPENROUTER_API_KEY": "sk-bound-key-0123456789"}
+
+
+def test_the_llm_base_url_is_a_public_setting_under_both_names(llm_env):
+    llm_env.setenv("BRAINSTEM_LLM_BASE_URL", "http://127.0.0.1:4000/v1")
+    public = load_settings().public_settings()
+    assert public["BRAINSTEM_LLM_BASE_URL"] == public["OPENROUTER_BASE_URL"] == "http://127.0.0.1:4000/v1"

@@ -51,15 +51,20 @@ def _status(env: dict) -> dict:
 # --- A: operator and infrastructure faults -----------------------------------------------------
 
 FAULTS = {
-    "401": ({"status": 401, "message": "No auth credentials found"}, "llm_auth_failed", "OPENROUTER_API_KEY"),
-    "403": ({"status": 403, "message": "key disabled"}, "llm_auth_failed", "OPENROUTER_API_KEY"),
+    "401": ({"status": 401, "message": "No auth credentials found"}, "llm_auth_failed", "BRAINSTEM_LLM_API_KEY"),
+    "403": ({"status": 403, "message": "key disabled"}, "llm_auth_failed", "BRAINSTEM_LLM_API_KEY"),
+    # LiteLLM's proxy, asked with a key it cannot check (no database behind it): a 400 about the key.
+    "400_key": ({"status": 400, "body": {"error": {"message": "No connected db.", "type": "no_db_connection",
+                                                   "param": None, "code": "400"}}},
+                "llm_auth_failed", "BRAINSTEM_LLM_API_KEY"),
     "402": ({"status": 402, "message": "Insufficient credits"}, "llm_no_credit", "credit"),
-    "html_body": ({"body": "<html>502 Bad Gateway</html>"}, "llm_bad_response", "OPENROUTER_BASE_URL"),
-    "empty_body": ({"body": ""}, "llm_bad_response", "OPENROUTER_BASE_URL"),
-    "no_choices": ({"body": {"id": "x", "object": "chat.completion"}}, "llm_bad_response", "OPENROUTER_BASE_URL"),
+    "html_body": ({"body": "<html>502 Bad Gateway</html>"}, "llm_bad_response", "BRAINSTEM_LLM_BASE_URL"),
+    "empty_body": ({"body": ""}, "llm_bad_response", "BRAINSTEM_LLM_BASE_URL"),
+    "no_choices": ({"body": {"id": "x", "object": "chat.completion"}}, "llm_bad_response", "BRAINSTEM_LLM_BASE_URL"),
     # A base URL that is not the API (a web server, a wrong path): its error pages are the operator's.
-    "404": ({"status": 404, "body": "<html><h1>404 Not Found</h1></html>"}, "llm_bad_response", "OPENROUTER_BASE_URL"),
-    "405": ({"status": 405, "body": {"detail": "Method Not Allowed"}}, "llm_bad_response", "OPENROUTER_BASE_URL"),
+    "404": ({"status": 404, "body": "<html><h1>404 Not Found</h1></html>"}, "llm_bad_response",
+            "BRAINSTEM_LLM_BASE_URL"),
+    "405": ({"status": 405, "body": {"detail": "Method Not Allowed"}}, "llm_bad_response", "BRAINSTEM_LLM_BASE_URL"),
 }
 
 

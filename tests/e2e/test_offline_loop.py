@@ -88,7 +88,7 @@ def test_no_key_and_no_cassette_names_both_ways_out(url, store, args):
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert "OPENROUTER_API_KEY" in lines[0] and "--llm-cassette FILE" in lines[0], lines[0]
+    assert "BRAINSTEM_LLM_API_KEY" in lines[0] and "--llm-cassette FILE" in lines[0], lines[0]
     assert session_history.read(store) == []
 
 

@@ -48,7 +48,10 @@ from brainstem.tools.services import run_tool
 
 BOUND, OTHER, LLM = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 ALPHABET = string.ascii_letters + string.digits + "+/=@%"  # some of them quoted in a URL, some not
-TIERS = {"api": ("TOK", "tok_live_"), "llm": ("OPENROUTER_API_KEY", "sk-or-v1-")}
+# The LLM key under its name and under its older one: each guarded alike.
+TIERS = {"api": ("TOK", "tok_live_"), "llm": ("OPENROUTER_API_KEY", "sk-or-v1-"), "llm_key": ("BRAINSTEM_LLM_API_KEY",
+                                                                                           "sk-llm-")}
+LLM_VARS = {"OPENROUTER_API_KEY": "OPENROUTER_BASE_URL", "BRAINSTEM_LLM_API_KEY": "BRAINSTEM_LLM_BASE_URL"}
 EXACT = {"cut": None, "case": "same", "split": 0, "encoding": "plain"}
 
 CODE = r'''
@@ -268,10 +271,10 @@ def guesses(draw, value: str):
 def scenarios(draw, tier: str):
     name, prefix = TIERS[tier]
     a, b = draw(secret_pairs(prefix))
-    target = "llm" if tier == "llm" else "bound"
+    target = "bound" if tier == "api" else "llm"
     calls = draw(st.lists(st.fixed_dictionaries({
         "to": st.sampled_from([target, target, "other", "alias"] if tier == "api" else [target, target, "other"]),
-        "path": st.sampled_from(["/chat/completions"] if tier == "llm" else ["/x", "/echo?q=1"]),
+        "path": st.sampled_from(["/x", "/echo?q=1"] if tier == "api" else ["/chat/completions"]),
         "key": st.sampled_from([True, True, False]),
         "in": st.sampled_from(["header", "query"] if tier == "api" else ["header"]),
         "guess": guesses(a),
@@ -289,8 +292,9 @@ def scenarios(draw, tier: str):
 def _run(world: World, store, name: str, value: str, calls: list, behaviour: dict, model: str) -> dict:
     world.reset(behaviour)
     refusals.clear(store)
-    env = {"TOK": "tok_live_" + "f" * 30, "OPENROUTER_API_KEY": "sk-or-v1-" + "e" * 64, name: value,
-           "OPENROUTER_BASE_URL": world.base["llm"], "BRAINSTEM_TOOL_SECRETS": f"TOK@{BOUND},OPENROUTER_API_KEY",
+    key = name if name in LLM_VARS else "OPENROUTER_API_KEY"  # the LLM key's name in this run
+    env = {"TOK": "tok_live_" + "f" * 30, key: "sk-or-v1-" + "e" * 64, name: value,
+           LLM_VARS[key]: world.base["llm"], "BRAINSTEM_TOOL_SECRETS": f"TOK@{BOUND},{key}",
            "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM},localhost", "BRAINSTEM_MAX_SESSION_COST": "5",
            "BRAINSTEM_MAX_DAILY_COST": "1000"}
     seen: list[dict] = []
@@ -419,15 +423,16 @@ def test_the_harness_sees_an_oracle_where_there_is_one(world, tmp_path_factory):
     _check(world, tmp_path_factory, (name, a, b, calls, behaviour))
 
 
-def _run_adapter(world: World, store, value: str, calls: list, behaviour: dict, model: str) -> dict:
+def _run_adapter(world: World, store, value: str, calls: list, behaviour: dict, model: str,
+                 key: str = "OPENROUTER_API_KEY") -> dict:
     """The agent's LLM adapter (the shipped provider:llm code, in the sandbox) answering one chokepoint
     request per call, its prompt holding the call's guess: what it hands the runtime, or how it failed."""
     from brainstem.tools.adapters import dynamic_providers
 
     world.reset(behaviour)
     refusals.clear(store)
-    env = {"OPENROUTER_API_KEY": value, "OPENROUTER_BASE_URL": world.base["llm"],
-           "BRAINSTEM_TOOL_SECRETS": "OPENROUTER_API_KEY", "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM}",
+    env = {key: value, LLM_VARS[key]: world.base["llm"],
+           "BRAINSTEM_TOOL_SECRETS": key, "BRAINSTEM_FETCH_ALLOW": f"{BOUND},{OTHER},{LLM}",
            "BRAINSTEM_MAX_SESSION_COST": "5", "BRAINSTEM_MAX_DAILY_COST": "1000"}
     seen: list[dict] = []
 
@@ -457,13 +462,27 @@ def _run_adapter(world: World, store, value: str, calls: list, behaviour: dict, 
 def test_what_the_llm_adapter_hands_back_is_the_same_for_any_value(world, tmp_path_factory, scenario):
     """The same property for the adapter tier: the agent's adapter holds the LLM key's placeholder, and the
     model it calls repeats or spells out its prompt, which carries the guess."""
+    _check_adapter(world, tmp_path_factory, scenario)
+
+
+@NI
+@given(scenario=scenarios("llm_key"))
+def test_what_code_sees_of_the_llm_key_by_its_new_name_is_the_same_for_any_value(world, tmp_path_factory,
+                                                                                  scenario):
+    """The key set as BRAINSTEM_LLM_API_KEY (bound bare, the server named by BRAINSTEM_LLM_BASE_URL): a tool
+    asking for it by that name, and the shipped adapter asking for it by its older one."""
+    _check(world, tmp_path_factory, scenario)
+    _check_adapter(world, tmp_path_factory, scenario, key="BRAINSTEM_LLM_API_KEY")
+
+
+def _check_adapter(world: World, tmp_path_factory, scenario, key: str = "OPENROUTER_API_KEY") -> None:
     _, a, b, calls, behaviour = scenario
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('na') / 'store.db'}")
     try:
         seed(store, with_providers=True)
         model = json.loads(store.get(keys.CONFIG_MODELS))["models"][0]["id"]
-        one = _run_adapter(world, store, a, calls, behaviour, model)
-        two = _run_adapter(world, store, b, calls, behaviour, model)
+        one = _run_adapter(world, store, a, calls, behaviour, model, key)
+        two = _run_adapter(world, store, b, calls, behaviour, model, key)
     finally:
         store.close()
     if one["stopped"] or two["stopped"]:

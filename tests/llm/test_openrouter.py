@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from brainstem.llm.openrouter import LLMResponse, ProviderError, chat, fetch_credit
+from brainstem.llm.openrouter import LLMResponse, ProviderError, chat
 from tests.helpers import free_port as closed_port
 
 KEY = "sk-or-v1-SECRETSECRETSECRET0123456789abcdef"
@@ -244,38 +244,61 @@ def test_unserialisable_request_is_provider_error(llm):
     assert llm.requests == []
 
 
-# ------------------------------------------------------------------ credit
+# ------------------------------------------------------------------ the key refused, as each server says it
+
+# Answer bodies as the servers send them: LiteLLM's proxy (1.108, recorded), vLLM's --api-key middleware,
+# Ollama (its cloud API, and its OpenAI-compatible errors), OpenAI, and OpenRouter.
+LITELLM_NO_DB = {"error": {"message": "No connected db.", "type": "no_db_connection", "param": None, "code": "400"}}
+REFUSED = {
+    "litellm no db (400)": (400, LITELLM_NO_DB),
+    "litellm key not found (401)": (401, {"error": {"message": "Authentication Error, Invalid proxy server token "
+                                                    "passed. key=88dc28d0f030c55ed4ab77ed8faf098196cb1c05df778539"
+                                                    "800c9f1243fe6b4b, not found in db.", "type":
+                                                    "token_not_found_in_db", "param": "key", "code": "401"}}),
+    "litellm expired key (400)": (400, {"error": {"message": "Authentication Error - Expired Key. Key Expiry time "
+                                                  "2026-01-01 00:00:00+00:00", "type": "expired_key",
+                                                  "param": "sk-...wxyz", "code": "400"}}),
+    "litellm auth error (400)": (400, {"error": {"message": "Authentication Error, Malformed API Key passed in. "
+                                                 "Ensure Key has `Bearer ` prefix.", "type": "auth_error",
+                                                 "param": "None", "code": "400"}}),
+    "vllm (401)": (401, {"error": "Unauthorized"}),
+    "ollama cloud (401)": (401, {"error": "unauthorized"}),
+    "openai (401)": (401, {"error": {"message": "Incorrect API key provided: sk-wrong. You can find your API key "
+                                                "at https://platform.openai.com/account/api-keys.",
+                                     "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}),
+    "openai-style 400 invalid_api_key": (400, {"error": {"message": "bad key", "type": "invalid_request_error",
+                                                         "code": "invalid_api_key"}}),
+    "openrouter (401)": (401, {"error": {"message": "User not found.", "code": 401}}),
+    "a proxy in front (403)": (403, "<html><body>403 Forbidden</body></html>"),
+}
+NOT_THE_KEY = {
+    "litellm unknown model (400)": (400, {"error": {"message": "/chat/completions: Invalid model name passed in "
+                                                    "model=nope. Call `/v1/models` to view available models for "
+                                                    "your key.", "type": "invalid_request_error", "param": None,
+                                                    "code": "400"}}, None),
+    "ollama unknown model (404)": (404, {"error": {"message": "model \"nope\" not found, try pulling it first",
+                                                   "type": "api_error", "param": None, "code": None}}, None),
+    "vllm context too long (400)": (400, {"object": "error", "message": "This model's maximum context length is "
+                                          "4096 tokens. However, you requested 5000 tokens.", "type":
+                                          "BadRequestError", "param": None, "code": 400}, None),
+    "litellm rate limit (429)": (429, {"error": {"message": "litellm.RateLimitError: this is a mock rate limit "
+                                                 "error", "type": "throttling_error", "param": None,
+                                                 "code": "429"}}, "unavailable"),
+}
 
 
-def test_fetch_credit_from_key(llm):
-    llm.credit = 7.25
-    assert fetch_credit(base_url=llm.base_url, api_key=KEY) == 7.25
-    paths = [p for p, _ in llm.get_requests]
-    assert paths == ["/api/v1/key"]
-    assert {k.lower(): v for k, v in llm.get_requests[0][1].items()}["authorization"] == f"Bearer {KEY}"
+@pytest.mark.parametrize("status,body", REFUSED.values(), ids=REFUSED.keys())
+def test_the_key_refused_in_any_way_a_server_says_it_is_the_keys_fault(llm, status, body):
+    llm.queue({"status": status, "body": body}, "never reached")
+    with pytest.raises(ProviderError) as ei:
+        chat(req(), base_url=llm.base_url, api_key=KEY, **FAST)
+    assert ei.value.kind == "auth" and ei.value.status == status and ei.value.retryable is False
+    assert len(llm.requests) == 1
 
 
-def test_fetch_credit_falls_back_to_credits_when_unlimited(llm):
-    llm.credit = None
-    llm.total_credits, llm.total_usage = 20.0, 4.5
-    assert fetch_credit(base_url=llm.base_url, api_key=KEY) == pytest.approx(15.5)
-    assert [p for p, _ in llm.get_requests] == ["/api/v1/key", "/api/v1/credits"]
-
-
-def test_fetch_credit_falls_back_when_key_fails(llm):
-    llm.key_status = 401
-    llm.total_credits, llm.total_usage = 3.0, 1.0
-    assert fetch_credit(base_url=llm.base_url, api_key=KEY) == pytest.approx(2.0)
-
-
-def test_fetch_credit_none_when_both_fail(llm):
-    llm.credit = None
-    llm.credits_status = 403
-    assert fetch_credit(base_url=llm.base_url, api_key=KEY) is None
-
-
-def test_fetch_credit_none_when_server_down():
-    t0 = time.monotonic()
-    assert fetch_credit(base_url=f"http://127.0.0.1:{closed_port()}/api/v1", api_key=KEY, timeout=1) is None
-    assert fetch_credit(base_url="not a url", api_key=KEY) is None
-    assert time.monotonic() - t0 < 2
+@pytest.mark.parametrize("status,body,kind", NOT_THE_KEY.values(), ids=NOT_THE_KEY.keys())
+def test_an_error_about_the_request_is_not_the_keys(llm, status, body, kind):
+    llm.responder = lambda r: {"status": status, "body": body}
+    with pytest.raises(ProviderError) as ei:
+        chat(req(), base_url=llm.base_url, api_key=KEY, max_attempts=2, **FAST)
+    assert ei.value.kind == kind and ei.value.auth is False

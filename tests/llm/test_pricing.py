@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from brainstem.core import keys
+from brainstem.llm.messages import request_chars
+from brainstem.llm.pricing import estimated_tokens, listed_cost
 from brainstem.state.budget import daily_spent
+from brainstem.state.config import load_models
 from tests.helpers import run_cli
 from tests.wake_helpers import (
     answers,
@@ -98,3 +101,26 @@ def test_a_reported_cost_beyond_the_worst_case_is_charged_and_flagged(real_store
     assert r.returncode != 0 and "corrected already" in r.stderr
     r = run_cli("anomaly", "2", "--billed", "0", env=env)
     assert r.returncode != 0 and "no cost anomaly number 2" in r.stderr
+
+
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_prompt_reported_at_a_few_tokens_is_priced_at_the_estimate_and_flagged(real_store_url, st, llm):
+    """A mock server reporting 10 prompt tokens for a prompt of thousands (LiteLLM's mock does) is not believed:
+    the call is priced at the runtime's own estimate of the prompt, with any reported cost as a floor."""
+    set_defaults(st, orient={"model": "haiku"})
+    llm.queue({"content": plan(think("one thought", model="haiku")),
+               "usage": {"prompt_tokens": 10, "completion_tokens": 20, "cost": 1e-7}})
+    llm.responder = answers()  # the rest report what they were sent (a quarter of the characters)
+    _, entries = finished(run_wake(wake_env(real_store_url, llm), "--force"), st)
+    (flag,) = events_of(entries, "usage_implausible")
+    (o,) = llm_calls(entries, "orient")
+    chars = request_chars({k: v for k, v in o["request"].items() if k != "messages"}
+                          | {"messages": [{"role": "system", "content": st.get(keys.SOUL)},
+                                          *o["request"]["messages"][1:]]})
+    assert flag["purpose"] == "orient" and flag["reported_prompt_tokens"] == 10
+    assert flag["estimated_prompt_tokens"] == estimated_tokens(chars) > 1000
+    models = load_models(st, [])
+    assert o["cost_source"] == "estimated" and o["input_tokens"] == 10
+    assert o["cost"] == pytest.approx(listed_cost(models, o["model"], flag["estimated_prompt_tokens"], 20))
+    assert o["cost"] > 1e-7 * 10  # far above what was reported
+    assert [c["purpose"] for c in llm_calls(entries) if c["cost_source"] == "estimated"] == ["orient"]

@@ -53,9 +53,9 @@ def test_no_key_is_recorded_once_shown_by_status_and_cleared_by_a_clean_session(
 
     for _ in range(3):  # three ticks, one reason: one ERROR line and one record
         runner.fire(agent)
-    assert len(errors(caplog)) == 1 and "OPENROUTER_API_KEY is not set" in errors(caplog)[0]
+    assert len(errors(caplog)) == 1 and "BRAINSTEM_LLM_API_KEY is not set" in errors(caplog)[0]
     rec = daemon_health.read(store)
-    assert rec is not None and rec["reason"].startswith("OPENROUTER_API_KEY is not set")
+    assert rec is not None and rec["reason"].startswith("BRAINSTEM_LLM_API_KEY is not set")
     since = rec["since"]
     assert [json.loads(r)["fire"] for r in store.read_log(keys.WAKE_LOG)] == ["error"] * 3  # every fire still logged
 
@@ -110,7 +110,7 @@ def test_the_dashboard_overview_shows_the_failure(daemon):
     runner.fire(agent)
     rec = daemon_health.read(store)
     page = client(app_for(runner.settings, store)).get("/").text
-    assert f"failing since {rec['since']}: OPENROUTER_API_KEY is not set" in page
+    assert f"failing since {rec['since']}: BRAINSTEM_LLM_API_KEY is not set" in page
 
 
 # --- whether a daemon serves the agent at all ---

@@ -16,7 +16,7 @@ from brainstem.operator.commands.context import Ctx, pass_ctx
 @click.option("--force", is_flag=True, help="Rewrite seeded keys even if present (the soul is still never replaced).")
 @click.option("--with-providers", is_flag=True,
               help="Also write the editable tier-1 LLM adapter and balance checkers (provider:*). They need "
-                   "OPENROUTER_API_KEY in BRAINSTEM_TOOL_SECRETS (bound to the LLM endpoint's host) to work; "
+                   "BRAINSTEM_LLM_API_KEY in BRAINSTEM_TOOL_SECRETS (bound to the LLM endpoint's host) to work; "
                    "without it the hard-coded client answers.")
 @pass_ctx
 def seed(c: Ctx, soul_file: Path | None, example_soul: bool, force: bool, with_providers: bool) -> None:

@@ -28,7 +28,7 @@ def run_demo(echo: Callable[[str], None], keep: Path | None = None, cassette: Pa
 
 def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path) -> int:
     from brainstem.core import keys
-    from brainstem.core.settings import Settings, load_settings
+    from brainstem.core.settings import OPENROUTER_API, load_settings
     from brainstem.core.timeline import format_entry
     from brainstem.llm.cassette import CassetteProvider
     from brainstem.session.wake import wake
@@ -52,8 +52,8 @@ def _run(echo: Callable[[str], None], workdir: Path, kept: bool, cassette: Path)
         echo(f"running one session against the recorded answers in {cassette.name}; no network, no API key\n")
         # No key, the default endpoint and no wallet: the balance checks ask nobody (an operator's
         # OPENROUTER_BASE_URL must not make the offline demo reach for the network).
-        settings = load_settings(kv=url, openrouter_api_key=None, wallet_address=None,
-                                 openrouter_base_url=Settings.model_fields["openrouter_base_url"].default)
+        settings = load_settings(kv=url, llm_api_key=None, openrouter_api_key=None, wallet_address=None,
+                                 llm_base_url=OPENROUTER_API, openrouter_base_url=OPENROUTER_API)
         result = wake(settings, store, force=True, providers=[CassetteProvider(cassette)],
                       listeners=[lambda e: echo("  " + format_entry(e))])
         echo(f"\n{result.message}\n")

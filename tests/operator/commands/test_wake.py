@@ -24,6 +24,7 @@ from brainstem.core.settings import load_settings
 from brainstem.operator.progress import listener
 from brainstem.session.wake import wake
 from brainstem.state import inbox
+from brainstem.state.seed import seed
 from brainstem.store import karma, open_store
 from tests.doubles import LLMDouble
 from tests.helpers import ok, redis_unavailable, run_cli, unique_prefix
@@ -179,6 +180,31 @@ def password_redis(tmp_path_factory):
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
+def test_a_generic_servers_credit_is_not_offered_and_never_asked_for(real_store_url, llm):
+    """The same double named by BRAINSTEM_LLM_BASE_URL is a generic server: no GET of /key or /credits,
+    not even by the agent's own checker, and its credit is "not offered by this server", not "unknown"."""
+    store = seeded(real_store_url)
+    seed(store, with_providers=True)  # the agent's own credit checker too, which would ask /key
+    llm.credit = 7.25
+    llm.responder = model()
+    env = {"BRAINSTEM_KV": real_store_url, "BRAINSTEM_LLM_BASE_URL": llm.base_url, "BRAINSTEM_LLM_API_KEY": "sk-t",
+           "BRAINSTEM_LLM_BACKOFF": "0.01", "BRAINSTEM_TOOL_SECRETS": "BRAINSTEM_LLM_API_KEY"}
+    r = run_cli("wake", "--force", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert llm.get_requests == [] and llm.requests  # chat only
+    assert field(ok(run_cli("status", env=env)), "balances").startswith(
+        "LLM credit not offered by this server, wallet USDC unknown (as of ")
+    st = json.loads(ok(run_cli("status", "--json", env=env)))
+    assert st["llm_server"] == "generic" and st["balances_last_seen"]["not_offered"] == ["openrouter"]
+    # Named by its older name, the same server is taken for OpenRouter: its credit is read.
+    env["OPENROUTER_BASE_URL"] = env.pop("BRAINSTEM_LLM_BASE_URL")
+    assert run_cli("wake", "--force", env=env).returncode == 0
+    assert [p for p, _ in llm.get_requests][:1] == ["/api/v1/key"]
+    assert field(ok(run_cli("status", env=env)), "balances").startswith("LLM credit $7.25")
+    assert json.loads(ok(run_cli("status", "--json", env=env)))["llm_server"] == "openrouter"
+
+
 def test_status_never_prints_the_store_password(password_redis):
     port, password = password_redis
     for url in (f"redis://:{password}@127.0.0.1:{port}/0", f"redis://default:{password}@127.0.0.1:{port}/0"):

@@ -331,3 +331,15 @@ def test_each_session_is_listed_with_its_kind(settings, store):
     page = client(app_for(settings, store)).get("/sessions").text
     assert '<td class="nowrap">deep reflection</td>' in page and '<td class="nowrap">session</td>' in page
     assert "Dry runs, wakes reflexes handled, live replays" in page and "<td>dry run</td>" in page
+
+
+@pytest.mark.parametrize(("truth", "shown"), [
+    ({"balances": {"openrouter": None, "wallet_usdc": None}, "not_offered": ["openrouter"]},
+     "LLM credit not offered by this server, wallet USDC unknown"),
+    ({"balances": {"openrouter": None, "wallet_usdc": None}}, "LLM credit unknown, wallet USDC unknown"),
+    ({"balances": {"openrouter": 7.25, "wallet_usdc": None}}, "LLM credit $7.25, wallet USDC unknown"),
+])
+def test_the_overview_tells_credit_not_offered_from_unknown(settings, store, truth, shown):
+    store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-04T09:00:00Z", **truth})
+    row = re.search(r"<tr><th>balances</th><td>(.*?)</td></tr>", client(app_for(settings, store)).get("/").text)
+    assert html.unescape(row.group(1)).startswith(shown)
