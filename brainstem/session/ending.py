@@ -188,7 +188,7 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
                    f"next wake {next_after}")
     if action is not None:
         message += f"; operator: {action}"
-    elif state.outcome == outcomes.INTERRUPTED and state.reason:
+    elif state.reason:  # why it ended so: a limit, no plan, a reflection that did not happen, a signal
         message += f" ({state.reason})"
     return WakeResult("ran", outcome=state.outcome, session_id=deps.id, next_wake_after=next_after,
                       message=message)
