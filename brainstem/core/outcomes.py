@@ -11,8 +11,8 @@ what the operator must do.
 
 from __future__ import annotations
 
-CLEAN = "clean"                        # the plan ran (steps may have failed) and the session closed normally
-BUDGET_EXHAUSTED = "budget_exhausted"  # a cost, step or time limit ended the session
+CLEAN = "clean"                        # the plan ran (steps may have failed), or the deep reflection happened
+BUDGET_EXHAUSTED = "budget_exhausted"  # a cost, step or time limit ended the session (or kept it from its work)
 STOPPED = "stopped"                    # a step or a mid-session tripwire asked to stop
 NO_PLAN = "no_plan"                    # orient gave no usable plan (the agent's prompt or config)
 NO_REFLECTION = "no_reflection"        # deep reflection gave no usable answer (the agent's prompt or model)

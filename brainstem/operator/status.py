@@ -16,7 +16,7 @@ from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import NOT_OFFERED, Settings
 from brainstem.daemon.telegram import status as telegram_status
-from brainstem.operator.output import as_text, ceiling, labelled, spent, usd
+from brainstem.operator.output import as_text, ceiling, clip, labelled, spent, usd
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.session.wallet import NEEDS_WEB3, web3_missing
 from brainstem.state import daemon_health, inbox, refusals
@@ -220,6 +220,8 @@ def _agent_lines(report: dict[str, Any]) -> list[str]:
                                             f"{as_text(last.get('steps', 0))} steps"))
     if last and report.get("operator_action"):
         out.append(labelled("OPERATOR", report["operator_action"]))
+    elif isinstance(last.get("reason"), str):  # why it ended so: a limit, no plan, a reflection that did not happen
+        out.append(labelled("why", clip(last["reason"], 200)))
     if report.get("daemon"):
         out.append(labelled("daemon", daemon_health.line(report["daemon"])))
     return out

@@ -19,6 +19,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
+from brainstem.state import inbox
 from brainstem.state.budget import today
 from brainstem.state.sleep import PESSIMISTIC
 from tests.helpers import ok, run_cli
@@ -28,6 +29,7 @@ from tests.wake_helpers import (
     history,
     is_deep,
     is_orient,
+    is_reflect,
     last_session,
     plan,
     reflection,
@@ -69,6 +71,21 @@ def take_the_lease(st):
             assert st.acquire_lease(keys.WAKE_LEASE, OTHER_HOLDER, 60_000)
         return plan(think("work"), think("more")) if is_orient(req) else "ok"
     return respond
+
+
+def spend_the_rest_when_asked_to_think(st):
+    """A model whose think answer comes as another process spends the rest of today's ceiling."""
+    def respond(req: dict):
+        if is_orient(req):
+            return plan(think("hi"))
+        if not is_reflect(req):
+            st.settle_spend(today(), None, 1.0)
+        return "ok"
+    return respond
+
+
+def urgent(st, llm) -> None:
+    inbox.post(st, "Look at this now, please.", urgent=True)
 
 
 def answer(*queued: str, responder: Callable[[object], Callable] | None = None):
@@ -135,6 +152,10 @@ ENDS = {
         S + r"budget_exhausted, \$0\.\d{4}, 0 steps" + NEXT + r" \(cost budget used: ", 3600, calls=1),
     "reflection_unusable": End(answer(plan(think("hi")), "ok", PROSE), "clean",
                                S + r"clean, \$0\.\d{4}, 1 steps" + NEXT + r" \(reflection did not happen: ", 3600),
+    "reflection_refused_by_the_daily_ceiling": End(answer(responder=spend_the_rest_when_asked_to_think),
+                                                   "budget_exhausted", S + r"budget_exhausted, \$0\.\d{4}, 1 steps"
+                                                   + NEXT + r" \(reflection did not happen: reflect call failed: ",
+                                                   3600, env={"BRAINSTEM_MAX_DAILY_COST": "1"}, calls=2),
     "interrupted": End(answer(plan(think("slow")), responder=lambda st: sigterm("late")), "interrupted",
                        S + r"interrupted, \$0\.\d{4}, \d steps" + NEXT + r" \(received SIGTERM\)", FIRST_RETRY,
                        code=143),
@@ -163,6 +184,9 @@ ENDS = {
     "deep_interrupted": End(both(deep_due, answer(responder=lambda st: sigterm(DEEP_ANSWER))), "interrupted",
                             S + r"interrupted, \$0\.\d{4}, 0 steps" + NEXT + r" \(received SIGTERM\)", FIRST_RETRY,
                             deep_due=True, code=143),
+    "deep_deferred_for_an_urgent_message": End(both(deep_due, urgent, answer(plan(think("hi")), "ok", reflection())),
+                                               "clean", S + r"clean, \$0\.\d{4}, 1 steps" + NEXT + "$", 3600,
+                                               deep_due=True, calls=3),
     "dry_run_of_a_deep_reflection": End(both(deep_due, answer(DEEP_ANSWER)), "clean",
                                         r"dry run dry-\S+: clean, \$0\.\d{4}, 0 steps", None, deep_due=True,
                                         args=("--dry-run",), calls=1),
@@ -209,6 +233,13 @@ def test_every_way_a_wake_ends(st, real_store_url, llm, name):
 
     if end.outcome is None:
         st.release_lease(keys.WAKE_LEASE, OTHER_HOLDER)
+    text = ok(run_cli("status", env=env))
+    why = [" ".join(ln.split()[1:]) for ln in text.splitlines() if ln.startswith("why ")]
+    listed = [h for h in history(st) if h.get("id") == sid]
+    if listed and listed[0].get("reason") and not listed[0].get("operator_action"):  # a fault's says what to do
+        assert why and why[0][:40] == listed[0]["reason"][:40], (why, listed)
+    else:
+        assert not why, why
     report = json.loads(ok(run_cli("status", "--json", env=env)))
     assert report["deep_reflection_due_next_wake"] is end.deep_due, report["deep_reflection"]
     ran_deep = any(is_deep(q) for q in llm.requests) and end.args != ("--dry-run",)
