@@ -13,6 +13,7 @@ import re
 import click
 
 from brainstem.state.approval import hidden, visible
+from brainstem.state.budget import dollars
 
 LABEL = 17  # row labels are padded to this many characters, so the values line up
 
@@ -77,8 +78,7 @@ def ceiling(value) -> str:
         return "no ceiling"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return "-"
-    digits = next((d for d in range(2, 6) if round(value, d) == value), 6)
-    return f"${value:,.{digits}f}"
+    return dollars(value, least=2)
 
 
 def table(rows: list[list[str]], right: tuple[int, ...] = (), header: list[str] | None = None) -> list[str]:

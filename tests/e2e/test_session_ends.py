@@ -137,7 +137,8 @@ ENDS = {
                                  env={"BRAINSTEM_MAX_DAILY_COST": "inf", "BRAINSTEM_MAX_SESSION_COST": "inf"}),
     "orient_refused_by_the_daily_ceiling": End(spent, "budget_exhausted",
                                                S + r"budget_exhausted, \$0\.0000, 0 steps" + NEXT
-                                               + r" \(no plan was asked for: ", DEFAULT_SLEEP,
+                                               + r" \(no plan was asked for: the orient call could cost more than "
+                                               r"the \$0\.000\d+ left\)$", DEFAULT_SLEEP,
                                                env={"BRAINSTEM_MAX_DAILY_COST": CEILING}, calls=0),
     "orient_provider_down": End(status_code(503), "llm_unavailable",
                                 S + r"llm_unavailable, \$0\.0000, 0 steps" + NEXT + "; operator: the LLM endpoint is "
@@ -149,7 +150,8 @@ ENDS = {
                    + r" \(orient gave no usable plan", DEFAULT_SLEEP, calls=2),
     "budget_exhausted_before_the_first_step": End(
         answer(plan(think("too dear"), budget={"max_cost": 0.000001})), "budget_exhausted",
-        S + r"budget_exhausted, \$0\.\d{4}, 0 steps" + NEXT + r" \(cost budget used: ", 3600, calls=1),
+        S + r"budget_exhausted, \$0\.\d{4}, 0 steps" + NEXT + r" \(cost budget used: \$0\.\d{4} of \$0\.000001\)$",
+        3600, calls=1),
     "reflection_unusable": End(answer(plan(think("hi")), "ok", PROSE), "clean",
                                S + r"clean, \$0\.\d{4}, 1 steps" + NEXT + r" \(reflection did not happen: ", 3600),
     "reflection_refused_by_the_daily_ceiling": End(answer(responder=spend_the_rest_when_asked_to_think),
