@@ -289,3 +289,14 @@ def test_no_reflection_three_times_in_a_row_restores_the_last_clean_versions(st,
     _, entries = last_session(st)
     assert events_of(entries, "auto_restore") and st.get(keys.PROMPT_ORIENT) == orient
     assert [h["outcome"] for h in history(st)] == ["clean", "no_reflection", "no_reflection", "no_reflection", "clean"]
+
+
+def test_the_json_wake_result_gives_the_reason(st, env, llm):
+    """--log-format json (journald): the closing wake_result line carries the reason beside the outcome."""
+    deep_due(st, llm)
+    llm.queue(PROSE)
+    r = run_wake(env, "--force", "--log-format", "json")
+    result = json.loads(ok(r).strip().splitlines()[-1])
+    assert result["event"] == "wake_result" and result["outcome"] == "no_reflection"
+    assert result["reason"].startswith("deep reflection did not happen: no JSON object")
+    assert result["reason"] in result["message"] and result["operator_action"] is None
