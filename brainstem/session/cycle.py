@@ -105,7 +105,7 @@ def plan_and_execute(session: Session, orient_template: str, left_today: float) 
         llm_fault(session, exc, "orient")
         return
     if plan is None:
-        state.outcome, state.reason = outcomes.NO_PLAN, "orient gave no usable plan (see orient_parse_error)"
+        state.outcome = outcomes.NO_PLAN  # its reason: orient gave it, from its last orient_parse_error
         return
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, deps.settings, left_today)

@@ -147,7 +147,9 @@ ENDS = {
                                 S + r"llm_no_credit, \$0\.0000, 0 steps" + NEXT + "; operator: the LLM account is out "
                                 "of credit", FIRST_RETRY),
     "no_plan": End(answer(PROSE, PROSE), "no_plan", S + r"no_plan, \$0\.\d{4}, 0 steps" + NEXT
-                   + r" \(orient gave no usable plan", DEFAULT_SLEEP, calls=2),
+                   + r" \(orient gave no usable plan: no JSON object found", DEFAULT_SLEEP, calls=2),
+    "plan_on_the_repair": End(answer(PROSE, plan(think("hi")), "ok", reflection()), "clean",
+                              S + r"clean, \$0\.\d{4}, 1 steps" + NEXT + "$", 3600, calls=4),
     "budget_exhausted_before_the_first_step": End(
         answer(plan(think("too dear"), budget={"max_cost": 0.000001})), "budget_exhausted",
         S + r"budget_exhausted, \$0\.\d{4}, 0 steps" + NEXT + r" \(cost budget used: \$0\.\d{4} of \$0\.000001\)$",
