@@ -244,6 +244,9 @@ def test_every_way_a_wake_ends(st, real_store_url, llm, name):
         assert why and why[0][:40] == listed[0]["reason"][:40], (why, listed)
     else:
         assert not why, why
+    if listed and listed[0].get("reason") and not listed[0].get("summary"):  # no summary: `sessions` says why
+        (row,) = [ln for ln in ok(run_cli("sessions", env=env)).splitlines() if ln.startswith(sid)]
+        assert listed[0]["reason"][:30] in row, row
     report = json.loads(ok(run_cli("status", "--json", env=env)))
     assert report["deep_reflection_due_next_wake"] is end.deep_due, report["deep_reflection"]
     ran_deep = any(is_deep(q) for q in llm.requests) and end.args != ("--dry-run",)
