@@ -58,8 +58,7 @@ def bars(values: list[tuple[str, float]], *, ceiling: float | None = None, width
     bar comes to it. Labels are text (any redaction comes before): they are escaped here."""
     width, height = int(width), int(height)
     values = [(str(label), max(0.0, number(value))) for label, value in values]
-    # An infinite ceiling (BRAINSTEM_MAX_DAILY_COST=inf) is no ceiling: no line, where number() would put it at 0.
-    ceiling = number(ceiling) if isinstance(ceiling, (int, float)) and math.isfinite(ceiling) else None
+    ceiling = number(ceiling) if ceiling is not None else None
     unit, title = escape(str(unit)), str(title)
     if not values:
         return Drawn(f'<svg class="chart" width="{width}" height="40" role="img"><text x="8" y="24">no data</text>'
