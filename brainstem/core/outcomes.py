@@ -11,10 +11,11 @@ what the operator must do.
 
 from __future__ import annotations
 
-CLEAN = "clean"                        # the plan ran (steps may have failed) and the session closed normally
-BUDGET_EXHAUSTED = "budget_exhausted"  # a cost, step or time limit ended the session
+CLEAN = "clean"                        # the plan ran (steps may have failed), or the deep reflection happened
+BUDGET_EXHAUSTED = "budget_exhausted"  # a cost, step or time limit ended the session (or kept it from its work)
 STOPPED = "stopped"                    # a step or a mid-session tripwire asked to stop
 NO_PLAN = "no_plan"                    # orient gave no usable plan (the agent's prompt or config)
+NO_REFLECTION = "no_reflection"        # deep reflection gave no usable answer (the agent's prompt or model)
 ERROR = "error"                        # an unexpected error in the session (or every call after orient failed)
 CRASHED = "crashed"                    # the process died mid-session; noticed by the next wake
 INTERRUPTED = "interrupted"            # SIGTERM/SIGINT (a wake or the daemon stopping): not the agent's fault
@@ -26,11 +27,11 @@ STORE_UNAVAILABLE = "store_unavailable"  # the store became unreachable (or full
 HOST_LOST = "host_lost"                # its host stopped renewing its lease (died, froze, cut off); taken over
 HANDLED_BY_REFLEX = "handled_by_reflex"  # a reflex ran its tools and slept: no plan, no LLM call, no history entry
 
-ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, ERROR, CRASHED, HOST_LOST, INTERRUPTED, LLM_AUTH_FAILED,
-       LLM_NO_CREDIT, LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
+ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, NO_REFLECTION, ERROR, CRASHED, HOST_LOST, INTERRUPTED,
+       LLM_AUTH_FAILED, LLM_NO_CREDIT, LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
 
 # The agent's own failures: three in a row and auto-restore puts back the last clean versions.
-FAILING = (CRASHED, NO_PLAN, ERROR)
+FAILING = (CRASHED, NO_PLAN, NO_REFLECTION, ERROR)
 
 # A provider failure on the hard-coded tier (which the agent cannot edit), by its kind.
 PROVIDER_FAULTS = {"auth": LLM_AUTH_FAILED, "no_credit": LLM_NO_CREDIT, "unavailable": LLM_UNAVAILABLE,

@@ -45,7 +45,7 @@ from brainstem.llm.pricing import (
     worst_case_cost,
 )
 from brainstem.llm.providers import Provider
-from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
+from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded, dollars
 from brainstem.state.config import Models
 
 DEFAULT_CALL_TIMEOUT = 120.0
@@ -323,7 +323,7 @@ class LLM:
             return min(affordable, max_tokens), True
         self._refused(limit, purpose, step_id, model_id, self.worst_case(model_id, prompt_chars, max_tokens),
                       use_reserve, left)
-        raise BudgetExceeded(limit, f"the {purpose} call could cost more than the ${max(0.0, left):.4f} left"
+        raise BudgetExceeded(limit, f"the {purpose} call could cost more than the {dollars(max(0.0, left))} left"
                                     + (" of today's ceiling" if limit == "daily" else ""))
 
     def _refused(self, limit, purpose, step_id, model_id, worst, use_reserve, left=None) -> None:

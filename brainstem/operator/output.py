@@ -7,11 +7,13 @@ Every command prints through these, so a value reads the same everywhere (never
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import click
 
 from brainstem.state.approval import hidden, visible
+from brainstem.state.budget import dollars
 
 LABEL = 17  # row labels are padded to this many characters, so the values line up
 
@@ -66,6 +68,17 @@ def spent(cost, simulated=None) -> str:
     if not isinstance(cost, (int, float)) or simulated >= cost:
         return f"{usd(cost)} (simulated)"
     return f"{usd(cost)} ({usd(simulated)} of it simulated)"
+
+
+def ceiling(value) -> str:
+    """An operator's ceiling in USD as it was set, never rounded into another number ($0.004 is not
+    "$0.00"): two digits when they say it exactly, up to six when they do not; ``no ceiling`` when
+    there is none (unset, or infinite)."""
+    if value is None or (isinstance(value, float) and math.isinf(value)):
+        return "no ceiling"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return "-"
+    return dollars(value, least=2)
 
 
 def table(rows: list[list[str]], right: tuple[int, ...] = (), header: list[str] | None = None) -> list[str]:

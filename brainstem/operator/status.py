@@ -7,6 +7,7 @@ labelled lines ``brainstem status`` prints, section by section.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from brainstem.core import keys
@@ -15,7 +16,7 @@ from brainstem.core.errors import NotText, one_line
 from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import NOT_OFFERED, Settings
 from brainstem.daemon.telegram import status as telegram_status
-from brainstem.operator.output import as_text, labelled, spent, usd
+from brainstem.operator.output import as_text, ceiling, clip, labelled, spent, usd
 from brainstem.session.reflect import deep_reflect_due
 from brainstem.session.wallet import NEEDS_WEB3, web3_missing
 from brainstem.state import daemon_health, inbox, refusals
@@ -117,8 +118,8 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
                             for e in session_history.damaged(hist)] or None,
         "cost_today": round(daily_spent(store), 6),
         "simulated_cost_today": round(simulated_today(store), 6),  # cassette answers: never in cost_today
-        "daily_ceiling": settings.max_daily_cost,
-        "session_ceiling": settings.max_session_cost,
+        "daily_ceiling": _finite(settings.max_daily_cost),  # null: no ceiling (set to inf)
+        "session_ceiling": _finite(settings.max_session_cost),
         "balances_last_seen": truth,
         "wallet_needs": NEEDS_WEB3 if settings.wallet_address and web3_missing() else None,
         "llm_server": settings.llm_server,  # generic: its credit is not offered (balances_last_seen.not_offered)
@@ -219,6 +220,8 @@ def _agent_lines(report: dict[str, Any]) -> list[str]:
                                             f"{as_text(last.get('steps', 0))} steps"))
     if last and report.get("operator_action"):
         out.append(labelled("OPERATOR", report["operator_action"]))
+    elif isinstance(last.get("reason"), str):  # why it ended so: a limit, no plan, a reflection that did not happen
+        out.append(labelled("why", clip(last["reason"], 200)))
     if report.get("daemon"):
         out.append(labelled("daemon", daemon_health.line(report["daemon"])))
     return out
@@ -264,10 +267,7 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
             return NOT_OFFERED
         return ("unknown" + (f" ({why_unknown})" if why_unknown else "")) if v is None else usd(v, 2)
     out = [labelled("failing in a row", as_text(report["failing_in_a_row"])),
-           labelled("spent today", f"{usd(report['cost_today'])} of {usd(report['daily_ceiling'], 2)}"
-                                   + (f" (+{usd(report['simulated_cost_today'])} simulated, from cassettes)"
-                                      if report.get("simulated_cost_today") else "")
-                                   + f" (per session at most {usd(report['session_ceiling'], 2)})"),
+           labelled("spent today", _spent_today(report)),
            labelled("balances", f"LLM credit {money(bal.get('openrouter'), name='openrouter')}, wallet USDC "
                                 f"{money(bal.get('wallet_usdc'), report.get('wallet_needs'))}"
                     + (f" (as of {as_text(truth.get('at'))})" if truth else "")),
@@ -287,6 +287,22 @@ def _next_wake(report: dict[str, Any]) -> str:
     if (report.get("inbox") or {}).get("urgent_due"):
         return "due now: an urgent message waits" + (f" (its own schedule said {as_text(said)})" if said else "")
     return "due now" + (f" (its schedule said {as_text(said)})" if said else "")
+
+
+def _spent_today(report: dict[str, Any]) -> str:
+    """Today's spend against the daily ceiling as it is set (or that there is none), and the session's."""
+    cost, daily, per_session = report["cost_today"], report["daily_ceiling"], report["session_ceiling"]
+    text = (f"{usd(cost)}, no daily ceiling" if daily is None
+            else f"{usd(cost)} of {ceiling(daily)}" + (" (over it)" if isinstance(cost, (int, float))
+                                                        and cost > daily else ""))
+    if report.get("simulated_cost_today"):
+        text += f" (+{usd(report['simulated_cost_today'])} simulated, from cassettes)"
+    return text + (" (no ceiling per session)" if per_session is None
+                   else f" (per session at most {ceiling(per_session)})")
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isinf(value) else value
 
 
 def _schedule_lines(report: dict[str, Any]) -> list[str]:

@@ -17,6 +17,7 @@ from brainstem.llm.chokepoint import LLM, LLMError
 from brainstem.session.build import Session
 from brainstem.session.context import load_session_context
 from brainstem.session.executor import Executor
+from brainstem.session.interrupt import stop_reason
 from brainstem.session.orient import orient, plan_budget
 from brainstem.session.reflect import deep_memory, run_deep_reflect, run_reflect
 from brainstem.session.stopping import OUTCOMES, SessionStopped, stop_of
@@ -56,10 +57,8 @@ def work(session: Session, orient_template: str, left_today: float, deep: tuple[
     if due:
         state.kind = "deep_reflect"
         session.record(events.DEEP_REFLECT, phase="start", reason=why)
-        tally = CallTally(session.llm)
         state.next_wake = run_deep_reflect(session)
-        if tally.failed and not tally.ok and tally.last is not None:  # its one call failed: not clean
-            llm_fault(session, tally.last, "deep reflection")
+        missed_reflection(session, "deep reflection")
     else:
         plan_and_execute(session, orient_template, left_today)
 
@@ -99,12 +98,14 @@ def plan_and_execute(session: Session, orient_template: str, left_today: float) 
         # No money (or time) left to plan with: a budget outcome, not a bad plan. Stopped from outside
         # while planning: interrupted (the wake gives no reason then).
         state.outcome = OUTCOMES[stop_of(exc).reason] or state.outcome
+        if isinstance(exc, BudgetExceeded):
+            state.reason = f"no plan was asked for: {exc}"[:300]
         return
     except LLMError as exc:  # the hard-coded tier failed for the operator's or the provider's reasons
         llm_fault(session, exc, "orient")
         return
     if plan is None:
-        state.outcome = outcomes.NO_PLAN
+        state.outcome = outcomes.NO_PLAN  # its reason: orient gave it, from its last orient_parse_error
         return
     tally.reset()
     budget.max_cost, budget.max_steps, budget.max_duration = plan_budget(plan, budget, deps.settings, left_today)
@@ -117,15 +118,37 @@ def plan_and_execute(session: Session, orient_template: str, left_today: float) 
     executor.run(plan.steps)
     if executor.stop is not None:
         state.outcome = executor.stop.outcome
+        state.reason = stop_reason() if state.outcome == outcomes.INTERRUPTED else str(executor.stop)[:300] or None
     # Shutting down: finish fast; the next session reflects on this one's karma.
     if not executor.reflected and state.outcome != outcomes.INTERRUPTED and not deps.stop.cancel.is_set():
         reflect()
     state.next_wake = state.reflect_wake or plan.next_wake_config
+    missed_reflection(session, "reflection")
     if state.outcome == outcomes.CLEAN and tally.failed and not tally.ok and tally.last is not None:
         # Every call after orient failed: the session did nothing it meant to; not clean.
         llm_fault(session, tally.last, "every call after orient")
         if state.outcome == outcomes.ERROR:
             state.reason = f"every LLM call after orient failed: {tally.last}"[:300]
+
+
+def missed_reflection(session: Session, during: str) -> None:
+    """A session whose reflection did not happen does not end as if it had. Its call refused by a limit:
+    ``budget_exhausted``. A deep reflection (the session's one piece of work) failed at the provider: that
+    fault's outcome; answered unusably: ``no_reflection``. After a plan that ran, a reflection lost to the
+    provider or to an unusable answer leaves the outcome ``clean`` with the reason given. A stop from
+    outside is the wake's to record (``interrupted``, or the lost lease)."""
+    state, missed = session.state, session.state.missed
+    if missed is None or state.outcome != outcomes.CLEAN or isinstance(missed.exc, SessionStopped):
+        return
+    deep = state.kind == "deep_reflect"
+    if isinstance(missed.exc, LLMError) and deep:
+        llm_fault(session, missed.exc, during)
+        return
+    if isinstance(missed.exc, BudgetExceeded):
+        state.outcome = outcomes.BUDGET_EXHAUSTED
+    elif deep:
+        state.outcome = outcomes.NO_REFLECTION
+    state.reason = f"{during} did not happen: {missed.error}"[:300]
 
 
 def llm_fault(session: Session, exc: LLMError, during: str) -> None:

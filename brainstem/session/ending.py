@@ -40,6 +40,7 @@ class WakeResult:
     session_id: str | None = None
     message: str = ""
     next_wake_after: str | None = None
+    reason: str | None = None  # why it ended so, when its outcome alone does not say
 
 
 def clamp_sleep(value: Any, default: float) -> float:
@@ -188,10 +189,10 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
                    f"next wake {next_after}")
     if action is not None:
         message += f"; operator: {action}"
-    elif state.outcome == outcomes.INTERRUPTED and state.reason:
+    elif state.reason:  # why it ended so: a limit, no plan, a reflection that did not happen, a signal
         message += f" ({state.reason})"
     return WakeResult("ran", outcome=state.outcome, session_id=deps.id, next_wake_after=next_after,
-                      message=message)
+                      message=message, reason=state.reason)
 
 
 def record_tool_reads(deps: SessionDeps, state: SessionState) -> None:

@@ -43,6 +43,7 @@ def orient(session: Session, template: str) -> Plan | None:
         # stay unread until the model answers (below) and the session ends (see ending.record_end).
         inbox.note_shown(deps.store, max(state.inbox_ids))
         session.record(events.INBOX_SHOWN, ids=state.inbox_ids)
+    error = ""
     for attempt in (1, 2):
         try:
             result = session.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
@@ -51,19 +52,18 @@ def orient(session: Session, template: str) -> Plan | None:
         except (BudgetExceeded, SessionStopped) as exc:
             if attempt == 1:
                 raise  # recorded by the chokepoint as budget_exceeded; the session ends budget_exhausted
-            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient repair refused: {exc}")
-            return None
+            return _no_plan(session, attempt, f"orient repair refused: {exc}")
         except LLMError as exc:
             if exc.fault is not None:
                 # The key, the credit or the endpoint: not the agent's fault, so not a failing session for
                 # auto-restore (recorded as llm_fault by the caller, with what the operator must do).
                 raise
-            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=f"orient call failed: {exc}")
-            return None
+            return _no_plan(session, attempt, f"orient call failed: {exc}")
         try:
             plan = parse_plan(result.content, result.truncated)
         except PlanError as exc:
-            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=str(exc), answer=result.content[:2000])
+            error = str(exc)
+            session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=error, answer=result.content[:2000])
             turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
             ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
                    "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
@@ -71,6 +71,14 @@ def orient(session: Session, template: str) -> Plan | None:
         session.record(events.PLAN, steps=len(plan.steps), types=[st.type for st in plan.steps][:50],
                  session_budget=plan.session_budget.model_dump(exclude_none=True) if plan.session_budget else None)
         return plan
+    session.state.reason = f"orient gave no usable plan: {error}"[:300]
+    return None
+
+
+def _no_plan(session: Session, attempt: int, error: str) -> Plan | None:
+    """No plan from this attempt, and none to come: recorded, and the session's reason."""
+    session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=error)
+    session.state.reason = f"orient gave no usable plan: {error}"[:300]
     return None
 
 

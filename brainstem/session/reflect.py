@@ -4,8 +4,11 @@ Reflection writes short-term memory (``last_reflect``) and may ask for keys to
 load next time, a wake time and KV operations. Deep reflection rewrites
 long-term memory (``wisdom``), config, model details and the orient prompt.
 Everything they ask to write goes through the guarded view; anything invalid
-is rejected and recorded while the rest still applies; a parse failure keeps
-the previous memory and still moves the schedule forward.
+is rejected and recorded while the rest still applies. A reflection that did
+not happen (its call refused by a limit, failed at the provider, or answered
+with something unusable) keeps the previous memory and is noted on the
+session's state (``missed``) for the session's outcome to say so; a deep
+reflection that did not happen leaves its schedule as it was, so it stays due.
 
 What their prompts show is marked by where it came from
 (:mod:`brainstem.core.untrusted`): karma (tool logs, results, errors, fetched
@@ -33,6 +36,7 @@ from brainstem.core.templates import render
 from brainstem.core.timeline import format_entry
 from brainstem.core.untrusted import Untrusted, untrusted
 from brainstem.llm.chokepoint import LLMError
+from brainstem.session.state import Missed
 from brainstem.session.stopping import SessionStopped
 from brainstem.state import history as session_history
 from brainstem.state.budget import BudgetExceeded
@@ -45,7 +49,6 @@ from brainstem.store.base import encode
 from brainstem.store.karma import read as read_karma
 
 KARMA_LINES_FOR_REFLECT = 150
-CALL_FAILED = "\x00call_failed:"  # marks an error from _ask_json that is a failed call, not a bad answer
 KARMA_CHARS_FOR_REFLECT = 20_000
 
 
@@ -86,8 +89,9 @@ def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
     return Untrusted(text[-chars:], f"karma:{session_id}")
 
 
-def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None]:
-    """(object, None) or (None, why it failed). Uses the budget's reserved slice.
+def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None, BaseException | None]:
+    """(object, None, None), or (None, why it failed, the exception of a call that failed). Uses the
+    budget's reserved slice.
 
     A call that could not be made (the provider failed, the budget refused) is recorded here as
     ``reflect_call_failed``, with the fault when it is the provider's; the caller then records only
@@ -103,11 +107,11 @@ def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str
         else:
             fields["limit"] = exc.limit
         session.record(events.REFLECT_CALL_FAILED, error=f"{purpose} call failed: {exc}", **fields)
-        return None, CALL_FAILED + f"{purpose} call failed: {exc}"
+        return None, f"{purpose} call failed: {exc}", exc
     try:
-        return parse_object(result.content, result.truncated), None
+        return parse_object(result.content, result.truncated), None, None
     except PlanError as exc:
-        return None, str(exc)
+        return None, str(exc), None
 
 
 def _validated(raw: dict | None, error: str | None, model: type[BaseModel], label: str):
@@ -137,16 +141,13 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
                  "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
                  "context": {"lastReflect": shown, "balances": session.state.context.get("balances"),
                              "schedules": session.state.context.get("schedules")}}
-    raw, error = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
+    raw, error, failed = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
-        failed_call = error.startswith(CALL_FAILED)
-        error = error.removeprefix(CALL_FAILED)
-        if not failed_call:
-            session.record(events.REFLECT_PARSE_ERROR, error=error)
+        _missed(session, error, failed)
         kept = previous if isinstance(previous, dict) else {}
         failure = {"session_id": deps.id, "at": now_iso(ms=True), "error": error}
-        kept = {**kept, ("call_error" if failed_call else "parse_error"): failure}
+        kept = {**kept, ("call_error" if failed is not None else "parse_error"): failure}
         deps.store.put(keys.LAST_REFLECT, kept)
         return None
     remember_note(deps.store, out.note_to_future_self, deps.id)
@@ -165,6 +166,15 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
     if out.model_details_updates:
         apply_model_details(session, out.model_details_updates, "reflect")
     return out.next_wake_config
+
+
+def _missed(session, error: str | None, failed: BaseException | None, **fields: Any) -> None:
+    """Note a reflection that did not happen on the session's state (its outcome says so), and record a
+    parse error when the model answered (a failed call is recorded as ``reflect_call_failed`` already)."""
+    error = error or "no answer"
+    if failed is None:
+        session.record(events.REFLECT_PARSE_ERROR, error=error, **fields)
+    session.state.missed = Missed(error[:300], failed)
 
 
 def _apply_operations(session, ops: list, source: str) -> bool:
@@ -219,7 +229,9 @@ def deep_memory(session) -> dict[str, Any]:
 
 
 def run_deep_reflect(session) -> dict | None:
-    """Deep reflection; always moves the schedule forward. Returns the next_wake_config it asked for."""
+    """Deep reflection; returns the next_wake_config it asked for. It moves the schedule forward only when
+    it happened: one that did not (a limit, the provider, an unusable answer) stays due, and says why in
+    ``session.state.missed``."""
     deps = session.deps
     store = deps.store
     template = store.get(keys.PROMPT_DEEP) or DEFAULT_DEEP_PROMPT
@@ -236,16 +248,14 @@ def run_deep_reflect(session) -> dict | None:
         "models": session.models_for_prompt(),
         "context": context,
     }
-    raw, error = _ask_json(session, "deep_reflect", render(template, variables), deps.defaults.deep_reflect)
+    raw, error, failed = _ask_json(session, "deep_reflect", render(template, variables), deps.defaults.deep_reflect)
     out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
+    if out is None:  # not done: its schedule stays as it was, so the next wake tries again
+        _missed(session, error, failed, kind="deep")
+        return None
     schedule = {"last_session": deps.number, "last_at": now_iso(ms=True),
                 "after_sessions": deps.defaults.deep_reflect.default_interval_sessions,
                 "after_days": deps.defaults.deep_reflect.default_interval_days}
-    if out is None:
-        if not error.startswith(CALL_FAILED):
-            session.record(events.REFLECT_PARSE_ERROR, kind="deep", error=error)
-        store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
-        return None
     remember_note(store, out.note_to_future_self, deps.id)
     applied = []
     if out.updated_wisdom is not None:

@@ -16,6 +16,14 @@ from dataclasses import dataclass, field
 from brainstem.core import outcomes
 
 
+@dataclass(frozen=True)
+class Missed:
+    """A reflection that did not happen: why, in one line, and the exception its call failed with (a limit,
+    a stop, the provider), or None when the model answered and the answer was unusable."""
+    error: str
+    exc: BaseException | None = None
+
+
 @dataclass
 class SessionState:
     """A session's changing fields, each in one place: what orient is shown, what the session reads,
@@ -27,6 +35,7 @@ class SessionState:
     kind: str = "session"  # "session", "deep_reflect", or "reflex" (a wake a reflex handled)
     next_wake: dict | None = None
     reflect_wake: dict | None = None  # what reflection asked for; wins over the plan's request
+    missed: Missed | None = None  # the reflection (or deep reflection) that did not happen, and why
     clean_snapshot: dict | None = None  # the watched keys as this session found them (auto-restore)
     steps_failed: int = 0
     reads: Counter = field(default_factory=Counter)  # keys read this session (memory hygiene)

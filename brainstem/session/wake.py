@@ -78,6 +78,10 @@ from brainstem.store.lease import (
 from brainstem.store.overlay import OverlayStore
 from brainstem.tools.policy import ToolPolicy
 
+# Outcomes a session cancelled from outside may have reached only because it was cut short: it ends
+# interrupted instead (its cut-short work is not the agent's failure, nor its budget's).
+CUT_SHORT = (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.NO_REFLECTION, outcomes.BUDGET_EXHAUSTED)
+
 # --- the wake --------------------------------------------------------------------
 
 def wake(settings: Settings, store: Store, *, force: bool = False, providers: list | None = None,
@@ -257,7 +261,7 @@ def _whole_session(settings, store, wake_config, providers, listeners, cancel, l
             stop.check()
         _live(deps, state, wake_config, providers, orient_template, left_today)
         interruptible(False)
-        if stop.cancel.is_set() and state.outcome in (outcomes.CLEAN, outcomes.NO_PLAN, outcomes.BUDGET_EXHAUSTED):
+        if stop.cancel.is_set() and state.outcome in CUT_SHORT:
             stop.check()  # cancelled by the daemon or a signal: it ends interrupted, not blamed on the plan or budget
     except (SessionStopped, BudgetExceeded, LeaseLost, StoreUnavailable) as exc:  # stopped: see stopping.OUTCOMES
         interruptible(False)

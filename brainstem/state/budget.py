@@ -149,7 +149,7 @@ class Budget:
             if self.spent + self.held + usd > ceiling + 1e-9:
                 raise BudgetExceeded(self.binding_limit(use_reserve),
                                      f"a request that could cost ${usd:.4f} would pass the budget: ${self.spent:.4f} "
-                                     f"spent and ${self.held:.4f} held of ${ceiling:.4f}")
+                                     f"spent and ${self.held:.4f} held of {dollars(ceiling)}")
             self._holds[token] = (usd, time.monotonic() + ttl_s)
         if self.daily is None or simulated:
             return Hold(token, usd, daily=False, simulated=simulated)
@@ -161,7 +161,8 @@ class Budget:
         if not ok:
             self._holds.pop(token, None)
             raise BudgetExceeded("daily", f"a request that could cost ${usd:.4f} would pass today's ceiling of "
-                                          f"${self.daily.ceiling:.4f} (spent and held by every process of this agent)")
+                                          f"{dollars(self.daily.ceiling)} (spent and held by every process of this "
+                                          f"agent)")
         return Hold(token, usd, daily=True)
 
     def settle(self, hold: Hold | None, usd: float) -> None:
@@ -203,7 +204,7 @@ class Budget:
             raise BudgetExceeded("time", f"time budget used: {self.elapsed():.1f}s of {self.time_ceiling():.1f}s")
         if self.spent >= self.cost_ceiling():
             raise BudgetExceeded(self.binding_limit(),
-                                 f"cost budget used: ${self.spent:.4f} of ${self.cost_ceiling():.4f}")
+                                 f"cost budget used: ${self.spent:.4f} of {dollars(self.cost_ceiling())}")
         for _cost_cap, step_cap in self.caps:
             if step_cap is not None and self.steps >= step_cap:
                 raise BudgetExceeded("subplan", "the subplan has used its step budget")
@@ -218,6 +219,13 @@ def clamp(requested: float | None, ceiling: float, default: float) -> float:
     """The agent's request (or the default), never above the operator's ceiling, never negative."""
     value = default if requested is None else requested
     return max(0.0, min(float(value), float(ceiling)))
+
+
+def dollars(usd: float, least: int = 4) -> str:
+    """An amount in USD with ``least`` digits, or up to six when fewer would round it into another number
+    (a ceiling of $0.000001 is not "$0.0000")."""
+    digits = next((d for d in range(least, 6) if abs(round(usd, d) - usd) < 1e-12), 6)  # float noise is no digit
+    return f"${usd:,.{digits}f}"
 
 
 def today() -> str:

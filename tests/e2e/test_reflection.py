@@ -454,20 +454,21 @@ def test_invalid_updated_defaults_is_rejected_and_the_rest_applies(agent):
 
 
 @pytest.mark.slow
-def test_deep_reflection_in_prose_still_moves_the_schedule(agent):
+def test_deep_reflection_in_prose_is_no_reflection_and_stays_due(agent):
     st = agent.store
     st.put(keys.SESSION_COUNTER, "19")
     st.put(keys.WISDOM, "OLD WISDOM")
     agent.model.answers["deep"] = "I reflected deeply, but forgot to answer in JSON."
-    sid, entries, reqs, before, after = wake_timed(agent, outcome=None)
+    sid, entries, reqs, before, after = wake_timed(agent, outcome="no_reflection")
     assert kinds(reqs) == ["deep"]
     assert [e.get("kind") for e in events_of(entries, "reflect_parse_error")] == ["deep"]
-    sched = st.get_json(keys.DEEP_REFLECT_SCHEDULE)
-    assert sched["last_session"] == 20 and sched["after_sessions"] == 20
+    assert st.get(keys.DEEP_REFLECT_SCHEDULE) is None  # not done, so not marked done
     assert st.get(keys.WISDOM) == "OLD WISDOM"
-    assert_sleeps(st, DEFAULT_SLEEP, before, after)
-    sid2, entries2, reqs2 = agent.wake()
-    assert kinds(reqs2) == ["orient", "other", "reflect"]
+    assert_sleeps(st, DEFAULT_SLEEP, before, after)  # on the normal sleep: never every tick
+    agent.model.answers["deep"] = deep_answer(updated_wisdom="W-AT-LAST")
+    sid2, entries2, reqs2 = agent.wake(outcome="clean")
+    assert kinds(reqs2) == ["deep"]  # the next wake does what the last one could not
+    assert st.get_json(keys.DEEP_REFLECT_SCHEDULE)["last_session"] == 21 and st.get(keys.WISDOM) == "W-AT-LAST"
 
 
 # --- versions, rollback and the operator ------------------------------------------------------------------

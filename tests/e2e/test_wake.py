@@ -369,17 +369,22 @@ def test_deep_reflection_due_by_days(st, env, llm):
     assert sched["last_session"] == 4 and sched["last_at"] > eight_days_ago
 
 
-def test_deep_reflection_in_prose_still_moves_the_schedule(st, env, llm):
+def test_deep_reflection_in_prose_stays_due_until_it_happens(st, env, llm):
     st.put(keys.SESSION_COUNTER, "19")
     llm.queue("I reflected deeply, but I forgot to answer in JSON.")
-    sid, entries = finished(run_wake(env, "--force"), st)
+    sid, entries = finished(run_wake(env, "--force"), st, "no_reflection")
     assert is_deep(llm.requests[0])
     assert [e.get("kind") for e in events_of(entries, "reflect_parse_error")] == ["deep"]
-    assert st.get_json(keys.DEEP_REFLECT_SCHEDULE)["last_session"] == 20
+    assert st.get(keys.DEEP_REFLECT_SCHEDULE) is None
+    llm.reset()
+    llm.queue(DEEP_ANSWER)
+    finished(run_wake(env, "--force"), st, "clean")
+    assert is_deep(llm.requests[0])
+    assert st.get_json(keys.DEEP_REFLECT_SCHEDULE)["last_session"] == 21
     llm.reset()
     llm.queue(plan(think("hello")), "hi", reflection())
-    sid2, entries2 = finished(run_wake(env, "--force"), st, "clean")
-    assert sid2 != sid and is_orient(llm.requests[0])
+    sid3, entries3 = finished(run_wake(env, "--force"), st, "clean")
+    assert sid3 != sid and is_orient(llm.requests[0])
     assert not any(is_deep(r) for r in llm.requests)
 
 

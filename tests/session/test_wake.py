@@ -73,3 +73,25 @@ def test_a_live_lock_of_another_process_is_respected(agent):
     assert store.acquire_lease(keys.WAKE_LEASE, "another-host:1:x", 600_000)
     with pytest.raises(LeaseHeld):
         wake(settings, store, force=True, providers=[CassetteProvider(cassette)])
+
+
+def test_a_deep_reflection_cut_short_by_a_shutdown_is_interrupted_and_stays_due(agent, tmp_path):
+    """Cancelled while deep reflection was being answered (here: unusably): the session ends interrupted,
+    not no_reflection (a failure of the agent's), and deep reflection is still due."""
+    store, settings, _ = agent
+    store.put(keys.SESSION_COUNTER, "19")
+    cassette = tmp_path / "deep.json"
+    cassette.write_text(json.dumps({"answers": [{"content": "Half a thought, and no JSON"}]}))
+    cancel = threading.Event()
+
+    class CancelledWhileAnswering(CassetteProvider):
+        def complete(self, request, timeout, deadline=None):
+            cancel.set()  # the daemon stopping while the answer is on its way
+            return super().complete(request, timeout, deadline)
+
+    result = wake(settings, store, force=True, providers=[CancelledWhileAnswering(cassette)], cancel=cancel)
+    assert result.outcome == "interrupted", result.message
+    entries = karma.read(store, result.session_id)
+    assert [e.get("kind") for e in entries if e["event"] == "reflect_parse_error"] == ["deep"]
+    assert entries[-1]["outcome"] == "interrupted" and entries[-1]["kind"] == "deep_reflect"
+    assert store.get(keys.DEEP_REFLECT_SCHEDULE) is None

@@ -15,7 +15,16 @@ import uuid
 import pytest
 
 from brainstem.core import keys
-from brainstem.state.budget import Budget, BudgetExceeded, DailyLedger, add_daily, daily_reserved, daily_spent, today
+from brainstem.state.budget import (
+    Budget,
+    BudgetExceeded,
+    DailyLedger,
+    add_daily,
+    daily_reserved,
+    daily_spent,
+    dollars,
+    today,
+)
 from brainstem.store import open_store
 from tests.helpers import unique_prefix, wait_for
 
@@ -315,3 +324,11 @@ def test_a_dead_spenders_lease_does_not_stop_spend_being_counted(real_store_url)
     assert add_daily(store, 0.5) == pytest.approx(0.5)
     assert time.monotonic() - t0 < 1.0
     assert daily_spent(store) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("usd, least, text", [(0.0144, 4, "$0.0144"), (0.000001, 4, "$0.000001"),
+                                              (0.006 - 0.0057 - 0.00006, 4, "$0.00024"), (2.5, 2, "$2.50"),
+                                              (0.004, 2, "$0.004"), (1234.5, 2, "$1,234.50"), (0.0, 4, "$0.0000"),
+                                              (1 / 3, 4, "$0.333333")])
+def test_an_amount_is_never_rounded_into_another_number(usd, least, text):
+    assert dollars(usd, least) == text

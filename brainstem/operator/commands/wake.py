@@ -102,7 +102,7 @@ def _print_result(result, quiet: bool, verbose: bool, log_format: str) -> None:
     elif log_format == "json":  # every stdout line is JSON, the closing summary included
         click.echo(json.dumps({"event": "wake_result", "status": result.status, "outcome": result.outcome,
                                "session_id": result.session_id, "next_wake_after": result.next_wake_after,
-                               "operator_action": operator_action(result.outcome),
+                               "operator_action": operator_action(result.outcome), "reason": result.reason,
                                "message": result.message}))
     else:
         click.echo(result.message)

@@ -36,6 +36,7 @@ from brainstem.core import keys
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import BadArgument, BrainstemError
 from brainstem.core.secrets import PCHAR_SAFE
+from brainstem.operator import output
 from brainstem.operator.dashboard import actions, auth, charts, views
 from brainstem.store import karma as karma_mod
 from brainstem.store.karma import Redactor
@@ -65,6 +66,7 @@ class Dashboard:
         env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, finalize=self._finalize)
         env.filters["usd"] = _usd
         env.filters["kind"] = views.kind_name
+        env.filters["ceiling"] = output.ceiling
         env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, default=str)
         self.env = env
 

@@ -26,6 +26,7 @@ from brainstem.core import keys
 from brainstem.core.clock import parse_duration
 from brainstem.core.errors import ConfigError
 from brainstem.daemon.scheduler import record_fire
+from brainstem.operator.output import clip
 from brainstem.state import history as history_mod
 from brainstem.store import open_store, sqlite_path, sqlite_url
 from brainstem.store.karma import Karma
@@ -506,8 +507,8 @@ def test_sessions_says_why_a_session_without_a_summary_ended(st, env, llm):
     no_plan, clean = entries[0], entries[1]
     assert rows[clean["id"]].endswith("a good one")
     said = rows[no_plan["id"]].split("s  ")[-1].strip()  # after the duration column
-    assert said and said == (no_plan.get("reason") or no_plan.get("operator_action")
-                             or f"ended no_plan, no summary (brainstem karma {no_plan['number']})"), rows
+    assert said and said == clip(no_plan.get("reason") or no_plan.get("operator_action")
+                                  or f"ended no_plan, no summary (brainstem karma {no_plan['number']})"), rows
     assert rows["9-dead00"].endswith("its process died mid-session (brainstem karma 9)")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.helpers import run_cli
 
 VALUE = "weather-key-value-5a4b3c2d1e"
@@ -82,3 +84,35 @@ def test_next_wake_says_due_now_and_why_when_an_urgent_message_wakes_the_agent_b
     # One true thing: it is due now, and the time its schedule gave is named as that, not as its next wake.
     assert said == f"due now: an urgent message waits (its own schedule said {later})"
     assert report["asleep"] is False and report["next_wake_at"] is None and report["next_wake_after"] == later
+
+
+@pytest.mark.parametrize("ceiling, says", [
+    ("2.5", "$0.0057 of $2.50 (per session at most $0.50)"),
+    ("0.004", "$0.0057 of $0.004 (over it) (per session at most $0.50)"),  # not "of $0.00"
+    ("0.0123456", "$0.0057 of $0.012346 (per session at most $0.50)"),
+    ("0", "$0.0057 of $0.00 (over it) (per session at most $0.50)"),
+    ("inf", "$0.0057, no daily ceiling (per session at most $0.50)"),
+    ("1234.5", "$0.0057 of $1,234.50 (per session at most $0.50)"),
+])
+def test_status_states_todays_spend_against_the_ceiling_as_set(tmp_path, ceiling, says):
+    from brainstem.state.budget import today
+    from brainstem.store import open_store
+
+    env = {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}", "BRAINSTEM_MAX_DAILY_COST": ceiling}
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.settle_spend(today(), None, 0.0057)
+    r = run_cli("status", env=env)
+    assert r.returncode == 0, r.stderr
+    (line,) = [" ".join(ln.split()) for ln in r.stdout.splitlines() if ln.startswith("spent today")]
+    assert line == f"spent today {says}"
+    report = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert report["cost_today"] == 0.0057
+    assert report["daily_ceiling"] == (None if ceiling == "inf" else float(ceiling))
+
+
+def test_status_says_when_there_is_no_ceiling_per_session(tmp_path):
+    env = {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}", "BRAINSTEM_MAX_SESSION_COST": "inf"}
+    (line,) = [" ".join(ln.split()) for ln in run_cli("status", env=env).stdout.splitlines()
+               if ln.startswith("spent today")]
+    assert line == "spent today $0.0000 of $5.00 (no ceiling per session)"
+    assert json.loads(run_cli("status", "--json", env=env).stdout)["session_ceiling"] is None

@@ -343,3 +343,29 @@ def test_the_overview_tells_credit_not_offered_from_unknown(settings, store, tru
     store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-04T09:00:00Z", **truth})
     row = re.search(r"<tr><th>balances</th><td>(.*?)</td></tr>", client(app_for(settings, store)).get("/").text)
     assert html.unescape(row.group(1)).startswith(shown)
+
+
+@pytest.mark.parametrize("daily, session, says", [
+    ("0.004", "0.5", "$0.0057 of $0.004 daily ceiling (142.5%); per session at most $0.50"),
+    ("inf", "inf", "$0.0057, no daily ceiling; per session no ceiling"),
+])
+def test_the_overview_states_todays_spend_against_the_ceiling_as_set(monkeypatch, store, daily, session, says):
+    """A ceiling under a cent is not shown as $0.00, and no ceiling is said in words."""
+    from brainstem.state.budget import today
+
+    settings = dashboard_settings(monkeypatch, BRAINSTEM_MAX_DAILY_COST=daily, BRAINSTEM_MAX_SESSION_COST=session)
+    store.settle_spend(today(), None, 0.0057)
+    r = client(app_for(settings, store)).get("/")
+    row = re.search(r"<tr><th>spent today</th><td>(.*?)</td></tr>", r.text).group(1)
+    assert html.unescape(row) == says
+
+
+def test_no_ceiling_draws_no_ceiling_line_on_the_sessions_page(monkeypatch, store):
+    """With the ceilings set to inf there is none to draw (not a line at $0)."""
+    settings = dashboard_settings(monkeypatch, BRAINSTEM_MAX_DAILY_COST="inf", BRAINSTEM_MAX_SESSION_COST="inf")
+    store.put(keys.SESSION_HISTORY, [{"id": "1-aaaaaa", "number": 1, "outcome": "clean", "cost": 0.02, "steps": 1,
+                                      "started_at": iso(datetime.now(timezone.utc)), "duration_ms": 10}])
+    page = client(app_for(settings, store)).get("/sessions").text
+    assert "cost per UTC day" in page and 'class="ceiling' not in page and "ceiling $" not in page
+    finite = dashboard_settings(monkeypatch, BRAINSTEM_MAX_DAILY_COST="5", BRAINSTEM_MAX_SESSION_COST="0.5")
+    assert "ceiling $5" in client(app_for(finite, store)).get("/sessions").text  # a finite one is named
