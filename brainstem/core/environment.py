@@ -43,6 +43,11 @@ def variables() -> Mapping[str, str]:
     return {**file_values(), **os.environ}
 
 
+def inherited() -> dict[str, str]:
+    """A copy of the real environment, for a process the runtime starts (which reads the env file itself)."""
+    return dict(os.environ)
+
+
 def raw(name: str) -> str | None:
     """One variable of the real environment (the light path: no env file)."""
     return os.environ.get(name)

@@ -27,8 +27,9 @@ STORE_UNAVAILABLE = "store_unavailable"  # the store became unreachable (or full
 HOST_LOST = "host_lost"                # its host stopped renewing its lease (died, froze, cut off); taken over
 HANDLED_BY_REFLEX = "handled_by_reflex"  # a reflex ran its tools and slept: no plan, no LLM call, no history entry
 
-ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, NO_REFLECTION, ERROR, CRASHED, HOST_LOST, INTERRUPTED,
-       LLM_AUTH_FAILED, LLM_NO_CREDIT, LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX)
+ALL = (CLEAN, BUDGET_EXHAUSTED, STOPPED, NO_PLAN, ERROR, CRASHED, HOST_LOST, INTERRUPTED,
+       LLM_AUTH_FAILED, LLM_NO_CREDIT, LLM_UNAVAILABLE, LLM_BAD_RESPONSE, STORE_UNAVAILABLE, HANDLED_BY_REFLEX,
+       NO_REFLECTION)  # released names keep their places; a new one goes at the end
 
 # The agent's own failures: three in a row and auto-restore puts back the last clean versions.
 FAILING = (CRASHED, NO_PLAN, NO_REFLECTION, ERROR)

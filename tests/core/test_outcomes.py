@@ -10,7 +10,7 @@ from brainstem.core import outcomes
 def test_the_names_are_the_released_ones():
     assert outcomes.ALL == ("clean", "budget_exhausted", "stopped", "no_plan", "error", "crashed", "host_lost",
                             "interrupted", "llm_auth_failed", "llm_no_credit", "llm_unavailable", "llm_bad_response",
-                            "store_unavailable", "handled_by_reflex")
+                            "store_unavailable", "handled_by_reflex", "no_reflection")
 
 
 def test_the_agents_failures_and_the_operators_faults_never_overlap():

@@ -129,7 +129,11 @@ def test_wakes_on_schedule_first_fire_runs_then_later_fires_sleep(redis_url, age
     assert rc == 0, d.stderr
     assert took < 10
 
-    log = wake_log(store)
+    # On a loaded machine the first session may outlast a second: fires meanwhile are skipped as still
+    # running (recorded before the session's own "ran" entry, which is written when it ends), never run.
+    whole = wake_log(store)
+    log = [e for e in whole if not (e["fire"] == "skipped" and e.get("reason") == "still_running")]
+    assert all(e["fire"] != "skipped" or whole.index(e) < whole.index(log[0]) for e in whole), whole
     assert log[0]["fire"] == "ran" and log[0]["outcome"] == "clean", log
     assert [e["fire"] for e in log[1:]] == ["asleep"] * (len(log) - 1), log
     h = history(store)

@@ -18,7 +18,6 @@ session did is in its karma, whose page this one links to as soon as the session
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from brainstem.core import environment
 from brainstem.core.clock import now_iso
 from brainstem.core.errors import BadArgument, LeaseHeld
 
@@ -77,7 +77,7 @@ class Action:
 
 def child_env(agent: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of an action's process: the dashboard's, less its token, for ``agent``."""
-    env = dict(os.environ if environ is None else environ)
+    env = environment.inherited() if environ is None else dict(environ)
     env.pop(TOKEN_ENV, None)
     if agent:  # "" is the default agent of these settings: the environment selects it already
         env["BRAINSTEM_KV_PREFIX"] = agent
