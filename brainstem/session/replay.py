@@ -358,6 +358,10 @@ class RecordedFetches:
         for e in recording.telegram_sends():
             self.sends[e.get("tool")].append(e)
 
+    def sent(self, tool: str) -> bool:
+        """Whether the original session's sends of ``tool`` are not all answered yet."""
+        return bool(self.sends.get(tool))
+
     def telegram(self, tool: str) -> Any:
         """The message id the original session's send of ``tool`` got (in order); never Telegram's."""
         queue = self.sends.get(tool)

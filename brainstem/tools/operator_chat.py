@@ -43,7 +43,8 @@ def send(policy: ToolPolicy, text: str, timeout: float, *, tool: str, record: Ca
     if len(text) > MAX_TEXT_CHARS:
         raise NotSent(f"telegram: the text is longer than {MAX_TEXT_CHARS} characters (Telegram's limit)")
     config = policy.telegram
-    if config is None and policy.fetch_replay is None:  # a replay is answered as the original was, set up or not
+    # A replay's send is answered as the original one was, whether Telegram is set up now or not.
+    if config is None and (policy.fetch_replay is None or not policy.fetch_replay.sent(tool)):
         raise NotSent(NOT_CONFIGURED)
     size = len(text.encode("utf-8", "surrogatepass"))
     charge("telegram", RECORD_MIN_BYTES + size)  # no message goes out once the quota is spent
