@@ -16,6 +16,9 @@ LLM_CALL = "llm_call"
 LLM_ERROR = "llm_error"
 PROVIDER_FALLBACK = "provider_fallback"
 MODEL_FALLBACK = "model_fallback"
+# A call no provider answered: its request (as an llm_call's), the error, and the fault and HTTP status when
+# it was the provider's; replay gives the same request the same failure.
+LLM_FAILED = "llm_failed"
 PLAN = "plan"
 ORIENT_PARSE_ERROR = "orient_parse_error"
 STEP_START = "step_start"

@@ -17,6 +17,7 @@ _SUMMARY_FIELDS: dict[str, tuple[str, ...]] = {
     events.REFLEX_FAILED: ("reflex", "tool", "error"),
     events.REPLAY_GATE: ("keys", "refused"),
     events.LLM_CALL: ("purpose", "model", "tier", "input_tokens", "output_tokens", "cost", "duration_ms", "truncated"),
+    events.LLM_FAILED: ("purpose", "step_id", "model", "fault", "status", "error"),  # its request is replay's
     events.TOOL_START: ("tool", "attempt"),
     events.TOOL_COMPLETE: ("tool", "ok", "duration_ms", "error"),
     events.STEP_START: ("step_id", "type"),

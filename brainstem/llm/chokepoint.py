@@ -292,7 +292,20 @@ class LLM:
                 error.final = True
                 raise error
             return result
-        raise LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
+        failed = LLMError(f"every provider failed for {model_id}: " + " | ".join(errors), fault=fault, status=status)
+        self.record(events.LLM_FAILED, purpose=purpose, step_id=step_id, model=model_id,
+                    request=self._as_recorded(request), error=str(failed), fault=failed.fault, status=status)
+        raise failed
+
+    def _as_recorded(self, request: dict) -> dict:
+        """``request`` as karma keeps it: the soul is in every request, so karma notes it rather than
+        repeating it each time; the tools' schemas are their metas, in the store, so karma names them."""
+        recorded = dict(request)
+        recorded["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},
+                                *request["messages"][1:]]
+        if request.get("tools"):
+            recorded["tools"] = [t.get("function", {}).get("name") for t in request["tools"]]
+        return recorded
 
     def _screened_error(self, said: str) -> str:
         """A host's error as it may be recorded: it may quote the request (a moderation error quoting its
@@ -363,12 +376,7 @@ class LLM:
             cost, charge = round(cost, 10), True
         if charge:
             self.budget.settle(hold, cost)  # the session's spend and today's, in place of the worst case held
-        recorded_request = dict(request)
-        # The soul is in every request; karma notes it rather than repeating it each time.
-        recorded_request["messages"] = [{"role": "system", "content": f"[soul: {len(self.soul)} chars]"},
-                                        *request["messages"][1:]]
-        if request.get("tools"):  # the schemas are the tools' metas, in the store; karma names them
-            recorded_request["tools"] = [t.get("function", {}).get("name") for t in request["tools"]]
+        recorded_request = self._as_recorded(request)
         self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
                     input_tokens=resp.usage.get("prompt_tokens", 0),
                     output_tokens=resp.usage.get("completion_tokens", 0),

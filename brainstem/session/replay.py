@@ -13,7 +13,9 @@ change of the agent (prompts, config, tools, code) can change a request:
 * in a throwaway overlay of the store (:mod:`brainstem.store.overlay`): no key,
   schedule, session history or daily spend changes;
 * LLM answers come from the recording wherever the request is the same (the
-  same model and messages; clock times and durations in them are ignored).
+  same model and messages; clock times and durations in them are ignored),
+  and so do failures: a call no provider answered (its ``llm_failed`` entry)
+  fails again with the same error, fault and status, and nothing is asked.
   Otherwise ``live`` asks the model (priced, budgeted, counted towards today's
   spend, and its karma kept as ``replay-…``), or the call is a
   ``changed_request``;
@@ -227,8 +229,9 @@ def sessions_since(store: Store, ref: str) -> list[str]:
 # --- answers from the recording ---
 
 class RecordedAnswers:
-    """The LLM as a replay sees it (tier ``replay``): recorded answers to the same requests; else a live
-    call (``live``), the recorded answer at the same place (``assume``, the gate), or :class:`ChangedRequest`."""
+    """The LLM as a replay sees it (tier ``replay``): recorded answers to the same requests (a call no
+    provider answered then fails now as it did, with its error, fault and status); else a live call
+    (``live``), the recorded answer at the same place (``assume``, the gate), or :class:`ChangedRequest`."""
 
     tier = "replay"
 
@@ -243,7 +246,8 @@ class RecordedAnswers:
         self.by_place: dict[tuple, deque] = defaultdict(deque)
         rest = recording.rest
         for i, e in enumerate(rest):
-            if e.get("event") != events.LLM_CALL or e.get("failed") or not isinstance(e.get("request"), dict):
+            answered = e.get("event") == events.LLM_CALL and not e.get("failed")
+            if not (answered or e.get("event") == events.LLM_FAILED) or not isinstance(e.get("request"), dict):
                 continue
             side: list[dict] = []
             j = i - 1
@@ -293,6 +297,13 @@ class RecordedAnswers:
             skip()
         for e in call["side"]:
             self.record(e["event"], **{k: v for k, v in e.items() if k not in ("t", "elapsed_ms", "event")})
+        if call.get("event") == events.LLM_FAILED:  # no provider answered it then: nor now, in the same words
+            self.record(events.LLM_FAILED, **{k: v for k, v in call.items() if k not in ("t", "elapsed_ms", "event",
+                                                                                          "side")})
+            fault = call.get("fault")
+            raise LLMError(str(call.get("error") or "every provider failed"),
+                           fault=fault if fault in outcomes.PROVIDER_FAULTS.values() else None,
+                           status=call.get("status") if isinstance(call.get("status"), int) else None)
         content, truncated = str(call.get("response") or ""), bool(call.get("truncated"))
         out_tokens = int(call.get("output_tokens") or 0)
         if out_tokens > request.get("max_tokens", out_tokens):  # the model would have been cut off here
@@ -346,6 +357,10 @@ class RecordedFetches:
         self.sends: dict[Any, deque] = defaultdict(deque)
         for e in recording.telegram_sends():
             self.sends[e.get("tool")].append(e)
+
+    def sent(self, tool: str) -> bool:
+        """Whether the original session's sends of ``tool`` are not all answered yet."""
+        return bool(self.sends.get(tool))
 
     def telegram(self, tool: str) -> Any:
         """The message id the original session's send of ``tool`` got (in order); never Telegram's."""

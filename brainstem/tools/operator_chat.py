@@ -43,11 +43,12 @@ def send(policy: ToolPolicy, text: str, timeout: float, *, tool: str, record: Ca
     if len(text) > MAX_TEXT_CHARS:
         raise NotSent(f"telegram: the text is longer than {MAX_TEXT_CHARS} characters (Telegram's limit)")
     config = policy.telegram
-    if config is None:
+    # A replay's send is answered as the original one was, whether Telegram is set up now or not.
+    if config is None and (policy.fetch_replay is None or not policy.fetch_replay.sent(tool)):
         raise NotSent(NOT_CONFIGURED)
     size = len(text.encode("utf-8", "surrogatepass"))
     charge("telegram", RECORD_MIN_BYTES + size)  # no message goes out once the quota is spent
-    fields = {"tool": tool, "chat_id": config.chat_id, "chars": len(text), "bytes": size,
+    fields = {"tool": tool, "chat_id": config.chat_id if config else None, "chars": len(text), "bytes": size,
               "text": text[:MAX_TEXT_CHARS]}
     t0 = time.monotonic()
     if policy.fetch_replay is not None:  # a replay: what the original session was answered, never Telegram

@@ -11,6 +11,7 @@ import pytest
 
 from brainstem.core import keys
 from brainstem.state import history as session_history
+from brainstem.state.budget import daily_spent
 from tests.helpers import dead_pid, ok, run_cli
 from tests.session.conftest import put_schedule
 from tests.wake_helpers import (
@@ -80,6 +81,30 @@ def _every_kind(st, llm, env) -> dict[str, str]:
     gate = next(e for e in entries if e["event"] == "replay_gate")
     assert gate["refused"]  # refused then: the replay is given that verdict, never judges again
     assert st.get(keys.WISDOM) == "small steps"
+    made.update(_calls_that_did_not_happen(st, llm, env))
+    return made
+
+
+def _calls_that_did_not_happen(st, llm, env) -> dict[str, str]:
+    """Sessions whose model calls failed or were refused: their failures are part of the recording."""
+    made = {}
+    for kind, status, outcome in (("orient_down", 503, "llm_unavailable"), ("no_credit", 402, "llm_no_credit")):
+        llm.responder = lambda req, status=status: {"status": status, "message": "double: not now"}
+        made[kind], entries = finished(run_wake(env, "--force"), st, outcome)
+        assert any(e["event"] == "llm_failed" and e["fault"] == outcome for e in entries)
+    llm.responder = _respond
+
+    deep_due = {"last_session": len(session_history.read(st)), "after_sessions": 1, "after_days": 7}
+    st.put(keys.DEEP_REFLECT_SCHEDULE, deep_due)
+    ceiling = f"{daily_spent(st) + 0.0001:.6f}"  # today's spend so far leaves too little for the call
+    made["deep_refused"], entries = finished(run_wake({**env, "BRAINSTEM_MAX_DAILY_COST": ceiling}, "--force"), st,
+                                             "budget_exhausted")
+    assert any(e["event"] == "budget_exceeded" and e["purpose"] == "deep_reflect" for e in entries)
+
+    llm.responder = lambda req: "I thought about it at length, and here is no JSON." if is_deep(req) else \
+        _respond(req)
+    made["deep_unusable"], _ = finished(run_wake(env, "--force"), st, "no_reflection")
+    llm.responder = _respond
     return made
 
 
@@ -108,8 +133,8 @@ def test_every_kind_of_session_replays_the_same_then_a_prompt_edit_differs_with_
     assert {r["id"]: r["verdict"] for r in rows} == {
         sid: "skipped" if kind == "dead" else "same" for kind, sid in made.items()}
     assert all(r["differences"] == [] for r in rows)
-    last = json.loads(ok(run_cli("replay", "--since", made["deep"], "--json", env=env)))["sessions"]
-    assert [r["id"] for r in last] == [made["deep"]]  # from an id on: its number
+    last = json.loads(ok(run_cli("replay", "--since", made["deep_unusable"], "--json", env=env)))["sessions"]
+    assert [r["id"] for r in last] == [made["deep_unusable"]]  # from an id on: its number
 
     edit = "\nAlways say which message you answer.\n"
     ok(run_cli("kv", "put", keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + edit, env=env))
@@ -119,6 +144,10 @@ def test_every_kind_of_session_replays_the_same_then_a_prompt_edit_differs_with_
     assert f"{made['plain']}: changed request: orient" in r.stdout
     assert "+Always say which message you answer." in r.stdout and "--- recorded" in r.stdout
     assert f"{made['deep']}: changed request: deep_reflect" in r.stdout  # it is shown the orient prompt
+    for kind in ("orient_down", "no_credit"):  # a call that failed then is still a request to compare
+        line = next(line for line in r.stdout.splitlines() if line.startswith(made[kind] + " "))
+        assert "DIFFERS" in line and f"{made[kind]}: changed request: orient" in r.stdout, (kind, line)
+    assert f"{made['deep_unusable']}: changed request: deep_reflect" in r.stdout
     rows = json.loads(run_cli("replay", "--since", "1", "--json", env=env, timeout=240).stdout)["sessions"]
     diffs = [d for d in rows[0]["differences"] if d["part"] == "request"]
     assert diffs and diffs[0]["purpose"] == "orient" and "+Always say which message you answer." in diffs[0]["diff"]

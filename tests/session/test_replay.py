@@ -11,7 +11,7 @@ from brainstem.core import keys
 from brainstem.state import history as session_history
 from brainstem.state.budget import daily_spent
 from tests.helpers import run_cli
-from tests.wake_helpers import action, answers, finished, plan, reflection, run_wake, think, wake_env
+from tests.wake_helpers import action, answers, finished, plan, reflection, run_wake, think, user_text, wake_env
 
 
 def _session(st, llm, env, **plan_extra):
@@ -364,3 +364,34 @@ def test_a_prompt_longer_than_karma_keeps_of_it_still_replays_the_same(st, llm, 
     assert "[truncated" in orient["request"]["messages"][-1]["content"]
     r = run_cli("replay", sid, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_call_that_failed_replays_failing_the_same_way_even_live_and_a_prompt_edit_still_shows(st, llm, fenv):
+    """A think step's call meets a 503 (the fallback model then answers, or the step fails): the replay gives
+    the same request the same failure, with no model asked even under ``--live``."""
+    failed = []
+
+    def respond(req: dict):
+        if "Say hi" in user_text(req) and req["model"] in (failed or [req["model"]]):  # its retries too
+            failed.append(req["model"])
+            return {"status": 503, "message": "double: down"}
+        return answers("hi", reflect=reflection("said hi"))(req)
+    llm.queue(plan(think("Say hi", id="hi")))
+    llm.responder = respond
+    sid, entries = finished(run_wake(fenv, "--force"), st, "clean")
+    lost = [e for e in entries if e["event"] == "llm_failed"]
+    assert [(e["purpose"], e["fault"], e["status"]) for e in lost] == [("think", "llm_unavailable", 503)]
+    assert "Say hi" in lost[0]["request"]["messages"][-1]["content"]
+    line = next(li for li in run_cli("karma", sid, env=fenv).stdout.splitlines() if " llm_failed " in li)
+    assert "fault=llm_unavailable status=503" in line and "request" not in line  # the request is replay's
+    llm.reset()
+    for live in ((), ("--live",)):
+        r = run_cli("replay", sid, "--json", *live, env=fenv)
+        assert r.returncode == 0, r.stdout + r.stderr
+        report = json.loads(r.stdout)
+        assert report["same"] is True and report["answers"]["live"] == 0, report
+    assert llm.requests == []
+
+    st.put(keys.PROMPT_ORIENT, st.get(keys.PROMPT_ORIENT) + "\nSay hi twice.\n")
+    r = run_cli("replay", sid, env=fenv)
+    assert r.returncode == 1 and "changed request: orient" in r.stdout, r.stdout

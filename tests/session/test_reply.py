@@ -198,6 +198,20 @@ def test_a_replay_performs_no_reply_and_its_step_behaves_the_same(st, real_store
     (sent,) = events_of(replayed.entries, "telegram_sent")
     assert sent["replayed"] is True
     assert len(inbox.messages(st)[0]["replies"]) == 1  # the live session's, and no other
+    # Replayed where Telegram is not set up, the send is still answered as it was.
+    unset = load_settings(kv=real_store_url, openrouter_base_url=llm.base_url, openrouter_api_key=API_KEY)
+    again = events_of(replay.rerun(unset, st, replay.load(st, sid)).entries, "inbox_reply")
+    assert [(e["telegram_sent"], e.get("telegram_message_id")) for e in again] == [
+        (True, events_of(replayed.entries, "inbox_reply")[0]["telegram_message_id"])]
+
+
+def test_a_reply_that_was_not_configured_replays_not_configured(st, real_store_url, llm):
+    asked = from_telegram(st)
+    model(llm, reply(asked["id"], ANSWER, id="r"))
+    sid, _ = finished(run_wake(wake_env(real_store_url, llm), "--force"), st, "clean")
+    unset = load_settings(kv=real_store_url, openrouter_base_url=llm.base_url, openrouter_api_key=API_KEY)
+    (again,) = events_of(replay.rerun(unset, st, replay.load(st, sid)).entries, "inbox_reply")
+    assert (again["telegram_sent"], again["telegram_error"]) == (False, NOT_CONFIGURED)
 
 
 def test_no_secret_the_session_knows_reaches_a_reply(sqlite_store):

@@ -168,21 +168,35 @@ def test_a_mode_that_forbids_effects_sends_nothing(tg, store, env, how):
     assert of(entries, ev.TOOL_WOULD_DO)
 
 
-def test_a_replay_answers_from_the_recording_and_never_reaches_telegram(tg, store, env):
+def replayed_sends(store, settings, *sent: dict):
+    """(outcome, entries) of a tool sending twice in a replay of a session whose sends were ``sent``."""
     from brainstem.session.replay import RecordedFetches, Recording
 
-    s = configure(env, tg)
-    recorded = {"event": ev.TELEGRAM_SENT, "tool": "say", "chat_id": str(OWNER), "message_id": 77}
-    recording = Recording(id="s1", entries=[recorded], prefix=[], context={}, start={}, end={})
-    policy = ToolPolicy.from_settings(s, fetch_replay=RecordedFetches(recording))
+    recording = Recording(id="s1", entries=[{"event": ev.TELEGRAM_SENT, "tool": "say", "chat_id": str(OWNER), **e}
+                                            for e in sent], prefix=[], context={}, start={}, end={})
+    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording))
     put_tool(store, "say", "def execute(args, ctx):\n    out = [ctx.send_telegram('hi')]\n"
                            "    try:\n        ctx.send_telegram('again')\n"
                            "    except Exception as e:\n        out.append(str(e))\n    return out\n")
-    out, entries = run(store, s, "say", policy=policy)
+    return run(store, settings, "say", policy=policy)
+
+
+def test_a_replay_answers_from_the_recording_and_never_reaches_telegram(tg, store, env):
+    out, entries = replayed_sends(store, configure(env, tg), {"message_id": 77})
     assert out.ok, out.error
     assert out.value[0] == {"message_id": 77} and "a replay never reaches the world" in out.value[1]
     assert tg.requests == []
     assert [e.get("replayed") for e in of(entries, ev.TELEGRAM_SENT)] == [True]
+
+
+def test_a_replay_answers_as_the_original_send_was_answered_when_telegram_is_not_set_up_now(tg, store, env):
+    s = load_settings()  # no token, no chat: today's settings do not decide what the session was told
+    out, _ = replayed_sends(store, s, {"message_id": 78}, {"error": "telegram: not sent: x"})
+    assert out.ok, out.error
+    assert out.value == [{"message_id": 78}, "telegram: not sent: x"] and tg.requests == []
+    # Outside a replay the same settings still refuse, naming what to set.
+    out, _ = run(store, s, "say")
+    assert not out.ok and "telegram: not configured" in out.error
 
 
 # --- the token is never code's ---------------------------------------------------------------------------------
