@@ -3,11 +3,11 @@ that came from Telegram, sent to the operator's chat.
 
 No model is asked: the plan holds the text (``{{variables}}`` filled in, as in a tool's input). The
 message must be one the operator left (not the agent's own) and the text must say something; otherwise
-the step fails with the reason (which quotes ``to`` only as a message id). The runtime joined ``to`` and the text from the
-plan's variables, so both are screened before anything records, keeps or sends them, as a tool's input
-is: any run of a secret in them (a guess spelled in pieces, one per think step) is a ``secret_refused``
-stop that holds the agent, and nothing of them is kept. Redacting them instead would mark where a guess
-matched, and keep pieces shorter than a whole value.
+the step fails with the reason (which quotes ``to`` only as a message id). The runtime joined ``to`` and
+the text from the plan's variables, so both are screened before anything records, keeps or sends them,
+as a tool's input is: any run of a secret in them (a guess spelled in pieces, one per think step) is a
+``secret_refused`` stop that holds the agent, and nothing of them is kept. Redacting them instead would
+mark where a guess matched, and keep pieces shorter than a whole value.
 
 Telegram is sent to by the runtime, as ``ctx.send_telegram`` is (a ``telegram_sent`` entry;
 code never holds the token); a failed send is recorded on the reply and in karma, and the reply is kept
