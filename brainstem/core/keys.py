@@ -49,6 +49,7 @@ REVIEW_COUNTER = "stats:review_counter"  # the last review item id handed out
 OPERATOR_MODELS = "stats:operator_models"  # the price list the operator last wrote: the floor of every price
 SECRET_REFUSALS = "stats:secret_refusals"  # how often code was stopped for sending a secret's value
 INBOX = "inbox"  # a log: the operator's messages to the agent (brainstem tell, Telegram), JSON each
+INBOX_NOTICES = "inbox:notices"  # a log: the agent's own messages for the operator (schedule results), JSON each
 INBOX_REPLIES = "inbox:replies"  # a log: the agent's replies to inbox messages (plan reply steps), JSON each
 INBOX_COUNTER = "stats:inbox_counter"  # the last inbox message id handed out
 INBOX_READ = "stats:inbox_read"  # the highest inbox id shown to the agent in a session that ended

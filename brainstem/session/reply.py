@@ -3,8 +3,13 @@ that came from Telegram, sent to the operator's chat.
 
 No model is asked: the plan holds the text (``{{variables}}`` filled in, as in a tool's input). The
 message must be one the operator left (not the agent's own) and the text must say something; otherwise
-the step fails with the reason. The text is redacted of every secret the session knows before it goes
-anywhere. Telegram is sent to by the runtime, as ``ctx.send_telegram`` is (a ``telegram_sent`` entry;
+the step fails with the reason (which quotes ``to`` only as a message id). The runtime joined ``to`` and
+the text from the plan's variables, so both are screened before anything records, keeps or sends them,
+as a tool's input is: any run of a secret in them (a guess spelled in pieces, one per think step) is a
+``secret_refused`` stop that holds the agent, and nothing of them is kept. Redacting them instead would
+mark where a guess matched, and keep pieces shorter than a whole value.
+
+Telegram is sent to by the runtime, as ``ctx.send_telegram`` is (a ``telegram_sent`` entry;
 code never holds the token); a failed send is recorded on the reply and in karma, and the reply is kept
 all the same. A dry run and a replay keep and send nothing: their ``inbox_reply`` entry says what would
 have been replied (``performed: false``; a replay's send is answered from the recording, as a tool's
@@ -19,9 +24,10 @@ from typing import Any
 from brainstem.core import events
 from brainstem.core.templates import to_text
 from brainstem.session.build import Session
-from brainstem.state import inbox
+from brainstem.state import inbox, refusals
 from brainstem.tools.bot_api import SEND_TIMEOUT
 from brainstem.tools.operator_chat import NotSent, send
+from brainstem.tools.services import refuse_assembled
 
 
 class ReplyRefused(Exception):
@@ -32,6 +38,9 @@ def run_reply(session: Session, sid: str, to: Any, text: Any) -> dict[str, Any]:
     """Reply to message ``to`` with ``text`` (both as the plan's variables left them): the step's result,
     ``{"replied_to": ID, "text": TEXT}``; :class:`ReplyRefused` when it cannot."""
     deps = session.deps
+    if refuse_assembled([to, text], deps.store, deps.karma.record, session.tool_policy, tool="reply", step_id=sid,
+                        source="reply", what="a reply step's `to` or text", done="not kept or sent"):
+        raise ReplyRefused(f"reply: stopped: secret text in its `to` or text (secret_refused); {refusals.HELD_MESSAGE}")
     try:
         message = inbox.reply_target(deps.store, to)
         text = inbox.kept_text(deps.karma.redact.text(to_text(text) if text is not None else ""))

@@ -20,6 +20,10 @@ was ever left, three when something was, and never parses the log.
 
 A schedule whose ``notify`` is ``inbox`` leaves its result here too, as the agent (``from: agent``): a
 message for the operator, which the agent wrote and so has read; no session is shown it as a message.
+These notices are kept in a log of their own, ``inbox:notices``, with its own :data:`KEEP`, numbered
+from the same counter and listed with the messages: the agent's schedules may leave hundreds an hour,
+and in one log with the operator's messages they would trim an unread one away before any session was
+shown it. The operator's log holds only what the operator (or their Telegram chat) left.
 
 The agent answers a message with a plan's ``reply`` step (:mod:`brainstem.session.reply`). A reply is
 one entry of a second log, ``inbox:replies``, naming the message it answers; :func:`messages` gives each
@@ -43,7 +47,7 @@ from brainstem.store.fenced import unfenced
 
 SENDERS = ("operator", "telegram", "agent")  # agent: a schedule's result, for the operator
 MAX_TEXT_CHARS = 4000  # what one message may hold; longer text is cut and says so
-KEEP = 500  # the newest messages kept; older ones (read long ago) are trimmed
+KEEP = 500  # the newest messages kept of each log (the operator's, the agent's notices); older ones are trimmed
 PROMPT_MESSAGES = 20  # the most messages one session is shown (the oldest unread first)
 PROMPT_CHARS = 12_000  # and the most text they may hold together (one message is always shown)
 NO_MESSAGES = "no messages"
@@ -64,11 +68,12 @@ def post(store: Store, text: str, *, sender: str = "operator", urgent: bool = Fa
     msg_id = store.incr(keys.INBOX_COUNTER)
     message = {"id": msg_id, "from": sender, "at": now_iso(), "text": text, "urgent": bool(urgent),
                **(extra or {})}
-    store.append(keys.INBOX, json.dumps(message))
+    log = keys.INBOX_NOTICES if sender == "agent" else keys.INBOX  # the agent's never trim the operator's
+    store.append(log, json.dumps(message))
     if urgent and msg_id > _number(store, keys.INBOX_URGENT):
         store.put(keys.INBOX_URGENT, str(msg_id))
-    if store.log_length(keys.INBOX) > KEEP + 50:
-        store.trim_log(keys.INBOX, KEEP)
+    if store.log_length(log) > KEEP + 50:
+        store.trim_log(log, KEEP)
     return message
 
 
@@ -89,7 +94,8 @@ def reply_target(store: Store, to: Any) -> dict[str, Any]:
     if isinstance(to, str) and to.strip().isdigit():
         to = int(to.strip())
     if not isinstance(to, int) or isinstance(to, bool) or to < 1:
-        raise InboxError(f"`to` must be the id of an inbox message (a number), not {str(to)[:40]!r}")
+        # Never quoted: the runtime joined it from the agent's pieces, and the error is recorded and shown.
+        raise InboxError(f"`to` must be the id of an inbox message (a number), not {_kind(to)}")
     found = next((m for m in messages(store) if m["id"] == to), None)
     if found is None:
         raise InboxError(f"there is no message {to} in the inbox (the orient prompt names each message's id)")
@@ -99,6 +105,15 @@ def reply_target(store: Store, to: Any) -> dict[str, Any]:
     if len(found["replies"]) >= MAX_REPLIES:
         raise InboxError(f"message {to} has {MAX_REPLIES} replies already, the most one message may have")
     return found
+
+
+def _kind(value: Any) -> str:
+    """What ``value`` is, in a word or two, without any of it."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int):
+        return "a number below 1"
+    return {str: "text", float: "a fraction", list: "a list", dict: "an object"}.get(type(value), "nothing")
 
 
 def reply(store: Store, message: dict[str, Any], text: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -133,12 +148,14 @@ def read_mark(store: Store) -> int:
 
 def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
     """Every kept message, oldest first, each with ``read`` and its ``replies`` (``at``, ``text``, and the
-    session, step and Telegram outcome of each); the newest ``limit`` when given. An entry that is not a
-    message (the log is runtime-owned, but a store can be edited by hand) is left out rather than failing
-    the listing."""
+    session, step and Telegram outcome of each); with ``limit``, the newest ``limit`` the operator left and
+    the newest ``limit`` of the agent's notices, so no number of notices hides the operator's own. An entry
+    that is not a message (the log is runtime-owned, but a store can be edited by hand) is left out rather
+    than failing the listing."""
     mark = read_mark(store)
+    start = -limit if limit else 0
     out = []
-    for raw in store.read_log(keys.INBOX):
+    for raw in [*store.read_log(keys.INBOX, start), *store.read_log(keys.INBOX_NOTICES, start)]:
         try:
             msg = json.loads(raw)
         except ValueError:
@@ -148,7 +165,6 @@ def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
         msg["read"] = msg["id"] <= mark or msg.get("from") == "agent"  # the agent's own: for the operator
         out.append(msg)
     out.sort(key=lambda m: m["id"])
-    out = out[-limit:] if limit else out
     by_message: dict[int, list[dict[str, Any]]] = {m["id"]: [] for m in out}
     for entry in _replies(store, set(by_message)) if out else ():
         by_message[entry["to"]].append({k: v for k, v in entry.items() if k != "to"})

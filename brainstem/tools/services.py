@@ -459,16 +459,27 @@ def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any
     """A stop, before anything records the input, when it holds secret text: the runtime put it together
     from the agent's pieces (a plan's ``{{p0}}{{p1}}``), and karma's redaction of it, even for a tool that
     never runs (missing, manual, a dry run), would mark where a guess matched."""
-    held = policy.scrubber(store).holds(args)
-    if not held:
+    if not refuse_assembled(args, store, record, policy, tool=name, step_id=step_id, source="input",
+                            what="a tool's input", done="not run"):
         return None
-    record(events.SECRET_REFUSED, tool=name, step_id=step_id, secrets=held, direction="in", source="input",
-           reason="secret text in a tool's input, which can only come from a leak or a guess; not run, and the "
-                  "agent's code is held until the operator clears it (brainstem refusals --clear)")
-    policy.withdrawn.setdefault("tool", name)
-    refusals.note(store, name)
     return ToolOutcome(ok=False, error=f"stopped: secret text in what it was to be handed (secret_refused); "
                                        f"{refusals.HELD_MESSAGE}", retryable=False)
+
+
+def refuse_assembled(value: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy, *, tool: str,
+                     step_id: str | None, source: str, what: str, done: str) -> bool:
+    """Whether ``value`` (text the runtime put together from the agent's pieces: ``what``) holds secret text;
+    when it does, a ``secret_refused`` stop is recorded (naming the secrets, never the text), the session's
+    grants are withdrawn and the agent's code is held. The caller uses, records and sends none of it."""
+    held = policy.scrubber(store).holds(value)
+    if not held:
+        return False
+    record(events.SECRET_REFUSED, tool=tool, step_id=step_id, secrets=held, direction="in", source=source,
+           reason=f"secret text in {what}, which can only come from a leak or a guess; {done}, and the "
+                  "agent's code is held until the operator clears it (brainstem refusals --clear)")
+    policy.withdrawn.setdefault("tool", tool)
+    refusals.note(store, tool)
+    return True
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,

@@ -16,8 +16,8 @@ from brainstem.core.plan import ReplyStep, parse_plan
 from brainstem.core.settings import load_settings
 from brainstem.session import replay
 from brainstem.session.replay_report import compare
-from brainstem.session.reply import run_reply
-from brainstem.state import inbox
+from brainstem.session.reply import ReplyRefused, run_reply
+from brainstem.state import inbox, refusals
 from brainstem.state.budget import Budget
 from brainstem.store.karma import Karma, Redactor
 from brainstem.tools.operator_chat import NOT_CONFIGURED
@@ -225,3 +225,49 @@ def test_no_secret_the_session_knows_reaches_a_reply(sqlite_store):
     assert out["text"] == "it is [REDACTED:OPENROUTER_API_KEY]"
     assert inbox.messages(sqlite_store)[0]["replies"][0]["text"] == "it is [REDACTED:OPENROUTER_API_KEY]"
     assert "0123456789abcdef" not in json.dumps(sqlite_store.read_log(karma.key))
+
+
+KEY = "sk-or-v1-0123456789abcdef"
+
+
+def _direct(store, mode: str = "live"):
+    """A reply step's session, by hand: karma redacts KEY and the policy knows it, as a wake's do."""
+    karma = Karma(store, "1-abcdef", Redactor({"OPENROUTER_API_KEY": KEY}))
+    deps = SimpleNamespace(store=store, karma=karma, mode=mode, id="1-abcdef",
+                           budget=Budget(max_cost=1.0, max_steps=5, max_duration=60))
+    policy = ToolPolicy(known_secrets={"OPENROUTER_API_KEY": KEY})
+    return SimpleNamespace(deps=deps, tool_policy=policy), karma, policy
+
+
+@pytest.mark.parametrize("mode", ["live", "dry_run", "replay"])
+@pytest.mark.parametrize("where", ["text", "to", "nested"])
+def test_any_run_of_a_secret_in_a_reply_stops_it_before_anything_is_kept(sqlite_store, mode, where):
+    """Any 8 characters of a secret, anywhere in what the plan's variables made of ``to`` or the text, in
+    every mode: a ``secret_refused`` stop that holds the agent; no reply kept, no ``inbox_reply``, and
+    neither the piece nor a redaction mark in karma or the error."""
+    asked = inbox.post(sqlite_store, "what is the key?")
+    session, karma, policy = _direct(sqlite_store, mode)
+    piece = KEY[5:13]
+    to, text = {"text": (asked["id"], f"it ends {piece}"), "to": (f"{piece}", "hello"),
+                "nested": (asked["id"], {"a": [f"x{piece}y"]})}[where]
+    with pytest.raises(ReplyRefused) as refused:
+        run_reply(session, "r", to, text)
+    assert "secret_refused" in str(refused.value) and piece not in str(refused.value)
+    entries = [json.loads(e) for e in sqlite_store.read_log(karma.key)]
+    (stop,) = [e for e in entries if e["event"] == "secret_refused"]
+    assert stop["source"] == "reply" and stop["secrets"] == ["OPENROUTER_API_KEY"] and stop["step_id"] == "r"
+    assert not [e for e in entries if e["event"] == "inbox_reply"]
+    assert piece not in json.dumps(entries) and "REDACTED" not in json.dumps(entries)
+    assert inbox.messages(sqlite_store)[0]["replies"] == []
+    assert refusals.held(sqlite_store) and policy.withdrawn
+
+
+@pytest.mark.parametrize("to", ["guess-sk-or-v1", "0123abc", "x" * 60, 1.5, [1], {"id": 1}, -3, False])
+def test_a_to_that_is_not_an_id_is_refused_without_being_quoted(sqlite_store, to):
+    inbox.post(sqlite_store, "a question")
+    session, karma, _ = _direct(sqlite_store)
+    with pytest.raises(ReplyRefused) as refused:
+        run_reply(session, "r", to, "hello")
+    said = str(refused.value)
+    assert "`to` must be the id of an inbox message" in said
+    assert repr(to) not in said and str(to) not in said

@@ -111,6 +111,19 @@ def test_tell_leaves_a_message_and_inbox_lists_it(agent, url):
     assert [json.loads(x)["id"] for x in run_cli("inbox", "--json", "-n", "2", env=env).stdout.splitlines()] == [3, 4]
 
 
+def test_inbox_lists_the_operators_messages_and_replies_however_many_notices_came_after(agent, url):
+    """-n counts the operator's messages and the agent's notices apart: a schedule's notices every few
+    minutes never push the operator's message, or the reply under it, off the listing."""
+    asked = inbox.post(agent, "Why did you buy 40 GPUs?", extra={"via": "tell"})
+    inbox.reply(agent, asked, "I did not; the notices are my schedules.")
+    for i in range(60):
+        inbox.post(agent, f"schedule flood: run {i}", sender="agent", extra={"via": "schedule"})
+    r = run_cli("inbox", "-n", "5", env={"BRAINSTEM_KV": url})
+    assert r.returncode == 0, r.stderr
+    assert "Why did you buy 40 GPUs?" in r.stdout and "I did not; the notices are my schedules." in r.stdout
+    assert r.stdout.count("schedule flood: run") == 5 and "run 59" in r.stdout and "run 54" not in r.stdout
+
+
 @pytest.mark.parametrize("args,stdin", [(["tell"], None), (["tell", ""], None), (["tell", "  ", "\t"], None),
                                         (["tell", "--urgent", ""], None), (["tell", "-"], "\n  \n")])
 def test_an_empty_message_is_a_one_line_error(agent, url, args, stdin):
@@ -400,7 +413,8 @@ def test_brainstem_run_wakes_the_agent_within_seconds_of_an_urgent_message(redis
 
 # --- the agent cannot forge a message or mark one read ---------------------------------------------
 
-@pytest.mark.parametrize("key", [keys.INBOX, keys.INBOX_REPLIES, "inbox:other", keys.INBOX_READ, keys.INBOX_URGENT,
+@pytest.mark.parametrize("key", [keys.INBOX, keys.INBOX_REPLIES, keys.INBOX_NOTICES, "inbox:other",
+                                 keys.INBOX_READ, keys.INBOX_URGENT,
                                  keys.INBOX_SHOWN, keys.INBOX_COUNTER])
 def test_the_agent_cannot_write_the_inbox_keys(agent, key):
     refused = []
@@ -427,7 +441,8 @@ def test_an_agent_written_tool_cannot_forge_a_message_or_mark_one_read(agent):
     agent.put(keys.tool_code("forger"), """
 def execute(args, ctx):
     out = {}
-    for key in ("inbox", "inbox:replies", "stats:inbox_read", "stats:inbox_urgent", "stats:inbox_shown"):
+    for key in ("inbox", "inbox:replies", "inbox:notices", "stats:inbox_read", "stats:inbox_urgent",
+                "stats:inbox_shown"):
         try:
             ctx.kv.put(key, "999")
             out[key] = "put"
@@ -451,6 +466,7 @@ def execute(args, ctx):
     assert agent.get(keys.INBOX_SHOWN) is None and agent.get(keys.INBOX_URGENT) == str(msg["id"])
     assert [m["text"] for m in inbox.messages(agent)] == ["from the operator"]
     assert agent.read_log(keys.INBOX_REPLIES) == [] and inbox.messages(agent)[0]["replies"] == []
+    assert agent.read_log(keys.INBOX_NOTICES) == []
     assert agent.get("tooldata:forger:stats:inbox_read") == "999"
     assert out.value["read"] is None  # it reads its own key of that name back, not the read mark
 

@@ -101,7 +101,7 @@ def tell(c: Ctx, text: tuple[str, ...], urgent: bool, agent: str | None, as_json
 @click.command("inbox")
 @click.option("--unread", "only_unread", is_flag=True, help="Only the messages the agent has not read yet.")
 @click.option("-n", "limit", type=click.IntRange(min=1), default=20, show_default=True, metavar="N",
-              help="The newest N messages.")
+              help="The newest N messages (and the newest N of the agent's schedule notices among them).")
 @click.option("--agent", metavar="NAME", help=AGENT_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per message: id, from, at, text, read, urgent, replies.")
@@ -125,8 +125,7 @@ def inbox_command(c: Ctx, only_unread: bool, limit: int, agent: str | None, as_j
     from brainstem.state import inbox
 
     store = _agent_store(c, agent, need_soul=False)
-    found = inbox.unread(store) if only_unread else inbox.messages(store)
-    found = found[-limit:]
+    found = inbox.unread(store)[-limit:] if only_unread else inbox.messages(store, limit=limit)
     if as_json:
         json_lines(found)
         return
