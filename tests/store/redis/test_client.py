@@ -163,20 +163,15 @@ def test_a_primary_failing_over_mid_write_loses_nothing(tmp_path):
             store.append(keys.karma("1-a"), {"n": i})
         store.put("k", "before")
         slot = slots(ports, ["{failover}:k"]).pop()
+        # A replica may join its primary's shard a moment after the cluster answers: ask until it has.
         client = redis.Redis(port=ports[0], decode_responses=True)
-        shards = client.execute_command("CLUSTER", "SHARDS")
-        client.close()
         owner = replica = None
-        for shard in shards:
-            shard = dict(zip(shard[::2], shard[1::2], strict=True)) if isinstance(shard, list) else shard
-            ranges = shard["slots"]
-            if any(int(ranges[i]) <= slot <= int(ranges[i + 1]) for i in range(0, len(ranges), 2)):
-                for node in shard["nodes"]:
-                    node = dict(zip(node[::2], node[1::2], strict=True)) if isinstance(node, list) else node
-                    if node["role"] == "master":
-                        owner, owner_port = procs[ports.index(int(node["port"]))], int(node["port"])
-                    else:
-                        replica = int(node["port"])
+        deadline = time.monotonic() + 20
+        while (owner is None or replica is None) and time.monotonic() < deadline:
+            owner, owner_port, replica = _slot_holders(client.execute_command("CLUSTER", "SHARDS"), slot, procs, ports)
+            if replica is None:
+                time.sleep(0.2)
+        client.close()
         assert owner is not None and replica is not None, "no primary with a replica owns the agent's slot"
         # Redis replicates asynchronously: a write the primary acknowledged but had not yet sent on is lost
         # with it (see the README). What is on the replica must survive; what comes after must not be lost.
@@ -217,3 +212,19 @@ def test_a_primary_failing_over_mid_write_loses_nothing(tmp_path):
     finally:
         for proc in procs:
             stop(proc)
+
+
+def _slot_holders(shards, slot, procs, ports):
+    """(the primary's process, its port, the replica's port) of the shard serving ``slot``; None where absent."""
+    owner = owner_port = replica = None
+    for shard in shards:
+        shard = dict(zip(shard[::2], shard[1::2], strict=True)) if isinstance(shard, list) else shard
+        ranges = shard["slots"]
+        if any(int(ranges[i]) <= slot <= int(ranges[i + 1]) for i in range(0, len(ranges), 2)):
+            for node in shard["nodes"]:
+                node = dict(zip(node[::2], node[1::2], strict=True)) if isinstance(node, list) else node
+                if node["role"] == "master":
+                    owner, owner_port = procs[ports.index(int(node["port"]))], int(node["port"])
+                else:
+                    replica = int(node["port"])
+    return owner, owner_port, replica
