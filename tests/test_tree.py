@@ -46,6 +46,8 @@ ELSEWHERE: dict[str, str] = {
                                    "an attack suite over every path into a prompt",
     "brainstem/core/wire.py": "one deadline for a whole HTTP exchange: tests/e2e/test_faults.py (a dripping endpoint "
                               "cannot hold the wake) and tests/sandbox/test_fetch.py",
+    "brainstem/state/secret_marks.py": "which secret values the agent wrote: tests/hostile/test_agent_secrets.py, "
+                                       "a property over the dashboard, tool grants and every way the agent writes",
     "brainstem/llm/cassette.py": "recorded answers through the chokepoint: tests/e2e/test_offline_loop.py, "
                                  "tests/session/test_wake.py and tests/operator/commands/test_wake.py",
     "brainstem/llm/chokepoint.py": "the one way to call a model: tests/session/test_executor.py (prices, max_tokens, "

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from brainstem.core import events, keys, names
 from brainstem.core.clock import now_utc
 from brainstem.core.errors import KVWriteRefused, SoulImmutable
-from brainstem.state import schedules
+from brainstem.state import schedules, secret_marks
 from brainstem.state.checks import check_value as problem_with
 from brainstem.state.config import Defaults
 from brainstem.store.base import Store, encode
@@ -328,6 +328,8 @@ class AgentKV:
         old = self.store.get(key) if keys.is_privileged(key) else None
         if keys.is_privileged(key) and self._on_privileged is not None:
             self._on_privileged(key, old, text, source)
+        if keys.is_secret(key):
+            secret_marks.note(self.store, key, text)  # before the value: never an unmarked value of the agent's
         self.store.put(key, text)
         fields: dict[str, Any] = {"op": "put", "key": key, "source": source, "bytes": len(text)}
         if keys.is_privileged(key):

@@ -31,7 +31,7 @@ from brainstem.llm.meter import MeterRefused, SpendOverrun
 from brainstem.sandbox import Limits, StopExecution, run
 from brainstem.sandbox.egress import EgressDenied, FetchError
 from brainstem.sandbox.fetch import fetch
-from brainstem.state import approval, refusals
+from brainstem.state import approval, refusals, secret_marks
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
 from brainstem.tools.operator_chat import send
@@ -88,7 +88,8 @@ class ToolServices:
                             env=env if env is not None else policy.secret_values,
                             public=policy.public, withheld=policy.withheld)
         if policy.on_secrets is not None:
-            policy.on_secrets(self.grants.values())
+            # What the caller redacts from then on: a store secret the agent wrote hides nothing from the operator.
+            policy.on_secrets(secret_marks.operator_values(store, self.grants.values()))
         self.secrets = self.grants.visible()  # placeholders: no secret value ever enters the sandbox
         self.scrubber = policy.scrubber(store, self.grants.values())
 

@@ -38,6 +38,7 @@ from brainstem.core.errors import BadArgument, BrainstemError
 from brainstem.core.secrets import PCHAR_SAFE
 from brainstem.operator import output
 from brainstem.operator.dashboard import actions, auth, charts, views
+from brainstem.state import secret_marks
 from brainstem.store import karma as karma_mod
 from brainstem.store.karma import Redactor
 
@@ -73,8 +74,9 @@ class Dashboard:
     @property
     def redact(self) -> Redactor:
         """The secrets this process knows (settings, and this dashboard's token even when it made it at
-        start) and the ``secret:*`` values of the agents shown: a value copied out of a secret into an
-        ordinary key (or karma) is still never shown. Re-read every 30 s."""
+        start) and the ``secret:*`` values of the agents shown, but for those the agent wrote itself (see
+        :mod:`brainstem.state.secret_marks`): a value copied out of a secret into an ordinary key (or karma)
+        is still never shown, and the agent cannot choose text to hide. Re-read every 30 s."""
         import time
 
         if self._redactor is None or time.monotonic() - self._redactor_at > REDACTOR_TTL:
@@ -83,9 +85,11 @@ class Dashboard:
                 try:
                     for info in store.list_all(keys.SECRET_PREFIX):
                         try:
-                            r.add(info.name, store.get_text(info.name))
+                            value = store.get_text(info.name)
                         except BrainstemError:  # not text: nothing a page could print either
                             continue
+                        if value is not None and not secret_marks.agent_wrote(store, info.name, value):
+                            r.add(info.name, value)
                 except BrainstemError:
                     pass  # the store is away: the pages will say so
             self._redactor, self._redactor_at = r, time.monotonic()
