@@ -22,8 +22,8 @@ from brainstem.state import secret_marks
 from brainstem.state.guarded import AgentKV
 from brainstem.store import karma
 from brainstem.store.sqlite.store import SQLiteStore
-from brainstem.tools.services import run_tool
 from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.services import run_tool
 from tests.dashboard_client import app_for, client, dashboard_settings
 
 SID = "7-abcdef"
