@@ -41,6 +41,7 @@ NOTES = "stats:notes"  # the agent's notes to its future self
 REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that could not be read whole
 LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"  # what the last clean session ran with
 AUTO_RESTORE_MARK = "stats:auto_restore"  # the failing streak auto-restore already answered
+LAST_WORKING_DEEP = "stats:last_working_deep"  # what the last deep reflection that worked ran on
 AGENT_SECRET_PREFIX = "stats:agent_secret:"  # digests of the values the agent wrote to each secret:* key
 VERSIONS_PREFIX = "history:"  # history:{key} holds the previous versions of a self-modified key
 UNLISTED_KARMA = "stats:unlisted_karma"  # karma with no history entry (dry runs, reflex wakes), for retention

@@ -142,6 +142,13 @@ class Settings(BaseSettings):
     schedule_max: int = Field(20, ge=0, validation_alias="BRAINSTEM_SCHEDULE_MAX",
                               description="Schedules the agent may have at once (yours are not counted); 0 lets "
                                           "it add none")
+    deep_reflect_max_sessions: int = Field(100, ge=2, validation_alias="BRAINSTEM_DEEP_REFLECT_MAX_SESSIONS",
+                                           description="Sessions: the longest the agent may put deep reflection "
+                                                       "off (whatever its config:defaults or next_deep_reflect "
+                                                       "say); it comes at most every 2nd session")
+    deep_reflect_max_days: float = Field(30, gt=0, validation_alias="BRAINSTEM_DEEP_REFLECT_MAX_DAYS",
+                                         description="Days: the longest the agent may put deep reflection off, "
+                                                     "however few sessions it has")
     sandbox_pool: int = Field(4, ge=0, le=64, validation_alias="BRAINSTEM_SANDBOX_POOL",
                               description="Sandbox workers kept forked and locked down, ready for a session's next "
                                           "tool call (each still runs one call only); 0 forks each when its call "

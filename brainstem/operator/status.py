@@ -97,7 +97,7 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
     wake_config = store.get_json(keys.WAKE_CONFIG, default=None)
     until = agent_sleeping_until(store, wake_config)  # a dead session's agent is due at its retry
     number = store.get_json(keys.SESSION_COUNTER, default=0)
-    due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1)
+    due, why = deep_reflect_due(store, defaults, (number if isinstance(number, int) else 0) + 1, settings)
     running = _running(store)
     rejected = store.get_json(keys.REJECTED_SESSION_HISTORY, default=None)
     truth = store.get_json(keys.LAST_GROUND_TRUTH, default=None)

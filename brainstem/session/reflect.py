@@ -45,6 +45,7 @@ from brainstem.state.guarded import check_value
 from brainstem.state.memory import notes_for_prompt, remember_note
 from brainstem.state.memory import summary as memory_summary
 from brainstem.state.review import tool_records
+from brainstem.state.versions import restore_last_clean
 from brainstem.store.base import encode
 from brainstem.store.karma import read as read_karma
 
@@ -188,23 +189,79 @@ def _apply_operations(session, ops: list, source: str) -> bool:
 
 # --- deep reflect ------------------------------------------------------------
 
-def deep_reflect_due(store, defaults: Defaults, session_number: int, now: datetime | None = None) -> tuple[bool, str]:
-    """Due by sessions or days since the last one; with no schedule yet, by session count alone."""
+DEEP_RESTORE_AFTER = 3  # deep reflections failed by the agent's doing in a row before what it runs on is put back
+DEEP_DEPENDS_ON = (keys.PROMPT_DEEP, keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS)  # as the last one that worked had them
+
+
+def deep_intervals(store, defaults: Defaults, settings) -> tuple[int, float]:
+    """(sessions, days) between two deep reflections: what the agent asked for (its schedule, else its
+    defaults), held within the operator's bounds, so it cannot put deep reflection off for good."""
+    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
+    sched = sched if isinstance(sched, dict) else {}
+    dr = defaults.deep_reflect
+    sessions = finite_or(sched.get("after_sessions"), dr.default_interval_sessions)
+    days = finite_or(sched.get("after_days"), dr.default_interval_days)
+    return (int(min(max(sessions, 1), settings.deep_reflect_max_sessions)),
+            min(max(days, 0.0), settings.deep_reflect_max_days))
+
+
+def deep_reflect_due(store, defaults: Defaults, session_number: int, settings,
+                     now: datetime | None = None) -> tuple[bool, str]:
+    """Due by sessions or days since the last one (with no schedule yet, by session count alone), within the
+    operator's bounds (``deep_intervals``). Never two in a row: the session after a deep reflection orients,
+    so the operator's messages are read however often the agent asks for one. One that failed is tried at
+    the next session, then after 2, 4, 8... sessions (never longer than the interval), so a deep reflection that keeps
+    failing still lets orient run."""
     now = now or datetime.now(timezone.utc)
     sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
-    dr = defaults.deep_reflect
-    if not isinstance(sched, dict):
-        due = session_number >= dr.default_interval_sessions
-        return due, f"session {session_number} of first interval {dr.default_interval_sessions}"
-    after_sessions = finite_or(sched.get("after_sessions"), dr.default_interval_sessions)
-    after_days = finite_or(sched.get("after_days"), dr.default_interval_days)
-    since = session_number - int(finite_or(sched.get("last_session"), 0))
+    after_sessions, after_days = deep_intervals(store, defaults, settings)
+    sched = sched if isinstance(sched, dict) else {}
+    missed = int(finite_or(sched.get("missed"), 0))
+    if missed > 0:
+        wait = min(settings.deep_reflect_max_sessions, 2 ** min(missed - 1, 20))  # bound by the operator
+        retry_at = int(finite_or(sched.get("missed_session"), 0)) + wait
+        if session_number < retry_at:
+            return False, f"the last {missed} deep reflection(s) failed: the next try is at session {retry_at}"
+    if "last_session" not in sched:
+        due = session_number >= after_sessions
+        return due, f"session {session_number} of first interval {after_sessions}"
+    last = int(finite_or(sched.get("last_session"), 0))
+    since = session_number - last
+    if last > 0 and since < 2:
+        return False, "the last session was a deep reflection: this one orients"
     if since >= after_sessions:
         return True, f"{since} sessions since the last (every {after_sessions:g})"
     last_at = parse_iso(sched.get("last_at"))
     if last_at is not None and now - last_at >= timedelta(days=after_days):
         return True, f"{(now - last_at).days} days since the last (every {after_days:g} days)"
     return False, f"{since} of {after_sessions:g} sessions"
+
+
+def _deep_missed(session, failed: BaseException | None) -> None:
+    """A deep reflection that did not happen: its schedule counts the miss (for the retry's wait), and after
+    a few in a row of the agent's doing, what it runs on (``prompt:deep``, the defaults, the models) is put
+    back as the last one that worked had it, never past what the operator wrote since.
+    A stop from outside is no miss; a limit or the provider is one, but never the prompt's fault."""
+    deps = session.deps
+    if isinstance(failed, SessionStopped) or deps.stop.cancel.is_set():  # cut short from outside: no miss
+        return
+    store = deps.store
+    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
+    sched = dict(sched) if isinstance(sched, dict) else {}
+    sched["missed"] = int(finite_or(sched.get("missed"), 0)) + 1
+    sched["missed_session"] = deps.number
+    # The agent's own doing: an unusable answer, or a call its own configuration broke (an unknown model).
+    unusable = (isinstance(failed, LLMError) and failed.fault is None) or not isinstance(failed, (LLMError,
+                                                                                                    BudgetExceeded))
+    sched["unusable"] = int(finite_or(sched.get("unusable"), 0)) + 1 if unusable else 0
+    store.put(keys.DEEP_REFLECT_SCHEDULE, sched)
+    if sched["unusable"] < DEEP_RESTORE_AFTER:
+        return
+    worked = store.get_json(keys.LAST_WORKING_DEEP, default=None)
+    if isinstance(worked, dict):
+        restored = restore_last_clean(store, deps.id, only=DEEP_DEPENDS_ON, saved=worked)
+        if restored:
+            session.record(events.AUTO_RESTORE, restored=restored, failed_deep_reflections=sched["unusable"])
 
 
 DEEP_MEMORY = ("wisdom", "notes", "toolRecords", "replayGate", "memoryStats", "sessionHistory", "recentKarma")
@@ -250,9 +307,11 @@ def run_deep_reflect(session) -> dict | None:
     }
     raw, error, failed = _ask_json(session, "deep_reflect", render(template, variables), deps.defaults.deep_reflect)
     out, error = _validated(raw, error, DeepReflectOutput, "deep reflection")
-    if out is None:  # not done: its schedule stays as it was, so the next wake tries again
+    if out is None:  # not done: it stays due, after a wait that grows with each miss in a row
         _missed(session, error, failed, kind="deep")
+        _deep_missed(session, failed)
         return None
+    store.put(keys.LAST_WORKING_DEEP, {"at": now_iso(ms=True), "values": {k: store.get(k) for k in DEEP_DEPENDS_ON}})
     schedule = {"last_session": deps.number, "last_at": now_iso(ms=True),
                 "after_sessions": deps.defaults.deep_reflect.default_interval_sessions,
                 "after_days": deps.defaults.deep_reflect.default_interval_days}
@@ -285,8 +344,11 @@ def run_deep_reflect(session) -> dict | None:
         if _put(session, keys.PROMPT_ORIENT, proposed):
             applied.append("orient_prompt")
     nxt = out.next_deep_reflect or {}
-    schedule["after_sessions"] = max(1, int(finite_or(nxt.get("after_sessions"), schedule["after_sessions"])))
-    schedule["after_days"] = min(365.0, max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
+    bounds = deps.settings
+    schedule["after_sessions"] = int(min(max(finite_or(nxt.get("after_sessions"), schedule["after_sessions"]), 1),
+                                         bounds.deep_reflect_max_sessions))
+    schedule["after_days"] = min(bounds.deep_reflect_max_days,
+                                 max(0.01, finite_or(nxt.get("after_days"), schedule["after_days"])))
     store.put(keys.DEEP_REFLECT_SCHEDULE, schedule)
     memory = {"reflection": out.reflection[:4000], "note_to_future_self": out.note_to_future_self,
               "session_id": deps.id, "written_at": now_iso(ms=True), "kind": "deep"}

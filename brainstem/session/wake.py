@@ -362,7 +362,7 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
 
     session = build_session(deps, state, SessionSpec(providers=providers, agent_kv=agent_kv, policy=policy,
                                                      meter=meter, on_anomaly=on_anomaly))
-    deep = deep_reflect_due(store, defaults, deps.number)  # (due, why): asked once, for reflexes and below
+    deep = deep_reflect_due(store, defaults, deps.number, settings)  # (due, why): asked once, for reflexes and below
     urgent = inbox.urgent_pending(store)
     if deep[0] and urgent:
         # The operator's urgent message first: deep reflection shows no messages, and stays due for the next wake.

@@ -21,8 +21,8 @@ from brainstem.store.base import Store
 
 MAX_VERSIONS = 20
 # What auto-restore watches: the keys whose breakage stops a session from planning.
-WATCHED = (keys.PROMPT_ORIENT, keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS, keys.PROVIDER_LLM_CODE,
-           keys.PROVIDER_LLM_META)
+WATCHED = (keys.PROMPT_ORIENT, keys.PROMPT_DEEP, keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS,
+           keys.PROVIDER_LLM_CODE, keys.PROVIDER_LLM_META)
 
 
 def history_key(key: str) -> str:
@@ -152,15 +152,21 @@ def auto_restore(store: Store, session_id: str, threshold: int = 3) -> dict | No
     return {"failed_sessions": streak, "restored": restored}
 
 
-def restore_last_clean(store: Store, session_id: str) -> list[str]:
-    """Put back every watched key that differs from what the last clean session ran with."""
-    saved = store.get_json(keys.LAST_CLEAN_SNAPSHOT, default=None)
+def restore_last_clean(store: Store, session_id: str, only: tuple[str, ...] = WATCHED,
+                       saved: dict | None = None) -> list[str]:
+    """Put back every watched key (of ``only``) that differs from what the last clean session ran with
+    (or ``saved``: ``{"at", "values"}``). What the operator wrote since is theirs: a key whose value the
+    operator set after that session is put back to the operator's value, never past it."""
+    saved = saved if saved is not None else store.get_json(keys.LAST_CLEAN_SNAPSHOT, default=None)
     if not isinstance(saved, dict) or not isinstance(saved.get("values"), dict):
         return []
     restored = []
     for key, value in saved["values"].items():
-        if key not in WATCHED:
+        if key not in WATCHED or key not in only:
             continue
+        mine = operator_value_since(store, key, saved.get("at"))
+        if mine is not None:
+            value = mine[0]
         current = store.get(key)
         if current == value:
             continue
@@ -171,6 +177,21 @@ def restore_last_clean(store: Store, session_id: str) -> list[str]:
         record_write(store, key, current, value, source="runtime:auto_restore", session_id=session_id)
         restored.append(key)
     return restored
+
+
+def operator_value_since(store: Store, key: str, at: Any) -> tuple[str | None] | None:
+    """``(value,)`` of the operator's latest write of ``key`` after ``at`` (an ISO time; None: ever), or
+    None when the operator has not written it since."""
+    since = parse_iso(at)
+    for v in reversed(versions(store, key)):
+        if who_wrote(v) != "operator":
+            continue
+        written = parse_iso(v.get("at"))
+        if since is None or (written is not None and written >= since):
+            value = v.get("value")
+            return (value if isinstance(value, str) else None,)
+        return None
+    return None
 
 
 # --- every change, across keys ---

@@ -462,7 +462,8 @@ def test_deep_reflection_in_prose_is_no_reflection_and_stays_due(agent):
     sid, entries, reqs, before, after = wake_timed(agent, outcome="no_reflection")
     assert kinds(reqs) == ["deep"]
     assert [e.get("kind") for e in events_of(entries, "reflect_parse_error")] == ["deep"]
-    assert st.get(keys.DEEP_REFLECT_SCHEDULE) is None  # not done, so not marked done
+    sched = st.get_json(keys.DEEP_REFLECT_SCHEDULE)  # not done, so not marked done: the miss is counted
+    assert "last_session" not in sched and sched["missed"] == 1 and sched["missed_session"] == 20
     assert st.get(keys.WISDOM) == "OLD WISDOM"
     assert_sleeps(st, DEFAULT_SLEEP, before, after)  # on the normal sleep: never every tick
     agent.model.answers["deep"] = deep_answer(updated_wisdom="W-AT-LAST")

@@ -94,7 +94,8 @@ def _calls_that_did_not_happen(st, llm, env) -> dict[str, str]:
         assert any(e["event"] == "llm_failed" and e["fault"] == outcome for e in entries)
     llm.responder = _respond
 
-    deep_due = {"last_session": len(session_history.read(st)), "after_sessions": 1, "after_days": 7}
+    # The last deep reflection two sessions back (never two in a row), one due each session.
+    deep_due = {"last_session": len(session_history.read(st)) - 1, "after_sessions": 1, "after_days": 7}
     st.put(keys.DEEP_REFLECT_SCHEDULE, deep_due)
     ceiling = f"{daily_spent(st) + 0.0001:.6f}"  # today's spend so far leaves too little for the call
     made["deep_refused"], entries = finished(run_wake({**env, "BRAINSTEM_MAX_DAILY_COST": ceiling}, "--force"), st,
