@@ -28,8 +28,7 @@ from brainstem.state import history as session_history
 from brainstem.state.config import Defaults
 from brainstem.state.versions import auto_restore, record_write, save_clean_snapshot, snapshot, versions
 from brainstem.store.sqlite.store import SQLiteStore
-from tests.doubles import LLMDouble
-from tests.e2e.test_reflection import Agent, deep_answer, kind
+from tests.e2e.test_reflection import agent, deep_answer, kind  # noqa: F401, F811 - agent: the e2e fixture
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
 HUGE = st.one_of(st.integers(min_value=1, max_value=10**12), st.floats(allow_nan=True, allow_infinity=True),
@@ -89,16 +88,8 @@ def test_the_operator_bounds_are_checked_when_they_are_set():
 
 # --- a deep reflection that keeps failing -----------------------------------------------------------------
 
-@pytest.fixture
-def agent(real_store_url):
-    with LLMDouble() as llm:
-        a = Agent(real_store_url, llm)
-        yield a
-        a.store.close()
-
-
 @pytest.mark.slow
-def test_a_broken_deep_prompt_backs_off_lets_orient_run_and_is_put_back(agent):
+def test_a_broken_deep_prompt_backs_off_lets_orient_run_and_is_put_back(agent):  # noqa: F811
     st_ = agent.store
     st_.put(keys.SESSION_COUNTER, "19")
     sid, entries, reqs = agent.wake()  # session 20: deep reflection works with the shipped prompt
