@@ -42,6 +42,7 @@ REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that co
 LAST_CLEAN_SNAPSHOT = "stats:last_clean_snapshot"  # what the last clean session ran with
 AUTO_RESTORE_MARK = "stats:auto_restore"  # the failing streak auto-restore already answered
 LAST_WORKING_DEEP = "stats:last_working_deep"  # what the last deep reflection that worked ran on
+OPERATOR_WRITE_PREFIX = "stats:operator_write:"  # the operator's latest write of each versioned key
 AGENT_SECRET_PREFIX = "stats:agent_secret:"  # digests of the values the agent wrote to each secret:* key
 VERSIONS_PREFIX = "history:"  # history:{key} holds the previous versions of a self-modified key
 UNLISTED_KARMA = "stats:unlisted_karma"  # karma with no history entry (dry runs, reflex wakes), for retention
@@ -140,6 +141,10 @@ SECRET_PREFIX = "secret:"
 
 def secret(name: str) -> str:
     return f"{SECRET_PREFIX}{name}"
+
+
+def operator_write(key: str) -> str:
+    return f"{OPERATOR_WRITE_PREFIX}{key}"
 
 
 def agent_secret_log(key: str) -> str:

@@ -43,13 +43,21 @@ class WakeResult:
     reason: str | None = None  # why it ended so, when its outcome alone does not say
 
 
-def clamp_sleep(value: Any, default: float) -> float:
-    """A requested sleep in seconds, made sane: non-numeric or negative -> default; at most 30 days."""
+def clamp_sleep(value: Any, default: float, longest: float = MAX_SLEEP) -> float:
+    """A requested sleep in seconds, made sane: non-numeric or negative -> default; at most ``longest``
+    (30 days, or less: see :func:`longest_sleep`)."""
+    longest = max(MIN_SLEEP, min(longest, MAX_SLEEP))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
-        return max(MIN_SLEEP, min(float(default), MAX_SLEEP))
-    if value >= MAX_SLEEP:  # compared before float(): JSON allows integers far past float's range
-        return MAX_SLEEP
+        return max(MIN_SLEEP, min(float(default), longest))
+    if value >= longest:  # compared before float(): JSON allows integers far past float's range
+        return longest
     return max(MIN_SLEEP, float(value))
+
+
+def longest_sleep(settings: Any) -> float:
+    """The longest the agent may sleep at a stretch: never past the operator's bound on deep reflection, so
+    a long sleep cannot put it off (nor the inbox) beyond that."""
+    return min(MAX_SLEEP, float(settings.deep_reflect_max_days) * 86400.0)
 
 
 def finish(deps: SessionDeps, state: SessionState) -> WakeResult:
@@ -121,8 +129,9 @@ def lease_lost(deps: SessionDeps, state: SessionState) -> WakeResult:
 def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
     store, budget = deps.store, deps.budget
     next_wake = state.next_wake if isinstance(state.next_wake, dict) else {}
-    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
-    sleep = clamp_sleep(next_wake.get("sleep_seconds"), deps.defaults.wake.sleep_seconds)
+    longest = longest_sleep(deps.settings)
+    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS, longest)
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), default_sleep, longest)
     action = outcomes.operator_action(state.outcome)
     if action is not None:
         # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
@@ -159,7 +168,7 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
         flush_reads(store, state.reads, deps.number)
     record_tool_reads(deps, state)
     if state.outcome == outcomes.CLEAN and state.kind == "session" and state.clean_snapshot is not None:
-        save_clean_snapshot(store, state.clean_snapshot, deps.id)
+        save_clean_snapshot(store, state.clean_snapshot, deps.id, taken_at=iso(deps.started))
     mark_inbox_read(deps, state)
     expired = None
     # A dry run and a wake handled by reflexes are no sessions: each has its karma, not a history entry.

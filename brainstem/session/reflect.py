@@ -45,7 +45,7 @@ from brainstem.state.guarded import check_value
 from brainstem.state.memory import notes_for_prompt, remember_note
 from brainstem.state.memory import summary as memory_summary
 from brainstem.state.review import tool_records
-from brainstem.state.versions import restore_last_clean
+from brainstem.state.versions import restore_last_clean, versions, who_wrote
 from brainstem.store.base import encode
 from brainstem.store.karma import read as read_karma
 
@@ -220,7 +220,9 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, settings,
     if missed > 0:
         wait = min(settings.deep_reflect_max_sessions, 2 ** min(missed - 1, 20))  # bound by the operator
         retry_at = int(finite_or(sched.get("missed_session"), 0)) + wait
-        if session_number < retry_at:
+        missed_at = parse_iso(sched.get("missed_at"))
+        waited_days = missed_at is not None and now - missed_at >= timedelta(days=settings.deep_reflect_max_days)
+        if session_number < retry_at and not waited_days:
             return False, f"the last {missed} deep reflection(s) failed: the next try is at session {retry_at}"
     if "last_session" not in sched:
         due = session_number >= after_sessions
@@ -241,7 +243,7 @@ def _deep_missed(session, failed: BaseException | None) -> None:
     """A deep reflection that did not happen: its schedule counts the miss (for the retry's wait), and after
     a few in a row of the agent's doing, what it runs on (``prompt:deep``, the defaults, the models) is put
     back as the last one that worked had it, never past what the operator wrote since.
-    A stop from outside is no miss; a limit or the provider is one, but never the prompt's fault."""
+    A stop from outside is no miss; the provider or the daily ceiling is one, but not of the agent's doing."""
     deps = session.deps
     if isinstance(failed, SessionStopped) or deps.stop.cancel.is_set():  # cut short from outside: no miss
         return
@@ -250,18 +252,24 @@ def _deep_missed(session, failed: BaseException | None) -> None:
     sched = dict(sched) if isinstance(sched, dict) else {}
     sched["missed"] = int(finite_or(sched.get("missed"), 0)) + 1
     sched["missed_session"] = deps.number
+    sched["missed_at"] = now_iso(ms=True)
     # The agent's own doing: an unusable answer, or a call its own configuration broke (an unknown model).
-    unusable = (isinstance(failed, LLMError) and failed.fault is None) or not isinstance(failed, (LLMError,
-                                                                                                    BudgetExceeded))
+    # A session's ceiling refusing the call is the agent's doing too: it chose the model and its price.
+    unusable = (isinstance(failed, LLMError) and failed.fault is None) or (
+        isinstance(failed, BudgetExceeded) and failed.limit != "daily") or not isinstance(failed, (LLMError,
+                                                                                                   BudgetExceeded))
     sched["unusable"] = int(finite_or(sched.get("unusable"), 0)) + 1 if unusable else 0
     store.put(keys.DEEP_REFLECT_SCHEDULE, sched)
     if sched["unusable"] < DEEP_RESTORE_AFTER:
         return
     worked = store.get_json(keys.LAST_WORKING_DEEP, default=None)
-    if isinstance(worked, dict):
-        restored = restore_last_clean(store, deps.id, only=DEEP_DEPENDS_ON, saved=worked)
-        if restored:
-            session.record(events.AUTO_RESTORE, restored=restored, failed_deep_reflections=sched["unusable"])
+    if not isinstance(worked, dict):  # none has worked yet: what each key held before the agent first changed it
+        first = {k: vs[0] for k in DEEP_DEPENDS_ON if (vs := versions(store, k))}
+        worked = {"at": None, "values": {k: v.get("value") for k, v in first.items()
+                                         if who_wrote(v) in ("operator", "initial")}}
+    restored = restore_last_clean(store, deps.id, only=DEEP_DEPENDS_ON, saved=worked)
+    if restored:
+        session.record(events.AUTO_RESTORE, restored=restored, failed_deep_reflections=sched["unusable"])
 
 
 DEEP_MEMORY = ("wisdom", "notes", "toolRecords", "replayGate", "memoryStats", "sessionHistory", "recentKarma")

@@ -49,7 +49,7 @@ from brainstem.session.build import (
 )
 from brainstem.session.crash import close_dead, sweep_notes
 from brainstem.session.cycle import check_reflexes, max_effort, think
-from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, note_store_lost
+from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, longest_sleep, note_store_lost
 from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
@@ -304,7 +304,7 @@ def _open(deps: SessionDeps, wake_config: Any, left_today: float, breadcrumb: di
     with it): at once after a first crash, then backing off, so a crash loop never spends every tick.
     The whole default sleep stays the advance for wakes that cannot tell."""
     store, karma, sid, dry = deps.store, deps.karma, deps.id, deps.mode == "dry_run"
-    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS)
+    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS, longest_sleep(deps.settings))
     crashes = outcomes.crash_streak(session_history.recent(store, 32))
     retry_after = deps.started + timedelta(seconds=outcomes.crash_backoff(crashes, default_sleep))
     store.put(keys.WAKE_CONFIG, {"next_wake_after": iso(deps.started + timedelta(seconds=default_sleep)),

@@ -337,6 +337,8 @@ class AgentKV:
         self._record(events.KV_WRITE, **fields)
 
     def _delete(self, key: str, source: str) -> bool:
+        if keys.is_secret(key):
+            secret_marks.note(self.store, key, None)
         old = self.store.get(key) if keys.is_privileged(key) else None
         if keys.is_privileged(key) and self._on_privileged is not None and old is not None:
             self._on_privileged(key, old, None, source)

@@ -51,6 +51,10 @@ def record_write(store: Store, key: str, old: str | None, new: str | None, *, so
     """Append ``new`` (None: a delete) as the next version; returns its number."""
     if not keys.is_privileged(key):
         return None
+    if _by_operator(source, session_id):
+        # Kept apart from the history, which the agent's own writes can fill past its cap, and kept even
+        # when the value is the one the agent last wrote: what the operator set is theirs from now on.
+        store.put(keys.operator_write(key), {"value": new, "at": now_iso(ms=True), "source": source})
     vs = versions(store, key)
     if not vs and old is not None:
         vs.append({"version": 1, "value": old, "at": None, "session_id": None, "source": "initial"})
@@ -116,8 +120,11 @@ def snapshot(store: Store) -> dict[str, Any]:
     return {k: store.get(k) for k in WATCHED}
 
 
-def save_clean_snapshot(store: Store, snap: dict[str, Any], session_id: str) -> None:
-    store.put(keys.LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": now_iso(ms=True), "values": snap})
+def save_clean_snapshot(store: Store, snap: dict[str, Any], session_id: str, taken_at: str | None = None) -> None:
+    """``snap`` as the last clean session's, ``at`` the time it was taken (the session's start): a write the
+    operator made while that session ran is newer than what it ran with, and stands."""
+    store.put(keys.LAST_CLEAN_SNAPSHOT, {"session_id": session_id, "at": taken_at or now_iso(ms=True),
+                                        "values": snap})
 
 
 # The agent's own failures. Interruptions and operator/infrastructure faults (a bad key, no credit,
@@ -183,7 +190,14 @@ def operator_value_since(store: Store, key: str, at: Any) -> tuple[str | None] |
     """``(value,)`` of the operator's latest write of ``key`` after ``at`` (an ISO time; None: ever), or
     None when the operator has not written it since."""
     since = parse_iso(at)
-    for v in reversed(versions(store, key)):
+    mine = store.get_json(keys.operator_write(key), default=None)
+    if isinstance(mine, dict) and parse_iso(mine.get("at")) is not None:
+        written = parse_iso(mine.get("at"))
+        if since is not None and written is not None and written < since:
+            return None
+        value = mine.get("value")
+        return (value if isinstance(value, str) else None,)
+    for v in reversed(versions(store, key)):  # a store from before operator writes were kept apart
         if who_wrote(v) != "operator":
             continue
         written = parse_iso(v.get("at"))
@@ -195,6 +209,10 @@ def operator_value_since(store: Store, key: str, at: Any) -> tuple[str | None] |
 
 
 # --- every change, across keys ---
+
+def _by_operator(source: str, session_id: str | None) -> bool:
+    return session_id is None and source.startswith(("operator", "seed"))
+
 
 def who_wrote(version: dict) -> str:
     """Who a version came from: the session that wrote it, the operator, or the runtime."""

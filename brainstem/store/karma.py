@@ -28,6 +28,8 @@ from brainstem.store.lease import host_name, process_identity
 
 MAX_FIELD_CHARS = 100_000  # one string field of one entry; keeps a runaway answer from bloating karma
 MIN_SECRET_LEN = 4  # shorter "secrets" would redact ordinary words
+# Where karma holds headers the runtime sent or received (an entry's own fields, then theirs).
+HEADER_PATHS = frozenset({("headers",), ("request", "headers"), ("response", "headers")})
 SENSITIVE_NAMES = frozenset({
     "authorization", "proxy-authorization", "api_key", "apikey", "x-api-key", "password", "passwd",
     "secret", "token", "access_token", "refresh_token", "cookie", "set-cookie", "private_key",
@@ -40,8 +42,8 @@ class Redactor:
     Values are matched as substrings (a key inside a URL or an error message
     is still caught), and so are their common encodings (URL and JSON
     escaping, base64 at any alignment, hex, reversed), so a value passed
-    through one of them is caught too. Fields with sensitive names are blanked
-    whatever they hold.
+    through one of them is caught too. In the headers the runtime records, fields
+    with sensitive names are blanked whatever they hold.
     """
 
     def __init__(self, secrets: Mapping[str, str] | None = None):
@@ -67,20 +69,23 @@ class Redactor:
             self._replace = replacer({form: f"[REDACTED:{name}]" for form, name in self._secrets.items()})
         return self._replace(s)
 
-    def __call__(self, obj: Any) -> Any:
+    def __call__(self, obj: Any, _path: tuple[str, ...] = ()) -> Any:
         if isinstance(obj, str):
             return self.text(obj)
         if isinstance(obj, Mapping):
+            # Fields are blanked by name only in the headers of a request or answer the runtime records: a
+            # name the agent chose (a plan's input, a tool's result) never hides what its value says.
+            by_name = _path in HEADER_PATHS
             out = {}
             for k, v in obj.items():
                 name = str(k)
-                if name.lower() in SENSITIVE_NAMES and isinstance(v, str) and v:
+                if by_name and name.lower() in SENSITIVE_NAMES and isinstance(v, str) and v:
                     out[self.text(name)] = "[REDACTED]"
                 else:
-                    out[self.text(name)] = self(v)
+                    out[self.text(name)] = self(v, (*_path, name)[:3])
             return out
         if isinstance(obj, (list, tuple)):
-            return [self(v) for v in obj]
+            return [self(v, _path) for v in obj]
         return obj
 
 

@@ -103,6 +103,10 @@ def kv_put(c: Ctx, key: str, value: str | None, file_, as_json: bool, force_soul
     from brainstem.state.versions import record_write
 
     old = _previous(c.store, key)
+    if keys.is_secret(key):
+        from brainstem.state import secret_marks
+
+        secret_marks.forget(c.store, key)  # the value is the operator's now, whatever the agent wrote before
     c.store.put(key, text)
     version = record_write(c.store, key, old, text, source="operator")
     click.echo(f"put {key} ({len(text.encode())} bytes)" + (f", version {version}" if version else ""))
@@ -153,6 +157,10 @@ def kv_del(c: Ctx, key: str, force_soul: bool) -> None:
     from brainstem.state.versions import record_write
 
     old = _previous(c.store, key)
+    if keys.is_secret(key):
+        from brainstem.state import secret_marks
+
+        secret_marks.forget(c.store, key)
     if c.store.delete(key) or c.store.delete_log(key):
         record_write(c.store, key, old, None, source="operator")
         click.echo(f"deleted {key}")
