@@ -25,6 +25,7 @@ from typing import Any
 
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
+from brainstem.llm.messages import text_of
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
 from brainstem.store import karma, open_store
@@ -111,11 +112,11 @@ def reflection(summary: str = "did the thing", load_keys: list | None = None, **
 def user_text(request: dict) -> str:
     """The last user message of a chat request (the prompt the runtime rendered)."""
     msgs = [m for m in request.get("messages", []) if m.get("role") == "user"]
-    return msgs[-1]["content"] if msgs else ""
+    return text_of(msgs[-1]["content"]) if msgs else ""
 
 
 def all_text(request: dict) -> str:
-    return "\n".join(m.get("content") or "" for m in request.get("messages", []))
+    return "\n".join(text_of(m.get("content")) for m in request.get("messages", []))
 
 
 def is_reflect(request: dict) -> bool:

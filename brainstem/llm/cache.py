@@ -70,11 +70,19 @@ def as_parts(content: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content if isinstance(content, str) else ""}]
 
 
+PARTED_ROLES = ("user", "tool")  # the messages a marker may go on (an assistant's may be empty, or only calls)
+
+
 def mark(messages: list[dict[str, Any]], at: dict[tuple[int, int], str]) -> list[dict[str, Any]]:
     """``messages`` with a cache marker on each part named in ``at`` ((message, part) -> lifetime).
 
-    Only the marked messages change (their content becomes parts); the rest are the same objects."""
-    out = list(messages)
+    With any marker, every user and tool message's text is sent as parts, marked or not: the same bytes,
+    save the markers, in every request that repeats it, whichever of its messages carry a marker this time."""
+    if not at:
+        return list(messages)
+    out = [{**m, "content": as_parts(m["content"])}
+           if m.get("role") in PARTED_ROLES and isinstance(m.get("content"), str) and m["content"] else m
+           for m in messages]
     for i in sorted({i for i, _ in at}):
         parts = as_parts(out[i].get("content"))
         for (mi, pi), ttl in at.items():
@@ -156,4 +164,5 @@ def prompt_split(prompt_tokens: int, read: int, written: int) -> tuple[int, int,
 
 def prefix_key(model: str, tools: Any, messages: list[dict[str, Any]]) -> str:
     """What a cached prefix is: the model, the tools offered and the messages, markers taken out."""
-    return json.dumps([model, unmarked(tools), unmarked(messages)], sort_keys=True, ensure_ascii=False)
+    plain = [{**m, "content": plain_content(m.get("content"))} if isinstance(m, dict) else m for m in messages]
+    return json.dumps([model, unmarked(tools), plain], sort_keys=True, ensure_ascii=False)

@@ -83,7 +83,8 @@ def test_a_prompt_in_parts_marks_its_stable_parts_and_sends_the_same_text():
         marked, plain = d.requests
     parts = marked["messages"][-1]["content"]
     assert [p.get("cache_control") for p in parts] == [{"type": "ephemeral"}, {"type": "ephemeral"}, None]
-    assert "".join(p["text"] for p in parts) == plain["messages"][-1]["content"] == PREFIX + "wisdom: be kind\nnow: 12:00"
+    joined = "".join(p["text"] for p in parts)
+    assert joined == plain["messages"][-1]["content"] == PREFIX + "wisdom: be kind\nnow: 12:00"
 
 
 def test_a_cached_call_is_priced_with_the_tokens_read_and_written_and_karma_records_them(billing):
