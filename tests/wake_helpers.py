@@ -28,6 +28,7 @@ from brainstem.core.clock import parse_iso
 from brainstem.llm.messages import text_of
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
+from brainstem.state.versions import record_write
 from brainstem.store import karma, open_store
 from tests.doubles import LLMDouble
 from tests.helpers import clean_env, run_cli
@@ -72,6 +73,20 @@ def set_defaults(store, **sections: dict) -> dict:
             cfg[name] = fields
     store.put(keys.CONFIG_DEFAULTS, cfg)
     return cfg
+
+
+def price_caching(store, prices: dict[str, tuple[float, float, float, float, float]]) -> None:
+    """The operator gives models their cache prices in config:models, recorded as `brainstem kv put` records it.
+    ``prices``: model id -> (input, output, cache read, cache write, cache write for an hour), USD per Mtok."""
+    old = store.get_text(keys.CONFIG_MODELS)
+    models = json.loads(old)
+    for m in models["models"]:
+        if m["id"] in prices:
+            _, _, read, write, write_1h = prices[m["id"]]
+            m.update(cache_read_cost_per_mtok=read, cache_write_cost_per_mtok=write,
+                     cache_write_1h_cost_per_mtok=write_1h)
+    store.put(keys.CONFIG_MODELS, models)
+    record_write(store, keys.CONFIG_MODELS, old, json.dumps(models), source="operator")
 
 
 def iso_in(seconds: float) -> str:

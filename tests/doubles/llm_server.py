@@ -35,7 +35,7 @@ dict with any of:
 With ``.cache_billing`` set (``{model: (input, output)}`` USD per million tokens), a request for
 one of those models is billed as Anthropic bills prompt caching: the prefix up to each content
 part marked ``cache_control`` is kept for five minutes (``"ttl": "1h"``: an hour; each hit
-refreshes it) once it holds ``.cache_min_tokens``; a later request that starts with a kept
+refreshes it) once it holds ``.cache_min_tokens`` (a number, or one by model); a later request that starts with a kept
 prefix (looking back at most 20 blocks from a marker, tools and ``tool_choice`` included) reads
 it at a tenth of the input price, and the tokens from there to its last marker are written at
 1.25 times it (twice for an hour). The usage reports ``prompt_tokens`` (all of them),
@@ -297,7 +297,7 @@ class LLMDouble(LoopbackDouble):
         self.default_cost: float | None = None
         self.part_cost: float | None = None  # USD billed for each content part that is not text
         self.cache_billing: dict[str, tuple[float, float]] | None = None  # see the module docstring
-        self.cache_min_tokens = 1024
+        self.cache_min_tokens: int | dict[str, int] = 1024  # or by model: the shortest prefix kept
         self._cache: dict[str, float] = {}  # prefix key -> when it expires (the double's clock)
         self._cache_ttl: dict[str, str] = {}
         self._clock_offset = 0.0
@@ -357,7 +357,9 @@ class LLMDouble(LoopbackDouble):
             written, factor = 0, 0.0
             for b in marks:
                 ttl = blocks[b][2] if blocks[b][2] in CACHE_TTL_S else "5m"
-                if tokens[b] < self.cache_min_tokens:
+                least = self.cache_min_tokens
+                least = least.get(req.get("model"), 1024) if isinstance(least, dict) else least
+                if tokens[b] < least:
                     continue
                 if self._cache.get(keys[b], -1.0) <= now:
                     self._cache[keys[b]], self._cache_ttl[keys[b]] = now + CACHE_TTL_S[ttl], ttl

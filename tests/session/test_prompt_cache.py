@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st_
 
-from brainstem.core import keys
 from brainstem.core.templates import render
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.cache import marked_ttls, unmarked
@@ -24,9 +23,8 @@ from brainstem.llm.messages import text_of
 from brainstem.session.prompt_cache import orient_kind, reflect_kind, render_parts
 from brainstem.state import inbox
 from brainstem.state.shipped import seed_dirs
-from brainstem.state.versions import record_write
 from tests.helpers import put_tool
-from tests.wake_helpers import answers, events_of, finished, llm_calls, plan, run_wake, wake_env
+from tests.wake_helpers import answers, events_of, finished, llm_calls, plan, price_caching, run_wake, wake_env
 
 HAIKU, SONNET = "anthropic/claude-haiku-4.5", "anthropic/claude-sonnet-4.5"
 CACHE_PRICES = {HAIKU: (1.0, 5.0, 0.1, 1.25, 2.0), SONNET: (3.0, 15.0, 0.3, 3.75, 6.0)}
@@ -82,19 +80,6 @@ def test_the_stable_part_of_the_reflect_prompt_comes_first(plan_, cost, karma):
 
 # --- real wakes --------------------------------------------------------------------------------
 
-def operator_prices_caching(store) -> None:
-    """The operator's config:models gives haiku and sonnet their cache prices (as `brainstem kv put` records)."""
-    old = store.get_text(keys.CONFIG_MODELS)
-    models = json.loads(old)
-    for m in models["models"]:
-        if m["id"] in CACHE_PRICES:
-            _, _, read, write, write_1h = CACHE_PRICES[m["id"]]
-            m.update(cache_read_cost_per_mtok=read, cache_write_cost_per_mtok=write,
-                     cache_write_1h_cost_per_mtok=write_1h)
-    store.put(keys.CONFIG_MODELS, models)
-    record_write(store, keys.CONFIG_MODELS, old, json.dumps(models), source="operator")
-
-
 @pytest.fixture
 def billing(llm):
     llm.cache_billing = {m: prices[:2] for m, prices in CACHE_PRICES.items()}
@@ -120,7 +105,7 @@ def test_an_agent_steps_turns_resend_their_prefix_byte_for_byte_and_read_it_from
         real_store_url, st, billing, priced):
     put_tool(st, "lookup", LOOKUP_CODE, LOOKUP_META)
     if priced:
-        operator_prices_caching(st)
+        price_caching(st, CACHE_PRICES)
     rounds = 4
     script_rounds(billing, rounds)
     _, entries = finished(run_wake(wake_env(real_store_url, billing), "--force"), st, "clean")
@@ -147,7 +132,7 @@ def test_an_agent_steps_turns_resend_their_prefix_byte_for_byte_and_read_it_from
 
 @pytest.mark.parametrize("real_store_url", ["sqlite"], indirect=True)
 def test_a_session_an_urgent_message_later_reads_the_orient_prompt_the_one_before_wrote(real_store_url, st, billing):
-    operator_prices_caching(st)
+    price_caching(st, CACHE_PRICES)
     env = wake_env(real_store_url, billing)
     inbox.post(st, "What did you find?")
     billing.queue(plan())
