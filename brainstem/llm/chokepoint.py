@@ -202,9 +202,10 @@ class LLM:
         if prompt_estimate is not None:
             listed = listed_cost(self.models, model_id, prompt_estimate, tokens_out)
             return max(float(reported), listed) if has_cost else listed, "estimated"
-        cached = bool(read or written or ttls)
+        # A cached call's bill is never believed below the operator's prices for the tokens reported. (A model
+        # with no cache prices, that a server caches of its own accord, is booked at its bill as before.)
+        cached = bool(ttls) or (self.models.cache_prices(model_id) is not None and bool(read or written))
         if has_cost and cached:
-            # A cached call's bill is never believed below the operator's prices for the tokens reported.
             return max(float(reported), listed_cost(self.models, model_id, tokens_in, tokens_out, read, written,
                                                     write)), "provider"
         if has_cost:

@@ -297,7 +297,8 @@ class WireMeter:
                              note.get("cache_write"))
         if finite(reported) is not None and reported >= 0:
             # A cached request's bill is never believed below the price list's cost of the tokens reported.
-            cached = bool(read or written or note.get("cache_write") is not None)
+            cached = note.get("cache_write") is not None or (
+                self.models.cache_prices(note["model"]) is not None and bool(read or written))
             cost, source = max(float(reported), listed) if cached else float(reported), "provider"
         elif tokens_in is not None or tokens_out is not None:
             cost, source = listed, "price_list"

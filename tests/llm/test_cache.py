@@ -215,3 +215,15 @@ def test_the_wire_meter_prices_a_marked_request_at_the_write_price_and_refuses_o
     assert cost == pytest.approx((100 * 1.0 + 2500 * 2.0 + 10 * 5.0) / 1e6) and cost <= note["worst_case"]
     with pytest.raises(MeterRefused, match="cache prices"):
         meter.before("POST", "/api/v1/chat/completions", json.dumps({**body, "model": "plain"}).encode(), {})
+
+
+def test_a_model_without_cache_prices_that_a_server_caches_of_its_own_accord_is_booked_at_its_bill():
+    """OpenAI's models cache long prompts unasked; with no cache prices listed, the bill stands as it did."""
+    usage = {"prompt_tokens": 3000, "completion_tokens": 20, "cost": 0.0011,
+             "prompt_tokens_details": {"cached_tokens": 2000}}
+    with LLMDouble({"content": "ok", "usage": usage}) as d:
+        llm, _, recorded = chokepoint(d)
+        llm.call(purpose="think", model="plain", prompt=PREFIX, max_tokens=50, reuse=Reuse(0, 2))
+    (call,) = calls(recorded)
+    assert "cache_control" not in json.dumps(d.requests[0])
+    assert call["cost"] == 0.0011 and call["cached_tokens"] == 2000
