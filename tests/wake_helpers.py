@@ -25,8 +25,10 @@ from typing import Any
 
 from brainstem.core import keys
 from brainstem.core.clock import parse_iso
+from brainstem.llm.messages import text_of
 from brainstem.state import history as session_history
 from brainstem.state.seed import example_soul_path, seed
+from brainstem.state.versions import record_write
 from brainstem.store import karma, open_store
 from tests.doubles import LLMDouble
 from tests.helpers import clean_env, run_cli
@@ -73,6 +75,20 @@ def set_defaults(store, **sections: dict) -> dict:
     return cfg
 
 
+def price_caching(store, prices: dict[str, tuple[float, float, float, float, float]]) -> None:
+    """The operator gives models their cache prices in config:models, recorded as `brainstem kv put` records it.
+    ``prices``: model id -> (input, output, cache read, cache write, cache write for an hour), USD per Mtok."""
+    old = store.get_text(keys.CONFIG_MODELS)
+    models = json.loads(old)
+    for m in models["models"]:
+        if m["id"] in prices:
+            _, _, read, write, write_1h = prices[m["id"]]
+            m.update(cache_read_cost_per_mtok=read, cache_write_cost_per_mtok=write,
+                     cache_write_1h_cost_per_mtok=write_1h)
+    store.put(keys.CONFIG_MODELS, models)
+    record_write(store, keys.CONFIG_MODELS, old, json.dumps(models), source="operator")
+
+
 def iso_in(seconds: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -111,11 +127,11 @@ def reflection(summary: str = "did the thing", load_keys: list | None = None, **
 def user_text(request: dict) -> str:
     """The last user message of a chat request (the prompt the runtime rendered)."""
     msgs = [m for m in request.get("messages", []) if m.get("role") == "user"]
-    return msgs[-1]["content"] if msgs else ""
+    return text_of(msgs[-1]["content"]) if msgs else ""
 
 
 def all_text(request: dict) -> str:
-    return "\n".join(m.get("content") or "" for m in request.get("messages", []))
+    return "\n".join(text_of(m.get("content")) for m in request.get("messages", []))
 
 
 def is_reflect(request: dict) -> bool:

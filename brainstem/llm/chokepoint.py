@@ -17,6 +17,13 @@ ones (so budgets bound a cassette session the same way), but never held against
 today's ceiling nor added to today's spend; their ``llm_call`` entries say
 ``simulated: true`` and their cost is noted apart, as today's simulated spend.
 
+Prompt caching (see :mod:`.cache`): a prompt given in parts, stable first, and
+a conversation the caller expects to send again (``reuse``), carry the
+provider's cache markers where the model's cache prices say a marker pays. The
+worst case held then prices every prompt token at the write price (never a
+hit); the cost booked is the server's ``usage.cost``, never below the price
+list's cost of the reported uncached, cached and written tokens.
+
 The soul is the system message of every call; no template can leave it out.
 Providers are tried in order (the dynamic adapter, the last working one, the
 hard-coded client); if all fail, the fallback model is tried once.
@@ -33,15 +40,28 @@ from dataclasses import dataclass, field
 
 from brainstem.core import events
 from brainstem.core.outcomes import PROVIDER_FAULTS
-from brainstem.llm.messages import request_chars
+from brainstem.llm.cache import (
+    MAX_MARKERS,
+    TTL_SECONDS,
+    Reuse,
+    as_parts,
+    cache_tokens,
+    dearest_write,
+    mark,
+    marked_ttls,
+    prefix_key,
+    ttl_that_pays,
+    unmarked,
+)
+from brainstem.llm.messages import request_chars, text_of
 from brainstem.llm.openrouter import REDACTED, LLMResponse, ProviderError
 from brainstem.llm.overrun import flag_overrun
 from brainstem.llm.pricing import (
-    CHARS_PER_TOKEN_WORST,
     MIN_USEFUL_TOKENS,
     estimated_tokens,
     implausible_prompt,
     listed_cost,
+    reported_prompt_tokens,
     worst_case_cost,
 )
 from brainstem.llm.providers import Provider
@@ -106,6 +126,9 @@ class LLMResult:
     output_tokens: int
     finish_reason: str | None = None
     tool_calls: list[dict] = field(default_factory=list)  # flat calls (brainstem.llm.messages), when tools were offered
+    cached_tokens: int = 0  # prompt tokens the provider read from its cache
+    cache_write_tokens: int = 0  # prompt tokens it wrote to its cache
+    sent_prompt: dict | None = None  # the user's turn as sent (cache markers and all), for a caller that goes on
 
 
 class LLM:
@@ -130,10 +153,20 @@ class LLM:
         # answer is booked, never used or recorded, whoever answered.
         self.screen = screen
         self._unknown_reported: set[str] = set()
+        # By model: the prefixes (length in messages, key, lifetime, when) the latest calls wrote to the cache.
+        self._written: dict[str, list[tuple[int, str, str, float]]] = {}
 
     # --- pricing ---
-    def worst_case(self, model_id: str, prompt_chars: int, max_tokens: int) -> float:
-        return worst_case_cost(self.models, model_id, prompt_chars, max_tokens)
+    def worst_case(self, model_id: str, prompt_chars: int, max_tokens: int, cache_ttls: frozenset[str] = frozenset()
+                   ) -> float:
+        """No cache hit assumed, and a request marked for caching (``cache_ttls``) written whole at its write price."""
+        write = dearest_write(self.models.cache_prices(model_id), set(cache_ttls))
+        return worst_case_cost(self.models, model_id, prompt_chars, max_tokens,
+                               write_per_mtok=write if write is not None else 0.0)
+
+    def _request_worst(self, model_id: str, request: dict) -> float:
+        return self.worst_case(model_id, request_chars(request), request["max_tokens"],
+                               frozenset(marked_ttls(request["messages"])))
 
     def actual_cost(self, model_id: str, resp: LLMResponse, tier: str, request: dict,
                     prompt_estimate: int | None = None) -> tuple[float, str]:
@@ -155,22 +188,32 @@ class LLM:
         prompt_chars = request_chars(request)
         answer_chars = len(resp.content) + sum(len(c["name"]) + len(c["arguments"]) for c in resp.tool_calls)
         usage = resp.usage
-        tokens_in, tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        tokens_in, tokens_out = reported_prompt_tokens(usage), usage.get("completion_tokens", 0)
+        read, written = cache_tokens(usage)
+        ttls = marked_ttls(request.get("messages"))
+        write = dearest_write(self.models.cache_prices(model_id), ttls) if ttls else None
         reported = usage.get("cost")
         has_cost = isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported >= 0
         if tier not in TRUSTED_TIERS:
+            # Nothing an adapter says was read from a cache makes its call cheaper.
             listed = listed_cost(self.models, model_id, max(tokens_in, prompt_chars // 4, prompt_estimate or 0),
-                                 max(tokens_out, answer_chars // 4))
+                                 max(tokens_out, answer_chars // 4), 0, written, write)
             return (max(float(reported), listed), "provider") if has_cost else (listed, "price_list")
         if prompt_estimate is not None:
             listed = listed_cost(self.models, model_id, prompt_estimate, tokens_out)
             return max(float(reported), listed) if has_cost else listed, "estimated"
+        # A cached call's bill is never believed below the operator's prices for the tokens reported. (A model
+        # with no cache prices, that a server caches of its own accord, is booked at its bill as before.)
+        cached = bool(ttls) or (self.models.cache_prices(model_id) is not None and bool(read or written))
+        if has_cost and cached:
+            return max(float(reported), listed_cost(self.models, model_id, tokens_in, tokens_out, read, written,
+                                                    write)), "provider"
         if has_cost:
             return float(reported), "provider"
         if tokens_in or tokens_out:
-            return listed_cost(self.models, model_id, tokens_in, tokens_out), "price_list"
+            return listed_cost(self.models, model_id, tokens_in, tokens_out, read, written, write), "price_list"
         if request.get("reasoning"):
-            return self.worst_case(model_id, prompt_chars, request["max_tokens"]), "worst_case"
+            return self._request_worst(model_id, request), "worst_case"
         return listed_cost(self.models, model_id, estimated_tokens(prompt_chars),
                            estimated_tokens(answer_chars)), "estimated"
 
@@ -185,20 +228,25 @@ class LLM:
         return model_id
 
     # --- the call ---
-    def call(self, *, purpose: str, model: str, prompt: str | None = None, max_tokens: int,
+    def call(self, *, purpose: str, model: str, prompt: str | Sequence[str] | None = None, max_tokens: int,
              effort: str | None = None, use_reserve: bool = False, step_id: str | None = None,
              history: Sequence[dict] = (), tools: Sequence[dict] | None = None,
-             tool_choice: str | None = None) -> LLMResult:
+             tool_choice: str | None = None, reuse: Reuse | None = None) -> LLMResult:
         """Ask ``model`` (alias or id); raises :class:`BudgetExceeded` or :class:`LLMError` (or what ``stop`` raises).
 
         The messages sent are the soul, ``history``, then ``prompt`` as the user's turn (a conversation
         that ends in tool results passes ``prompt=None``). ``tools`` (OpenAI function format) are offered
         with ``tool_choice``; the answer's calls are in :attr:`LLMResult.tool_calls`.
+
+        ``reuse``: when the caller expects to send this request's prefix again. The prefix is the whole
+        conversation, or, for a ``prompt`` given as parts (stable first, the volatile part last), everything
+        before its last part. Where the model's cache prices say it pays, the prefix is marked for caching.
         """
         if self.stop is not None:
             self.stop()
         model_id = self.resolve(model)
-        turn = {"history": history, "prompt": prompt, "tools": list(tools or ()), "tool_choice": tool_choice}
+        turn = {"history": history, "prompt": prompt, "tools": list(tools or ()), "tool_choice": tool_choice,
+                "reuse": reuse}
         # The prompt is put together from the agent's own pieces (a plan's {{p0}}{{p1}}, stored results):
         # screened before it is sent or recorded, since karma would mask a guess where it matched.
         if self.screen is not None and self.screen(json.dumps(turn, default=str), False):
@@ -220,15 +268,13 @@ class LLM:
         info = self.models.info(model_id)
         if info is not None and info.max_output_tokens:
             max_tokens = min(max_tokens, info.max_output_tokens)
-        messages = [{"role": "system", "content": self.soul}, *turn["history"]]
-        if turn["prompt"] is not None:
-            messages.append({"role": "user", "content": turn["prompt"]})
         offered = {"tools": turn["tools"], "tool_choice": turn["tool_choice"] or "auto"} if turn["tools"] else {}
+        messages, written = self._messages(model_id, turn, offered)
         prompt_chars = request_chars({"messages": messages, **offered})
         # Today's ceiling limits the call only when some provider tried may spend real money.
         simulated_only = all(is_simulated(p) for p in self.providers)
         max_tokens, reduced = self._fit_budget(purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve,
-                                               simulated_only)
+                                               simulated_only, frozenset(marked_ttls(messages)))
         time_left = self.budget.time_left(use_reserve)
         if time_left <= 0:
             self.record(events.BUDGET_EXCEEDED, limit="time", purpose=purpose, step_id=step_id,
@@ -286,6 +332,8 @@ class LLM:
                                        hold)
             finally:
                 self.budget.release(hold)  # settled already, unless accounting failed
+            if written is not None:
+                self._written[model_id] = [written, *self._written.get(model_id, [])][:2]
             if held:
                 error = LLMError(f"the model's answer to the {purpose} call held secret text; it was not used "
                                  f"(secret_refused)")
@@ -296,6 +344,39 @@ class LLM:
         self.record(events.LLM_FAILED, purpose=purpose, step_id=step_id, model=model_id,
                     request=self._as_recorded(request), error=str(failed), fault=failed.fault, status=status)
         raise failed
+
+    def _messages(self, model_id: str, turn: dict, offered: dict) -> tuple[list[dict], tuple | None]:
+        """The messages to send, cache markers placed where they pay, and the prefix this request writes to the
+        cache for the calls after it (None when it writes none)."""
+        prompt = turn["prompt"]
+        parts = [prompt] if isinstance(prompt, str) else [p for p in prompt if p] if prompt is not None else None
+        messages = [{"role": "system", "content": self.soul}, *turn["history"]]
+        if parts is not None:
+            messages.append({"role": "user", "content": "".join(parts)})
+        prices = self.models.cache_prices(model_id)
+        if prices is None:
+            # A conversation marked for another model (before a fallback) is not marked for one that caches nothing.
+            return unmarked(messages), None
+        ttl = ttl_that_pays(prices, turn["reuse"])
+        at: dict[tuple[int, int], str] = {}
+        last = len(messages) - 1
+        if ttl is not None and parts is not None and len(parts) > 1:
+            messages[last] = {**messages[last], "content": [{"type": "text", "text": p} for p in parts]}
+            at.update({(last, j): ttl for j in range(len(parts) - 1)})
+        elif ttl is not None and text_of(messages[last].get("content")):
+            at[(last, len(as_parts(messages[last].get("content"))) - 1)] = ttl
+        # What earlier calls of this session wrote and this request starts with: marked so it is read (a
+        # conversation can grow past the provider's look-back for earlier cached prefixes).
+        now = time.monotonic()
+        for n, key, old_ttl, t in self._written.get(model_id, []):
+            if len(at) >= MAX_MARKERS or n > last or now - t > TTL_SECONDS[old_ttl]:
+                continue
+            if prefix_key(model_id, offered, messages[:n]) == key and text_of(messages[n - 1].get("content")):
+                at.setdefault((n - 1, len(as_parts(messages[n - 1].get("content"))) - 1), old_ttl)
+        written = None
+        if ttl is not None and at.get((last, len(as_parts(messages[last].get("content"))) - 1)) == ttl:
+            written = (last + 1, prefix_key(model_id, offered, messages), ttl, now)
+        return mark(messages, at), written
 
     def _as_recorded(self, request: dict) -> dict:
         """``request`` as karma keeps it: the soul is in every request, so karma notes it rather than
@@ -323,18 +404,18 @@ class LLM:
                         failed=True, error=error, duration_ms=int((time.monotonic() - t0) * 1000))
 
     def _fit_budget(self, purpose, step_id, model_id, prompt_chars, max_tokens, use_reserve,
-                    simulated: bool = False) -> tuple[int, bool]:
+                    simulated: bool = False, ttls: frozenset[str] = frozenset()) -> tuple[int, bool]:
         left, limit = self.budget.headroom(use_reserve, simulated=simulated)
         # Nothing left is a stop whatever the price list says: a model priced at zero must not make
         # the ceiling stop working.
-        if left > 0 and self.worst_case(model_id, prompt_chars, max_tokens) <= left:
+        if left > 0 and self.worst_case(model_id, prompt_chars, max_tokens, ttls) <= left:
             return max_tokens, False
-        p_in, p_out = self.models.prices(model_id)
-        input_cost = (math.ceil(prompt_chars / CHARS_PER_TOKEN_WORST) + 16) * p_in / 1e6
+        p_out = self.models.prices(model_id)[1]
+        input_cost = self.worst_case(model_id, prompt_chars, 0, ttls)
         affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else max_tokens
         if left > 0 and affordable >= min(MIN_USEFUL_TOKENS, max_tokens):
             return min(affordable, max_tokens), True
-        self._refused(limit, purpose, step_id, model_id, self.worst_case(model_id, prompt_chars, max_tokens),
+        self._refused(limit, purpose, step_id, model_id, self.worst_case(model_id, prompt_chars, max_tokens, ttls),
                       use_reserve, left)
         raise BudgetExceeded(limit, f"the {purpose} call could cost more than the {dollars(max(0.0, left))} left"
                                     + (" of today's ceiling" if limit == "daily" else ""))
@@ -350,7 +431,7 @@ class LLM:
 
     def _hold(self, purpose, step_id, model_id, request, use_reserve, time_left, simulated: bool = False):
         """The call's worst case, held until it is answered (the provider has until ``time_left`` runs out)."""
-        worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
+        worst = self._request_worst(model_id, request)
         try:
             return self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=time_left + HOLD_MARGIN_S,
                                        simulated=simulated)
@@ -370,16 +451,18 @@ class LLM:
             estimate = implausible_prompt(resp.usage, request_chars(request))
             if estimate is not None:
                 self.record(events.USAGE_IMPLAUSIBLE, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
-                            reported_prompt_tokens=resp.usage.get("prompt_tokens", 0),
+                            reported_prompt_tokens=reported_prompt_tokens(resp.usage),
                             estimated_prompt_tokens=estimate)
             cost, cost_source = self.actual_cost(model_id, resp, tier, request, estimate)
             cost, charge = round(cost, 10), True
         if charge:
             self.budget.settle(hold, cost)  # the session's spend and today's, in place of the worst case held
         recorded_request = self._as_recorded(request)
+        read, written = cache_tokens(resp.usage)
         self.record(events.LLM_CALL, purpose=purpose, step_id=step_id, model=model_id, tier=tier,
-                    input_tokens=resp.usage.get("prompt_tokens", 0),
+                    input_tokens=reported_prompt_tokens(resp.usage),
                     output_tokens=resp.usage.get("completion_tokens", 0),
+                    cached_tokens=read or None, cache_write_tokens=written or None,
                     reasoning_tokens=resp.usage.get("reasoning_tokens", 0), cost=cost,
                     cost_source=cost_source, wire_requests=wire["requests"] if wire else None,
                     duration_ms=int((time.monotonic() - t0) * 1000), truncated=resp.truncated,
@@ -388,12 +471,14 @@ class LLM:
                     request=recorded_request, response=resp.content, tool_calls=resp.tool_calls or None)
         if charge:
             # Charged as billed, never less; above what was reserved, it is flagged for the operator.
-            worst = self.worst_case(model_id, request_chars(request), request["max_tokens"])
+            worst = self._request_worst(model_id, request)
             flag_overrun(self.record, self.on_anomaly, cost=cost, worst=worst, source=cost_source, model=model_id,
                          tier=tier, purpose=purpose)
             if self.on_cost is not None:
                 self.on_cost(cost)
+        sent = request["messages"][-1] if request["messages"][-1].get("role") == "user" else None
         return LLMResult(content=resp.content, model=model_id, tier=tier, cost=cost, truncated=resp.truncated,
-                         input_tokens=resp.usage.get("prompt_tokens", 0),
+                         input_tokens=reported_prompt_tokens(resp.usage),
                          output_tokens=resp.usage.get("completion_tokens", 0), finish_reason=resp.finish_reason,
-                         tool_calls=list(resp.tool_calls))
+                         tool_calls=list(resp.tool_calls), cached_tokens=read, cache_write_tokens=written,
+                         sent_prompt=sent)

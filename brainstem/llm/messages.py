@@ -68,13 +68,37 @@ def tool_message(call_id: str, content: str) -> dict[str, Any]:
 
 def message_chars(message: dict[str, Any]) -> int:
     """What one message adds to a prompt: its text, and the arguments of any calls in it."""
-    content = message.get("content")
-    n = len(content) if isinstance(content, str) else len(json.dumps(content)) if content is not None else 0
+    n = content_chars(message.get("content"))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") if isinstance(call, dict) else None
         if isinstance(fn, dict):
             n += len(str(fn.get("name") or "")) + len(str(fn.get("arguments") or ""))
     return n
+
+
+def content_chars(content: Any) -> int:
+    """A content's characters as prompt: a text part's text (a cache marker on it is not prompt), any other
+    part as its JSON."""
+    if isinstance(content, str):
+        return len(content)
+    if content is None:
+        return 0
+    if isinstance(content, list):
+        return sum(len(p["text"]) if _is_text(p) else len(json.dumps(p)) for p in content)
+    return len(json.dumps(content))
+
+
+def _is_text(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+def text_of(content: Any) -> str:
+    """A message's text: the string, or its text parts joined (a message marked for caching is in parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if _is_text(p))
+    return ""
 
 
 def request_chars(request: dict[str, Any]) -> int:
@@ -122,5 +146,4 @@ def unknown_message_keys(request: Any) -> list[str]:
 def last_text(request: dict[str, Any]) -> str:
     """The last message's text (what a cassette's ``expect`` is checked against)."""
     messages = request.get("messages") or []
-    content = messages[-1].get("content") if messages else ""
-    return content if isinstance(content, str) else ""
+    return text_of(messages[-1].get("content")) if messages else ""

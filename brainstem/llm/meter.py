@@ -23,6 +23,9 @@ this meter sees it before it is sent and after it is answered:
   every allowed output token spent) is held against the session and today's
   spend in the store before the request goes, so concurrent processes of one
   agent cannot book past the daily ceiling together;
+* a request marked for prompt caching (``cache_control``) is priced as if all
+  of its prompt were written to the cache at the model's write price, and is
+  refused for a model whose cache prices ``config:models`` does not give;
 * after the answer, the hold is settled at what the host reports
   (``usage.cost``), else the price list's cost of the reported tokens, else the
   worst case (also when the exchange failed after the request was sent).
@@ -49,9 +52,10 @@ import httpx
 from brainstem.core import events
 from brainstem.core.json_numbers import count, finite
 from brainstem.core.secrets import LLM_KEYS, normalise_host
+from brainstem.llm.cache import cache_tokens, dearest_write, marked_ttls
 from brainstem.llm.messages import MESSAGE_KEYS, non_text_parts, unknown_message_keys
 from brainstem.llm.overrun import flag_overrun
-from brainstem.llm.pricing import MIN_USEFUL_TOKENS, listed_cost, parts_cost, worst_case_cost
+from brainstem.llm.pricing import MIN_USEFUL_TOKENS, listed_cost, parts_cost, reported_prompt_tokens, worst_case_cost
 from brainstem.state.budget import HOLD_MARGIN_S, Budget, BudgetExceeded
 from brainstem.state.config import Models
 
@@ -142,29 +146,36 @@ class WireMeter:
             raise MeterRefused(f"refused: the request holds content parts that are not text ({kinds}), which the "
                                f"host bills apart from tokens; config:models gives {model_id} no "
                                f"input_cost_per_part, so they cannot be priced")
+        ttls = marked_ttls(req)
+        write = dearest_write(self.models.cache_prices(model_id), ttls)
+        if write is None:
+            raise MeterRefused(f"refused: the request is marked for prompt caching ({', '.join(sorted(ttls))}); "
+                               f"config:models gives {model_id} no cache prices for that, so its cache writes "
+                               f"cannot be priced")
         req.pop("max_completion_tokens", None)
         req["model"], req["max_tokens"] = model_id, limit
         # Everything the host reads is priced as prompt (tools, response_format, a raw prompt...): the body
-        # as it is sent, measured with ``limit`` before any clamping (clamping only shortens it).
+        # as it is sent, measured with ``limit`` before any clamping (clamping only shortens it). Marked for
+        # caching, all of it may be written to the cache, and none of it read from there.
         chars = len(_encode(req))
         left, binding = self.budget.headroom(use_reserve)
-        worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd)
+        worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd, write)
         if worst > left or left <= 0:
-            p_in, p_out = self.models.prices(model_id)
-            input_cost = worst_case_cost(self.models, model_id, chars, 0, parts_usd)
+            p_out = self.models.prices(model_id)[1]
+            input_cost = worst_case_cost(self.models, model_id, chars, 0, parts_usd, write)
             affordable = math.floor((left - input_cost) * 1e6 / p_out) if p_out > 0 else limit
             # Nothing left is a stop even for a model priced at zero.
             if left <= 0 or affordable < min(MIN_USEFUL_TOKENS, limit):
                 self._refuse(binding, model_id, worst, use_reserve, left)
             limit = affordable
-            worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd)
+            worst = worst_case_cost(self.models, model_id, chars, limit, parts_usd, write)
         try:
             hold = self.budget.reserve(worst, use_reserve=use_reserve, ttl_s=WIRE_HOLD_S)
         except BudgetExceeded as exc:  # another process of the agent spent the rest of today's meantime
             self._refuse("daily" if exc.limit == "daily" else "cost", model_id, worst, use_reserve, None)
         req["max_tokens"] = limit
         note.update(model=model_id, max_tokens=limit, worst_case=round(worst, 10), t0=time.monotonic(),
-                    request=req, hold=hold)
+                    request=req, hold=hold, cache_write=write if ttls else None)
         if parts:
             note["parts"] = sum(parts.values())
         return _encode(req)
@@ -277,11 +288,20 @@ class WireMeter:
                     content = message.get("content") if isinstance(message, dict) else None
         tokens_in = _count(usage, "prompt_tokens")
         tokens_out = _count(usage, "completion_tokens")
+        read, written = cache_tokens(usage)
+        if tokens_in is not None:
+            tokens_in = reported_prompt_tokens({"prompt_tokens": tokens_in, "cached_tokens": read,
+                                                "cache_write_tokens": written})
         reported = usage.get("cost") if usage else None
+        listed = listed_cost(self.models, note["model"], tokens_in or 0, tokens_out or 0, read, written,
+                             note.get("cache_write"))
         if finite(reported) is not None and reported >= 0:
-            cost, source = float(reported), "provider"
+            # A cached request's bill is never believed below the price list's cost of the tokens reported.
+            cached = note.get("cache_write") is not None or (
+                self.models.cache_prices(note["model"]) is not None and bool(read or written))
+            cost, source = max(float(reported), listed) if cached else float(reported), "provider"
         elif tokens_in is not None or tokens_out is not None:
-            cost, source = listed_cost(self.models, note["model"], tokens_in or 0, tokens_out or 0), "price_list"
+            cost, source = listed, "price_list"
         elif status is not None and not 200 <= status < 300 and error is None:
             cost, source = 0.0, "not_billed"  # the host answered with an error and reported no usage
         else:
@@ -300,6 +320,7 @@ class WireMeter:
             # the sum of its llm_call entries.
             self.record(events.LLM_CALL, purpose=f"tool:{tool}", model=note["model"], tier="sandbox",
                         input_tokens=tokens_in or 0, output_tokens=tokens_out or 0, cost=cost,
+                        cached_tokens=read or None, cache_write_tokens=written or None,
                         cost_source=source, duration_ms=int((time.monotonic() - note["t0"]) * 1000),
                         status=status, error=error, request=note.get("request"), response=content)
         if flag_overrun(self.record, self.on_anomaly, cost=cost, worst=worst, source=source, model=note["model"],

@@ -34,6 +34,7 @@ from brainstem import __version__
 from brainstem.core.errors import one_line
 from brainstem.core.json_numbers import count, finite
 from brainstem.core.wire import DeadlineClock, deadline_transport, tls_context
+from brainstem.llm.cache import cache_tokens
 from brainstem.llm.messages import parse_tool_calls
 
 __all__ = ["LLMResponse", "ProviderError", "chat", "RETRYABLE_STATUS"]
@@ -62,7 +63,8 @@ _USER_AGENT = f"brainstem/{__version__}"
 @dataclass
 class LLMResponse:
     content: str
-    usage: dict  # {"prompt_tokens", "completion_tokens", "reasoning_tokens", "cost" (float | None)}
+    usage: dict  # {"prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "cache_write_tokens",
+    #               "cost" (float | None)}: prompt_tokens counts the cached and written ones too
     finish_reason: str | None
     truncated: bool  # finish_reason == "length"
     model: str  # the model the server says answered (fallback: the requested one)
@@ -198,10 +200,13 @@ def _parse_usage(usage: Any) -> dict:
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("completion_tokens_details")
     details = details if isinstance(details, dict) else {}
+    cached, written = cache_tokens(usage)
     return {
         "prompt_tokens": _int(usage.get("prompt_tokens")),
         "completion_tokens": _int(usage.get("completion_tokens")),
         "reasoning_tokens": _int(details.get("reasoning_tokens")),
+        "cached_tokens": cached,
+        "cache_write_tokens": written,
         "cost": finite(usage.get("cost")),
     }
 

@@ -12,7 +12,10 @@ grants, several at once when the model asked for several; each result goes
 back as a ``tool`` message, wrapped as untrusted text, and so does an error
 that quotes the model's arguments (:func:`as_data`). After ``max_turns``
 tool rounds, or once the session is down to its last tenth of cost or time,
-one last call with ``tool_choice: "none"`` asks for the answer.
+one last call with ``tool_choice: "none"`` asks for the answer. Every turn
+re-sends the conversation unchanged and adds to its end, so its prefix is
+the same bytes each time, and is marked for the provider's prompt cache
+while more turns may follow (where the model's cache prices make it pay).
 
 In a dry run no tool runs: the model is told each result is a stand-in and
 that what it concludes is hypothetical. A replay answers each turn from the
@@ -29,6 +32,7 @@ from brainstem.core import events
 from brainstem.core.plan import AgentStep
 from brainstem.core.templates import capped
 from brainstem.core.untrusted import Untrusted
+from brainstem.llm.cache import Reuse
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import assistant_message, tool_message
 from brainstem.tools.schema import SchemaError, check_arguments, function_spec
@@ -83,9 +87,13 @@ def run_agent(session, step: AgentStep, sid: str, prompt: str) -> str:
     rounds, ran = 0, False
 
     def ask(choice: str):
+        # Each turn sends the conversation so far again, byte for byte, and adds to its end: while more turns
+        # may follow, the whole of it is worth caching for the next. The last one ("none") expects no other.
+        reuse = Reuse(after_s=0.0, times=step.max_turns - rounds) if choice == "auto" else None
         try:
             return session.llm.call(purpose=PURPOSE, model=model, history=conversation, max_tokens=max_tokens,
-                                    step_id=sid, tools=[t.spec for t in tools.values()], tool_choice=choice)
+                                    step_id=sid, tools=[t.spec for t in tools.values()], tool_choice=choice,
+                                    reuse=reuse)
         except LLMError as exc:
             raise AgentStepFailed(str(exc), final=exc.final or ran) from None
 

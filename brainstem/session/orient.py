@@ -13,10 +13,10 @@ from __future__ import annotations
 from brainstem.core import events, keys
 from brainstem.core.plan import Plan, PlanError, parse_plan
 from brainstem.core.settings import Settings
-from brainstem.core.templates import render
 from brainstem.llm.chokepoint import LLMError
 from brainstem.session.build import Session
 from brainstem.session.context import with_inbox
+from brainstem.session.prompt_cache import next_session, orient_kind, render_parts
 from brainstem.session.stopping import SessionStopped
 from brainstem.state import inbox
 from brainstem.state.budget import Budget, BudgetExceeded, clamp
@@ -29,7 +29,8 @@ def orient(session: Session, template: str) -> Plan | None:
     variables = {"soul": deps.soul, "models": session.models_for_prompt(), "resources": deps.store.get_json(
         keys.CONFIG_RESOURCES, default={}), "config": deps.defaults.model_dump(), "tools": session.tool_registry,
         "context": state.context}
-    prompt = render(with_inbox(template, state.context), variables, on_missing=missing.append)
+    # In parts, stable first (see prompt_cache): joined, the prompt as the template renders it.
+    parts = render_parts(with_inbox(template, state.context), variables, orient_kind, on_missing=missing.append)
     # {{page}}-style names are plan references the prompt may show as examples; only a path
     # into a real template variable that does not resolve is a mistake worth recording.
     missing = [m for m in missing if m.split(".")[0] in variables]
@@ -37,7 +38,8 @@ def orient(session: Session, template: str) -> Plan | None:
         session.record(events.TEMPLATE_MISSING_VARIABLE, template=keys.PROMPT_ORIENT, names=sorted(set(missing)))
     cfg = deps.defaults.orient
     turns: list[dict] = []  # the failed answer and its repair request
-    ask = prompt
+    ask: str | list[str] = parts
+    reuse = next_session(session)
     if state.inbox_ids:
         # Put before the model: an urgent one among them wakes the agent no more, answered or not. They
         # stay unread until the model answers (below) and the session ends (see ending.record_end).
@@ -47,7 +49,8 @@ def orient(session: Session, template: str) -> Plan | None:
     for attempt in (1, 2):
         try:
             result = session.llm.call(purpose="orient", model=cfg.model, prompt=ask, max_tokens=cfg.max_output_tokens,
-                                effort=state.effort if state.effort != "low" else cfg.effort, history=turns)
+                                effort=state.effort if state.effort != "low" else cfg.effort, history=turns,
+                                reuse=reuse)
             state.inbox_answered = True  # the model has read the prompt that showed them
         except (BudgetExceeded, SessionStopped) as exc:
             if attempt == 1:
@@ -64,7 +67,9 @@ def orient(session: Session, template: str) -> Plan | None:
         except PlanError as exc:
             error = str(exc)
             session.record(events.ORIENT_PARSE_ERROR, attempt=attempt, error=error, answer=result.content[:2000])
-            turns = [{"role": "user", "content": prompt}, {"role": "assistant", "content": result.content}]
+            # The prompt as it was sent (marked for caching, when it was), so the repair reads it from the cache.
+            sent = result.sent_prompt or {"role": "user", "content": "".join(parts)}
+            turns = [sent, {"role": "assistant", "content": result.content}]
             ask = (f"Your answer could not be used as a plan: {exc}. Reply with only the corrected JSON object "
                    "(keys: steps, session_budget, mid_session_tripwires, next_wake_config), nothing else.")
             continue

@@ -35,7 +35,9 @@ from brainstem.core.plan import PlanError, parse_object
 from brainstem.core.templates import render
 from brainstem.core.timeline import format_entry
 from brainstem.core.untrusted import Untrusted, untrusted
+from brainstem.llm.cache import Reuse
 from brainstem.llm.chokepoint import LLMError
+from brainstem.session.prompt_cache import next_session, reflect_kind, render_parts
 from brainstem.session.state import Missed
 from brainstem.session.stopping import SessionStopped
 from brainstem.state import history as session_history
@@ -90,7 +92,8 @@ def karma_digest(store, session_id: str, lines: int = KARMA_LINES_FOR_REFLECT,
     return Untrusted(text[-chars:], f"karma:{session_id}")
 
 
-def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str | None, BaseException | None]:
+def _ask_json(session, purpose: str, prompt: str | list[str], cfg, reuse: Reuse | None = None
+              ) -> tuple[dict | None, str | None, BaseException | None]:
     """(object, None, None), or (None, why it failed, the exception of a call that failed). Uses the
     budget's reserved slice.
 
@@ -100,7 +103,7 @@ def _ask_json(session, purpose: str, prompt: str, cfg) -> tuple[dict | None, str
     """
     try:
         result = session.llm.call(purpose=purpose, model=cfg.model, prompt=prompt, max_tokens=cfg.max_output_tokens,
-                            effort=cfg.effort, use_reserve=True)
+                            effort=cfg.effort, use_reserve=True, reuse=reuse)
     except (BudgetExceeded, SessionStopped, LLMError) as exc:
         fields: dict[str, Any] = {"kind": "deep"} if purpose == "deep_reflect" else {}
         if isinstance(exc, LLMError):
@@ -142,7 +145,8 @@ def run_reflect(session, results: dict[str, Any], plan: dict | None) -> dict | N
                  "results": results, "plan": untrusted(plan, f"plan:{deps.id}"),
                  "context": {"lastReflect": shown, "balances": session.state.context.get("balances"),
                              "schedules": session.state.context.get("schedules")}}
-    raw, error, failed = _ask_json(session, "reflect", render(template, variables), deps.defaults.reflect)
+    raw, error, failed = _ask_json(session, "reflect", render_parts(template, variables, reflect_kind),
+                                   deps.defaults.reflect, next_session(session))
     out, error = _validated(raw, error, ReflectOutput, "reflection")
     if out is None:
         _missed(session, error, failed)

@@ -50,6 +50,7 @@ from brainstem.core import events, keys, outcomes
 from brainstem.core.errors import BrainstemError
 from brainstem.core.json_numbers import finite_or
 from brainstem.core.untrusted import from_record
+from brainstem.llm.cache import plain_content
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
 from brainstem.llm.openrouter import LLMResponse
@@ -110,8 +111,9 @@ def volatile_out(text: Any) -> str:
 
 
 def normalised(request: dict) -> str:
-    """What makes two requests "the same": the model and every message after the soul, clock readings out."""
-    messages = [(m.get("role"), volatile_out(m.get("content")), *_calls_of(m))
+    """What makes two requests "the same": the model and every message after the soul, clock readings out
+    (and cache markers: they change what a call costs, never what it asks)."""
+    messages = [(m.get("role"), volatile_out(plain_content(m.get("content"))), *_calls_of(m))
                 for m in request.get("messages", [])[1:]]
     return json.dumps([request.get("model"), messages], ensure_ascii=False)
 
@@ -309,7 +311,9 @@ class RecordedAnswers:
         if out_tokens > request.get("max_tokens", out_tokens):  # the model would have been cut off here
             content, truncated = content[:request["max_tokens"] * CHARS_PER_TOKEN], True
         usage = {"prompt_tokens": call.get("input_tokens") or 0, "completion_tokens": out_tokens,
-                 "reasoning_tokens": call.get("reasoning_tokens") or 0, "cost": call.get("cost") or 0.0}
+                 "reasoning_tokens": call.get("reasoning_tokens") or 0, "cost": call.get("cost") or 0.0,
+                 "cached_tokens": call.get("cached_tokens") or 0,
+                 "cache_write_tokens": call.get("cache_write_tokens") or 0}
         calls = parse_tool_calls(call.get("tool_calls")) if request.get("tools") else []
         return LLMResponse(content=content, usage=usage, finish_reason="length" if truncated else call.get(
             "finish_reason"), truncated=truncated, model=request["model"], raw={}, tool_calls=calls)

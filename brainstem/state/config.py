@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -111,8 +112,22 @@ class ModelInfo(_Loose):
     output_cost_per_mtok: float | None = Field(None, ge=0)
     # USD per content part that is not text (an image, audio, a file); None: such parts are refused.
     input_cost_per_part: float | None = Field(None, ge=0)
+    # USD per million prompt tokens read from the provider's prompt cache, and written to it (a 5-minute
+    # entry; a 1-hour one at its own price). Without both read and write prices no call is marked for caching.
+    cache_read_cost_per_mtok: float | None = Field(None, ge=0)
+    cache_write_cost_per_mtok: float | None = Field(None, ge=0)
+    cache_write_1h_cost_per_mtok: float | None = Field(None, ge=0)
     max_output_tokens: int | None = Field(None, ge=1)
     supports_reasoning: bool = False
+
+
+@dataclass(frozen=True)
+class CachePrices:
+    """A model's prompt-cache prices, USD per million tokens: ``write`` by cache lifetime (``5m``, ``1h``)."""
+
+    input: float
+    read: float
+    write: dict[str, float]
 
 
 class Models(_Loose):
@@ -157,6 +172,16 @@ class Models(_Loose):
             return hi_in, hi_out
         return (m.input_cost_per_mtok if m.input_cost_per_mtok is not None else hi_in,
                 m.output_cost_per_mtok if m.output_cost_per_mtok is not None else hi_out)
+
+    def cache_prices(self, model_id: str) -> CachePrices | None:
+        """The model's prompt-cache prices (USD per Mtok), None when the list gives no read and write price."""
+        m = self.info(model_id)
+        if m is None or m.cache_read_cost_per_mtok is None or m.cache_write_cost_per_mtok is None:
+            return None
+        return CachePrices(input=self.prices(model_id)[0], read=m.cache_read_cost_per_mtok,
+                           write={"5m": m.cache_write_cost_per_mtok, **({"1h": m.cache_write_1h_cost_per_mtok}
+                                                                       if m.cache_write_1h_cost_per_mtok is not None
+                                                                       else {})})
 
     def part_price(self, model_id: str) -> float | None:
         """USD per content part that is not text; None when the list gives none (such parts are refused)."""
@@ -250,17 +275,31 @@ def floor_models(agent: Models, floor: Models, problems: list[str] | None = None
         f_part = floor.part_price(m.id)
         part = None if f_part is None else max(m.input_cost_per_part or 0.0, f_part)
         unpriced = m.input_cost_per_part is not None and part != m.input_cost_per_part
-        if a_in < f_in or a_out < f_out or limit != m.max_output_tokens or unpriced:
+        # Cache prices likewise: only where the operator's list gives them, never below it. A cache price the
+        # agent gives alone would have calls marked (and billed for writes) at a price the operator never set.
+        cache = {name: _floored(getattr(m, name), getattr(known, name, None) if known is not None else None)
+                 for name in CACHE_PRICE_FIELDS}
+        uncached = any(getattr(m, name) is not None and cache[name] != getattr(m, name) for name in cache)
+        if a_in < f_in or a_out < f_out or limit != m.max_output_tokens or unpriced or uncached:
             lowered.append(m.id)
         priced.append(m.model_copy(update={"input_cost_per_mtok": max(a_in, f_in), "output_cost_per_mtok":
-                                           max(a_out, f_out), "max_output_tokens": limit, "input_cost_per_part": part}))
+                                           max(a_out, f_out), "max_output_tokens": limit, "input_cost_per_part": part,
+                                           **cache}))
     out = agent.model_copy(update={"models": priced})
     out._floor = floor.highest_prices()
     if lowered and problems is not None:
         problems.append(f"{keys.CONFIG_MODELS} prices {', '.join(lowered[:5])}{' ...' if len(lowered) > 5 else ''} "
-                        f"below the operator's list (or lets more output tokens, or prices parts it does not); "
-                        f"the operator's prices and limits are used")
+                        f"below the operator's list (or lets more output tokens, or prices parts or caching it does "
+                        f"not); the operator's prices and limits are used")
     return out
+
+
+CACHE_PRICE_FIELDS = ("cache_read_cost_per_mtok", "cache_write_cost_per_mtok", "cache_write_1h_cost_per_mtok")
+
+
+def _floored(agent: float | None, operator: float | None) -> float | None:
+    """A price the operator's list gives, raised to the agent's when the agent's is higher; None without it."""
+    return None if operator is None else max(agent or 0.0, operator)
 
 
 def operator_models(store: Store) -> Models:

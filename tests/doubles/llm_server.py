@@ -32,6 +32,16 @@ dict with any of:
                    a dict, sent JSON-encoded, or a str sent as it is); finish_reason
                    becomes "tool_calls" and content defaults to None
 
+With ``.cache_billing`` set (``{model: (input, output)}`` USD per million tokens), a request for
+one of those models is billed as Anthropic bills prompt caching: the prefix up to each content
+part marked ``cache_control`` is kept for five minutes (``"ttl": "1h"``: an hour; each hit
+refreshes it) once it holds ``.cache_min_tokens`` (a number, or one by model); a later request that starts with a kept
+prefix (looking back at most 20 blocks from a marker, tools and ``tool_choice`` included) reads
+it at a tenth of the input price, and the tokens from there to its last marker are written at
+1.25 times it (twice for an hour). The usage reports ``prompt_tokens`` (all of them),
+``prompt_tokens_details.cached_tokens`` and ``cache_write_tokens``, and the ``cost``.
+``.advance(seconds)`` moves the double's clock on, so a cache entry can expire in a test.
+
 When the queue is empty ``.responder(request_json)`` is asked for a reply; if
 there is none the server answers HTTP 500 saying the script ran out.
 
@@ -43,6 +53,7 @@ there is none the server answers HTTP 500 saying the script ran out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -93,6 +104,33 @@ def _content_len(content: Any) -> int:
         return sum(len(p.get("text", "")) if isinstance(p, dict) else len(str(p)) for p in content)
     return 0
 
+
+
+CACHE_READ_FACTOR = 0.1
+CACHE_WRITE_FACTOR = {"5m": 1.25, "1h": 2.0}
+CACHE_TTL_S = {"5m": 300.0, "1h": 3600.0}
+CACHE_LOOKBACK_BLOCKS = 20
+
+
+def _blocks(request: dict) -> list[tuple[str, str | None, str | None]]:
+    """(what the block is, its text as the prompt's token count sees it or None, the lifetime its marker asks
+    or None) for each block of the prompt, in the provider's order: the tools (with tool_choice) first, then
+    every content part of every message."""
+    out: list[tuple[str, str | None, str | None]] = [
+        (json.dumps([request.get("tools"), request.get("tool_choice")], sort_keys=True), None, None)]
+    for m in request.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        c = m.get("content")
+        parts = c if isinstance(c, list) else [c]
+        head = json.dumps([m.get("role"), m.get("tool_call_id"), m.get("tool_calls")], sort_keys=True)
+        for i, p in enumerate(parts):
+            text = p.get("text") if isinstance(p, dict) else p
+            text = text if isinstance(text, str) else None
+            mark = p.get("cache_control") if isinstance(p, dict) else None
+            ttl = (mark.get("ttl") or "5m") if isinstance(mark, dict) else None
+            out.append(((head if i == 0 else "") + json.dumps(text), text, ttl))
+    return out
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -205,6 +243,10 @@ class _Handler(BaseHTTPRequestHandler):
             if "reasoning_tokens" in reply:
                 usage["completion_tokens_details"] = {"reasoning_tokens": reply["reasoning_tokens"]}
             cost = reply.get("cost", d.default_cost)
+            prices = (d.cache_billing or {}).get(req.get("model"))
+            if prices is not None:
+                usage.update(d._bill_cached(req, usage["prompt_tokens"], completion, prices))
+                cost = usage.pop("cost")
             if d.part_cost is not None:
                 cost = (cost or 0.0) + billed_parts(req) * d.part_cost
             if cost is not None:
@@ -254,6 +296,11 @@ class LLMDouble(LoopbackDouble):
         self.credits_status: int = 200
         self.default_cost: float | None = None
         self.part_cost: float | None = None  # USD billed for each content part that is not text
+        self.cache_billing: dict[str, tuple[float, float]] | None = None  # see the module docstring
+        self.cache_min_tokens: int | dict[str, int] = 1024  # or by model: the shortest prefix kept
+        self._cache: dict[str, float] = {}  # prefix key -> when it expires (the double's clock)
+        self._cache_ttl: dict[str, str] = {}
+        self._clock_offset = 0.0
 
     @property
     def base_url(self) -> str:
@@ -278,6 +325,53 @@ class LLMDouble(LoopbackDouble):
                 return self._queue.pop(0)
             responder = self.responder
         return responder(req) if responder is not None else None
+
+    def advance(self, seconds: float) -> None:
+        """Move the double's clock on (cache entries expire by it)."""
+        with self._lock:
+            self._clock_offset += seconds
+
+    def _bill_cached(self, req: dict, prompt_tokens: int, completion: int, prices: tuple[float, float]) -> dict:
+        """The usage fields and cost of ``req`` billed as Anthropic bills prompt caching (module docstring)."""
+        blocks = _blocks(req)
+        with self._lock:
+            now = time.monotonic() + self._clock_offset
+            keys: list[str] = []
+            tokens: list[int] = []
+            key, chars, entries = "", 0, 0
+            for ident, text, _ in blocks:
+                key = hashlib.sha256(f"{key}\x00{ident}".encode()).hexdigest()
+                if text is not None:  # counted as the prompt's tokens are: texts joined by newlines
+                    chars, entries = chars + len(text), entries + 1
+                keys.append(key)
+                tokens.append((chars + max(0, entries - 1)) // 4)
+            marks = [i for i, (_, _, ttl) in enumerate(blocks) if ttl is not None]
+            read = 0
+            for b in marks:  # the longest kept prefix within the look-back of a marker
+                for i in range(b, max(-1, b - CACHE_LOOKBACK_BLOCKS - 1), -1):
+                    k = keys[i]
+                    if self._cache.get(k, -1.0) > now:
+                        self._cache[k] = now + CACHE_TTL_S[self._cache_ttl[k]]  # a hit refreshes it
+                        read = max(read, tokens[i])
+                        break
+            written, factor = 0, 0.0
+            for b in marks:
+                ttl = blocks[b][2] if blocks[b][2] in CACHE_TTL_S else "5m"
+                least = self.cache_min_tokens
+                least = least.get(req.get("model"), 1024) if isinstance(least, dict) else least
+                if tokens[b] < least:
+                    continue
+                if self._cache.get(keys[b], -1.0) <= now:
+                    self._cache[keys[b]], self._cache_ttl[keys[b]] = now + CACHE_TTL_S[ttl], ttl
+                written = max(written, tokens[b] - read)
+                factor = max(factor, CACHE_WRITE_FACTOR[ttl])
+        read, written = min(read, prompt_tokens), max(0, min(written, prompt_tokens - read))
+        uncached = prompt_tokens - read - written
+        p_in, p_out = prices
+        cost = (uncached * p_in + read * p_in * CACHE_READ_FACTOR + written * p_in * factor
+                + completion * p_out) / 1e6
+        return {"prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
+                "cost": round(cost, 12)}
 
     def _next_id(self) -> int:
         with self._lock:

@@ -60,7 +60,8 @@ def test_usage_cost_and_model_parsing(llm):
     llm.queue({"content": "x", "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150,
                                          "cost": 0.00042}, "model": "anthropic/claude-x-20250101"})
     r = chat(req(), base_url=llm.base_url, api_key=KEY, **FAST)
-    assert r.usage == {"prompt_tokens": 120, "completion_tokens": 30, "reasoning_tokens": 0, "cost": 0.00042}
+    assert r.usage == {"prompt_tokens": 120, "completion_tokens": 30, "reasoning_tokens": 0, "cached_tokens": 0,
+                       "cache_write_tokens": 0, "cost": 0.00042}
     assert r.model == "anthropic/claude-x-20250101"
 
 
