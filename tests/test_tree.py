@@ -46,6 +46,9 @@ ELSEWHERE: dict[str, str] = {
                                    "an attack suite over every path into a prompt",
     "brainstem/core/wire.py": "one deadline for a whole HTTP exchange: tests/e2e/test_faults.py (a dripping endpoint "
                               "cannot hold the wake) and tests/sandbox/test_fetch.py",
+    "brainstem/session/deep_schedule.py": "when deep reflection comes and how a failing one recovers: "
+                                          "tests/hostile/test_deep_reflection.py (the bounds as properties, a "
+                                          "broken prompt put back) and tests/e2e/test_reflection.py",
     "brainstem/state/secret_marks.py": "which secret values the agent wrote: tests/hostile/test_agent_secrets.py, "
                                        "a property over the dashboard, tool grants and every way the agent writes",
     "brainstem/llm/cassette.py": "recorded answers through the chokepoint: tests/e2e/test_offline_loop.py, "

@@ -17,7 +17,7 @@ from brainstem.core.outcomes import operator_action
 from brainstem.core.settings import NOT_OFFERED, Settings
 from brainstem.daemon.telegram import status as telegram_status
 from brainstem.operator.output import as_text, ceiling, clip, labelled, spent, usd
-from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.deep_schedule import deep_reflect_due
 from brainstem.session.wallet import NEEDS_WEB3, web3_missing
 from brainstem.state import daemon_health, inbox, refusals
 from brainstem.state import history as session_history

@@ -49,11 +49,11 @@ from brainstem.session.build import (
 )
 from brainstem.session.crash import close_dead, sweep_notes
 from brainstem.session.cycle import check_reflexes, max_effort, think
+from brainstem.session.deep_schedule import deep_reflect_due
 from brainstem.session.ending import WakeResult, _try, clamp_sleep, finish, longest_sleep, note_store_lost
 from brainstem.session.gate import check_change
 from brainstem.session.ground_truth import effort_for, fired_tripwires, read_world
 from brainstem.session.interrupt import WakeInterrupted, interruptible, stop_reason
-from brainstem.session.reflect import deep_reflect_due
 from brainstem.session.schedule_run import run_due
 from brainstem.session.state import SessionState
 from brainstem.session.stopping import OUTCOMES, STORE_UNAVAILABLE, SessionStopped, Stopping, stop_of

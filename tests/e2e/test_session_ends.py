@@ -250,8 +250,8 @@ def test_every_way_a_wake_ends(st, real_store_url, llm, name):
     report = json.loads(ok(run_cli("status", "--json", env=env)))
     assert report["deep_reflection_due_next_wake"] is end.deep_due, report["deep_reflection"]
     ran_deep = any(is_deep(q) for q in llm.requests) and end.args != ("--dry-run",)
-    if end.deep_due or not ran_deep:
-        assert st.get(keys.DEEP_REFLECT_SCHEDULE) is None  # not done, so not marked done
+    if end.deep_due or not ran_deep:  # not done, so not marked done (a miss is counted)
+        assert "last_session" not in (st.get_json(keys.DEEP_REFLECT_SCHEDULE) or {})
     else:
         assert st.get_json(keys.DEEP_REFLECT_SCHEDULE)["last_session"] == 20
 
@@ -280,20 +280,23 @@ def test_a_deep_reflection_refused_by_the_ceiling_runs_at_the_next_wake_with_mon
 
 def test_no_reflection_three_times_in_a_row_restores_the_last_clean_versions(st, env, llm):
     """An unusable deep reflection is the agent's own failure (its prompt, its model), so it counts
-    towards auto-restore as no_plan does, rather than leaving the agent stuck in deep reflection."""
+    towards auto-restore as no_plan does, rather than leaving the agent stuck in deep reflection. Its
+    second miss in a row waits two sessions, so the third wake orients (here: prose, no_plan)."""
     llm.queue(plan(think("hi")), "ok", reflection())
     ok(run_wake(env, "--force", "--quiet"))  # a clean session: what auto-restore goes back to
     orient = st.get(keys.PROMPT_ORIENT)
     st.put(keys.PROMPT_ORIENT, orient + "\nA change of the agent's that broke it.")
     st.put(keys.SESSION_COUNTER, "19")
-    for _ in range(3):
+    for _ in range(2):
         llm.queue(PROSE)
         assert " no_reflection, " in ok(run_wake(env, "--force", "--quiet"))
+    llm.queue(PROSE, PROSE)  # orient, and its repair
+    assert " no_plan, " in ok(run_wake(env, "--force", "--quiet"))
     llm.queue(DEEP_ANSWER)
     ok(run_wake(env, "--force", "--quiet"))
     _, entries = last_session(st)
     assert events_of(entries, "auto_restore") and st.get(keys.PROMPT_ORIENT) == orient
-    assert [h["outcome"] for h in history(st)] == ["clean", "no_reflection", "no_reflection", "no_reflection", "clean"]
+    assert [h["outcome"] for h in history(st)] == ["clean", "no_reflection", "no_reflection", "no_plan", "clean"]
 
 
 def test_the_json_wake_result_gives_the_reason(st, env, llm):

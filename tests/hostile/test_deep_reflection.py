@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from brainstem.core import keys
 from brainstem.core.settings import Settings
-from brainstem.session.reflect import deep_reflect_due
+from brainstem.session.deep_schedule import deep_reflect_due
 from brainstem.state import history as session_history
 from brainstem.state.config import Defaults
 from brainstem.state.versions import auto_restore, record_write, save_clean_snapshot, snapshot, versions
