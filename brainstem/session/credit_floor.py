@@ -85,7 +85,7 @@ def check(settings: Settings, store: Store, karma: Karma, *, timeout: float, now
     if floor is not None and credit is not None and credit < floor:
         verdict.blocked, verdict.cause = (f"the LLM credit, ${credit:.4f}, is below BRAINSTEM_MIN_CREDIT "
                                           f"(${floor:.4f}): no paid call was made"), FLOOR
-        was = state.get("floor") if isinstance(state.get("floor"), dict) else {}
+        was = _part(state, "floor")
         state["floor"] = {"since": was.get("since") or iso(now), "credit": credit, "min_credit": floor}
     else:
         state.pop("floor", None)
@@ -134,7 +134,7 @@ def trip(settings: Settings, store: Store, karma: Karma, session_id: str, defaul
               if offered(settings) else None)
     now = now or now_utc()
     state = load(store)
-    old = state.get("breaker") if isinstance(state.get("breaker"), dict) else {}
+    old = _part(state, "breaker")
     trips = int(finite(old.get("trips")) or 0) + 1
     breaker = {"opened_at": old.get("opened_at") or iso(now), "last_402_at": iso(now), "trips": trips,
                "credit_at_trip": credit, "session_id": session_id,
@@ -198,6 +198,11 @@ def _runway(settings: Settings, store: Store, credit: float | None) -> dict | No
     days = runway.runway_days(credit, mean)
     return {"runway_days": days, "mean_daily_spend": mean, "credit": credit,
             "min_runway_days": settings.min_runway_days, "stretch": runway.stretch(days, settings.min_runway_days)}
+
+
+def _part(state: dict, name: str) -> dict:
+    value = state.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _free(_what: str, _size: int) -> None:

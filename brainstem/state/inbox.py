@@ -102,8 +102,8 @@ def reply_target(store: Store, to: Any) -> dict[str, Any]:
     if found is None:
         raise InboxError(f"there is no message {to} in the inbox (the orient prompt names each message's id)")
     if found.get("from") in FOR_OPERATOR:
-        raise InboxError(f"message {to} is a notice for the operator (a schedule's result, the runtime's word): "
-                         "only the operator's messages take a reply")
+        raise InboxError(f"message {to} is the agent's own or the runtime's (a schedule's result, a notice for the "
+                         "operator): only the operator's messages take a reply")
     if len(found["replies"]) >= MAX_REPLIES:
         raise InboxError(f"message {to} has {MAX_REPLIES} replies already, the most one message may have")
     return found
