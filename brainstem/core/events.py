@@ -54,6 +54,14 @@ REFLECT_PARSE_ERROR = "reflect_parse_error"
 REFLECT_CALL_FAILED = "reflect_call_failed"  # the reflection's LLM call failed (provider, budget): no answer to parse
 # The LLM endpoint failed for a reason that is the operator's or the provider's, not the agent's.
 LLM_FAULT = "llm_fault"
+# A wake kept from every paid LLM call: the credit below BRAINSTEM_MIN_CREDIT (cause "floor"), or the breaker a
+# 402 opened still open (cause "breaker"); the credit read, the floor, when a paid try is allowed again.
+CREDIT_FLOOR = "credit_floor"
+# The 402 circuit breaker: "open" (a 402 tripped it), "probe" (its backoff passed: a paid try is allowed),
+# "closed" (a free balance read showed credit again)
+CREDIT_BREAKER = "credit_breaker"
+OPERATOR_NOTICE = "operator_notice"  # the runtime told the operator something (inbox, Telegram): what and where
+SLEEP_STRETCHED = "sleep_stretched"  # runway under BRAINSTEM_MIN_RUNWAY_DAYS: the sleep asked for, and slept
 STORE_ERROR = "store_error"  # the store became unreachable mid-session
 SIGNAL = "signal"  # SIGTERM/SIGINT received by a wake: the session stops and is recorded as interrupted
 DEEP_REFLECT = "deep_reflect"

@@ -36,6 +36,10 @@ LAST_GROUND_TRUTH = "stats:last_ground_truth"  # what status shows of the balanc
 DAILY_COST = "stats:daily_cost"  # today's spend, across sessions
 DAILY_SIMULATED_COST = "stats:daily_simulated_cost"  # today's cassette answers' cost: shown, never spent
 COST_ANOMALIES = "stats:cost_anomalies"  # today's calls billed above their worst case
+SPEND_DAYS = "stats:spend_days"  # each recent UTC day's spend (its total as last settled): the runway's mean
+# The runtime's own read of the LLM credit, the floor holding (BRAINSTEM_MIN_CREDIT), the circuit breaker a 402
+# opened, and the notice the operator was sent about them (once each time credit runs out)
+LLM_CREDIT = "stats:llm_credit"
 READS = "stats:reads"  # per-key read counts, for deep reflection's pruning
 NOTES = "stats:notes"  # the agent's notes to its future self
 REJECTED_SESSION_HISTORY = "stats:rejected_session_history"  # a history that could not be read whole

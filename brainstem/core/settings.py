@@ -86,6 +86,15 @@ class Settings(BaseSettings):
                                                 "the agent's budget is clamped under it")
     max_daily_cost: float = Field(5.00, ge=0, validation_alias="BRAINSTEM_MAX_DAILY_COST",
                                   description="Ceiling in USD for all sessions of one UTC day")
+    min_credit: float | None = Field(None, ge=0, allow_inf_nan=False, validation_alias="BRAINSTEM_MIN_CREDIT",
+                                     description="Floor in USD on the LLM server's balance (read free, by the "
+                                                 "runtime, from a server that offers one): below it no paid LLM "
+                                                 "call is made, the session ends llm_no_credit and you are told "
+                                                 "once (unset: no floor)")
+    min_runway_days: float | None = Field(None, gt=0, allow_inf_nan=False, validation_alias="BRAINSTEM_MIN_RUNWAY_DAYS",
+                                          description="Days: while the LLM balance would last fewer at the last 7 "
+                                                      "days' mean spend, the runtime stretches the agent's sleep to "
+                                                      "match (unset: never)")
     max_session_steps: int = Field(100, ge=0, validation_alias="BRAINSTEM_MAX_SESSION_STEPS",
                                    description="Ceiling on the steps one session may run")
     max_session_seconds: float = Field(1800, gt=0, validation_alias="BRAINSTEM_MAX_SESSION_SECONDS",
@@ -116,6 +125,11 @@ class Settings(BaseSettings):
                                               "NAME=supervised or NAME=manual, comma list; * for every tool, "
                                               "new for code whose exact bytes you have not approved under its "
                                               "name (brainstem tool pending)")
+
+    @field_validator("min_credit", "min_runway_days", mode="before")
+    @classmethod
+    def _blank_number_is_unset(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v  # `BRAINSTEM_MIN_CREDIT=` in an env file
 
     @field_validator("tool_secrets", "fetch_allow", "tool_modes", mode="before")
     @classmethod

@@ -55,7 +55,7 @@ from brainstem.core.names import agent_prefix
 from brainstem.core.settings import Settings
 from brainstem.daemon import schedules
 from brainstem.sandbox import pool
-from brainstem.state import daemon_health
+from brainstem.state import daemon_health, runway
 from brainstem.state import history as session_history
 from brainstem.state.budget import daily_spent
 from brainstem.store import karma as karma_mod
@@ -171,6 +171,11 @@ class Runner:
                 continue
             self.agents.append(agent)
         self.stopping = threading.Event()
+
+    def _credit_outlook(self, store: Store) -> tuple[float | None, float | None]:
+        """(the LLM credit last seen, the runway it gives), for the metrics: None where unknown."""
+        seen = runway.outlook(store, daily_spent(store), offered=self.settings.llm_server == "openrouter")
+        return seen["llm_credit"], seen["runway_days"]
 
     def check_agents(self) -> bool:
         """Refuse to start for an agent that does not exist (no soul under its prefix). A store that cannot
@@ -377,6 +382,7 @@ class Runner:
             for agent in self.agents:
                 self.metrics.watch_spend(agent.name or "default", lambda a=agent: (daily_spent(a.store),
                                                                                    self.settings.max_daily_cost))
+                self.metrics.watch_credit(agent.name or "default", lambda a=agent: self._credit_outlook(a.store))
         sched = BackgroundScheduler(timezone="UTC",
                                     executors={"default": ThreadPoolExecutor(max_workers=min(8, len(self.agents))),
                                                # Their own threads: a takeover never queues behind a busy tick.

@@ -257,7 +257,8 @@ class LLM:
             return self._call_model(purpose, model_id, turn, max_tokens, effort, use_reserve, step_id)
         except LLMError as first:
             fallback = self.models.resolve(self.fallback_model) if self.fallback_model else None
-            if fallback is None or fallback == model_id or first.final:
+            # Out of credit is the account's, not the model's: another model's call would be one more after a 402.
+            if fallback is None or fallback == model_id or first.final or first.fault == "llm_no_credit":
                 raise
             self.record(events.MODEL_FALLBACK, purpose=purpose, step_id=step_id, model=model_id,
                         fallback_model=fallback, error=str(first))

@@ -4,8 +4,9 @@ The daemon counts what it does: each fire (``ran``, ``asleep``, ``skipped``,
 ``missed``, ``error``), and, from the karma of the sessions it runs (a karma
 listener, so the count is what the flight recorder holds), each session's
 outcome, duration and cost (what moved money: not a cassette's simulated answers), each LLM call by
-tier and model, each tool run by result. Today's spend and the daily ceiling are read from the store when
-Prometheus scrapes. Imported only by ``run`` when metrics are asked for.
+tier and model, each tool run by result. Today's spend and the daily ceiling, the LLM credit last seen and
+the runway it gives are read from the store when Prometheus scrapes. Imported only by ``run`` when metrics
+are asked for.
 """
 
 from __future__ import annotations
@@ -40,8 +41,13 @@ class Metrics:
                                  ["agent", "result"], registry=r)
         self.lease_lost = Counter("brainstem_lease_lost", "Sessions stopped because their wake lease was lost",
                                   ["agent"], registry=r)
-        self._spend: dict[str, Callable[[], tuple[float, float]]] = {}
-        r.register(_SpendCollector(self._spend))
+        self._spend: dict[str, Callable[[], tuple]] = {}
+        r.register(_ReadCollector(self._spend, (("brainstem_spend_today_usd", "LLM spend today (UTC)"),
+                                                ("brainstem_daily_ceiling_usd", "The operator's daily ceiling"))))
+        self._credit: dict[str, Callable[[], tuple]] = {}
+        r.register(_ReadCollector(self._credit, (
+            ("brainstem_llm_credit_usd", "The LLM server's balance last read (absent: unknown or not offered)"),
+            ("brainstem_runway_days", "Days the LLM balance lasts at the last 7 days' mean spend (absent: unknown)"))))
 
     def watch_spend(self, agent: str, read: Callable[[], tuple[float, float]]) -> None:
         """``read()`` -> (spent today, daily ceiling), asked at each scrape."""
@@ -49,6 +55,10 @@ class Metrics:
         self.lease_lost.labels(agent=agent)  # present from the start, at 0
         for result in WAKE_RESULTS.values():
             self.wakes.labels(agent=agent, result=result)
+
+    def watch_credit(self, agent: str, read: Callable[[], tuple[float | None, float | None]]) -> None:
+        """``read()`` -> (the LLM credit last seen, the runway it gives), None where unknown; asked at each scrape."""
+        self._credit[agent] = read
 
     def fire(self, agent: str, fire: str) -> None:
         self.wakes.labels(agent=agent, result=WAKE_RESULTS.get(fire, "error")).inc()
@@ -76,23 +86,24 @@ class Metrics:
         return on_entry
 
 
-class _SpendCollector:
-    def __init__(self, readers: dict[str, Callable[[], tuple[float, float]]]):
-        self.readers = readers
+class _ReadCollector:
+    """Gauges read from the store at each scrape: ``read()`` gives one value per family, None for one not
+    known (its sample is left out: an unknown balance is no balance of 0)."""
+
+    def __init__(self, readers: dict[str, Callable[[], tuple]], families: tuple[tuple[str, str], ...]):
+        self.readers, self.families = readers, families
 
     def collect(self):
-        spent = GaugeMetricFamily("brainstem_spend_today_usd", "LLM spend today (UTC)", labels=["agent"])
-        ceiling = GaugeMetricFamily("brainstem_daily_ceiling_usd", "The operator's daily ceiling",
-                                    labels=["agent"])
+        gauges = [GaugeMetricFamily(name, doc, labels=["agent"]) for name, doc in self.families]
         for agent, read in list(self.readers.items()):
             try:
-                value, limit = read()
+                values = read()
             except Exception:  # noqa: BLE001 - a store that is away must not break the scrape
                 continue
-            spent.add_metric([agent], value)
-            ceiling.add_metric([agent], limit)
-        yield spent
-        yield ceiling
+            for gauge, value in zip(gauges, values, strict=False):
+                if value is not None:
+                    gauge.add_metric([agent], value)
+        yield from gauges
 
 
 def serve(metrics: Metrics, port: int, host: str = "127.0.0.1"):

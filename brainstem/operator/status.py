@@ -19,7 +19,7 @@ from brainstem.daemon.telegram import status as telegram_status
 from brainstem.operator.output import as_text, ceiling, clip, labelled, spent, usd
 from brainstem.session.deep_schedule import deep_reflect_due
 from brainstem.session.wallet import NEEDS_WEB3, web3_missing
-from brainstem.state import daemon_health, inbox, refusals
+from brainstem.state import daemon_health, inbox, refusals, runway
 from brainstem.state import history as session_history
 from brainstem.state.budget import anomalies_today, daily_spent, simulated_today
 from brainstem.state.config import load_defaults, load_models
@@ -123,6 +123,10 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "balances_last_seen": truth,
         "wallet_needs": NEEDS_WEB3 if settings.wallet_address and web3_missing() else None,
         "llm_server": settings.llm_server,  # generic: its credit is not offered (balances_last_seen.not_offered)
+        **runway.outlook(store, daily_spent(store), offered=settings.llm_server == "openrouter"),
+        "min_runway_days": settings.min_runway_days,
+        "sleep_stretched": (wake_config or {}).get("stretched_for_runway") if isinstance(wake_config, dict) else None,
+        "credit_guard": _credit_guard(store, settings),
         "next_wake_after": (wake_config or {}).get("next_wake_after") if isinstance(wake_config, dict) else None,
         "asleep": until is not None,
         "next_wake_at": iso(until) if until is not None else None,  # None: due now, whatever the schedule said
@@ -145,6 +149,18 @@ def status(store: Store, settings: Settings) -> dict[str, Any]:
         "tool_mode_floors": settings.mode_floors() or None,
         "sandbox": _sandbox_report(),
     }
+
+
+def _credit_guard(store: Store, settings: Settings) -> dict[str, Any] | None:
+    """The floor on the LLM credit (``BRAINSTEM_MIN_CREDIT``) and the breaker a 402 opened: whether either
+    keeps the agent from paid calls now, and whether the operator was told; None when neither is set or open."""
+    rec = store.get_object(keys.LLM_CREDIT)
+    floor, breaker = rec.get("floor"), rec.get("breaker")
+    if settings.min_credit is None and not isinstance(breaker, dict):
+        return None
+    return {"min_credit": settings.min_credit, "below_floor": floor if isinstance(floor, dict) else None,
+            "breaker": breaker if isinstance(breaker, dict) else None,
+            "told": rec.get("told") if isinstance(rec.get("told"), dict) else None}
 
 
 def _reflexes(store: Store) -> dict[str, Any] | None:
@@ -271,10 +287,43 @@ def _spend_lines(report: dict[str, Any]) -> list[str]:
            labelled("balances", f"LLM credit {money(bal.get('openrouter'), name='openrouter')}, wallet USDC "
                                 f"{money(bal.get('wallet_usdc'), report.get('wallet_needs'))}"
                     + (f" (as of {as_text(truth.get('at'))})" if truth else "")),
+           *_credit_lines(report),
            labelled("next wake", _next_wake(report)),
            labelled("deep reflection", f"{'due at next wake' if report['deep_reflection_due_next_wake'] else 'not due'}"
                                        f" ({as_text(report['deep_reflection'])})")]
     out += [labelled("config problem", as_text(p)) for p in report["config_problems"] or []]
+    return out
+
+
+def _credit_lines(report: dict[str, Any]) -> list[str]:
+    """The runway the LLM credit gives, the floor and breaker holding paid calls back, a stretched sleep."""
+    out = []
+    days, mean = report.get("runway_days"), report.get("mean_daily_spend")
+    if report.get("llm_server") == "openrouter":
+        text = (f"{days:g} days" if days is not None else "unknown") + (
+            f" (LLM credit {usd(report['llm_credit'], 2)} at {usd(mean)} a day, the last 7 days' mean)"
+            if days is not None else " (needs the LLM credit and some spend in the last 7 days)")
+        if report.get("min_runway_days") is not None:
+            text += f"; BRAINSTEM_MIN_RUNWAY_DAYS {report['min_runway_days']:g}"
+        out.append(labelled("runway", text))
+    guard = report.get("credit_guard") or {}
+    if guard.get("below_floor"):
+        f = guard["below_floor"]
+        out.append(labelled("NO PAID CALLS", f"the LLM credit ({usd(f.get('credit') or 0, 2)}) is below "
+                                             f"BRAINSTEM_MIN_CREDIT ({usd(guard.get('min_credit') or 0, 2)}) since "
+                                             f"{as_text(f.get('since'))}: add credit at the provider"))
+    elif guard.get("breaker"):
+        b = guard["breaker"]
+        out.append(labelled("NO PAID CALLS", f"the LLM server answered 402 at {as_text(b.get('last_402_at'))}: "
+                                             f"no paid call until a balance read shows credit again or "
+                                             f"{as_text(b.get('probe_after'))} (brainstem kv delete "
+                                             f"{keys.LLM_CREDIT} clears it)"))
+    stretched = report.get("sleep_stretched")
+    if isinstance(stretched, dict):
+        out.append(labelled("sleep stretched", f"{as_text(stretched.get('asked_seconds'))} s asked, "
+                                               f"{as_text(stretched.get('slept_seconds'))} s slept: the runway "
+                                               f"({as_text(stretched.get('runway_days'))} days) is under "
+                                               f"BRAINSTEM_MIN_RUNWAY_DAYS"))
     return out
 
 

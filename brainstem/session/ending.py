@@ -129,23 +129,16 @@ def lease_lost(deps: SessionDeps, state: SessionState) -> WakeResult:
 def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
     store, budget = deps.store, deps.budget
     next_wake = state.next_wake if isinstance(state.next_wake, dict) else {}
-    longest = longest_sleep(deps.settings)
-    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS, longest)
-    sleep = clamp_sleep(next_wake.get("sleep_seconds"), default_sleep, longest)
     action = outcomes.operator_action(state.outcome)
-    if action is not None:
-        # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
-        # it works at the next tick without --force. A clean session ends the streak.
-        streak = outcomes.fault_streak(session_history.recent(store, 32)) + 1
-        sleep = max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep))
-    elif state.outcome == outcomes.INTERRUPTED:
-        # Stopped from outside, its work cut short: due again as soon as the runtime is back.
-        sleep = MIN_SLEEP
+    sleep, stretched = sleep_after(deps, state, next_wake, action)
     ended = now_utc()
     next_after = iso(ended + timedelta(seconds=sleep))
     wake_cfg: dict[str, Any] = {"next_wake_after": next_after, "sleep_seconds": sleep, "set_by": deps.id}
     if action is not None:
         wake_cfg["retry_after_fault"] = state.outcome
+    if stretched is not None:  # the runtime's, in the runtime's key: the agent's own config is left as it wrote it
+        wake_cfg["stretched_for_runway"] = stretched
+        deps.karma.record(events.SLEEP_STRETCHED, **stretched)
     if next_wake.get("effort") in ("low", "medium", "high", "max"):
         wake_cfg["effort"] = next_wake["effort"]
     store.put(keys.WAKE_CONFIG, wake_cfg)
@@ -202,6 +195,38 @@ def record_end(deps: SessionDeps, state: SessionState) -> WakeResult:
         message += f" ({state.reason})"
     return WakeResult("ran", outcome=state.outcome, session_id=deps.id, next_wake_after=next_after,
                       message=message, reason=state.reason)
+
+
+def sleep_after(deps: SessionDeps, state: SessionState, next_wake: dict,
+                action: str | None) -> tuple[float, dict | None]:
+    """(seconds until the next wake, how the runway stretched it or None)."""
+    longest = longest_sleep(deps.settings)
+    default_sleep = clamp_sleep(deps.defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS, longest)
+    sleep = clamp_sleep(next_wake.get("sleep_seconds"), default_sleep, longest)
+    if action is not None:
+        # The operator's (or the provider's) fault: try again soon, sooner the first times, so fixing
+        # it works at the next tick without --force. A clean session ends the streak.
+        streak = outcomes.fault_streak(session_history.recent(deps.store, 32)) + 1
+        return max(MIN_SLEEP, outcomes.fault_backoff(streak, default_sleep)), None
+    if state.outcome == outcomes.INTERRUPTED:
+        # Stopped from outside, its work cut short: due again as soon as the runtime is back.
+        return MIN_SLEEP, None
+    if state.runway and state.runway.get("stretch"):
+        stretched = stretch_sleep(sleep, state.runway)
+        return stretched["slept_seconds"], stretched
+    return sleep, None
+
+
+def stretch_sleep(sleep: float, runway: dict) -> dict:
+    """The sleep asked for, stretched while the LLM balance's runway is under ``BRAINSTEM_MIN_RUNWAY_DAYS``:
+    longer by the factor that makes the balance last them at the same spend a session (at most
+    :data:`MAX_SLEEP`)."""
+    factor = float(runway["stretch"])
+    slept = MAX_SLEEP if factor * sleep >= MAX_SLEEP else max(sleep, factor * sleep)
+    days = runway.get("runway_days")
+    return {"asked_seconds": sleep, "slept_seconds": slept, "factor": round(min(factor, 1e6), 4),
+            "runway_days": None if days is None else round(days, 4), "min_runway_days": runway.get("min_runway_days"),
+            "credit": runway.get("credit"), "mean_daily_spend": runway.get("mean_daily_spend")}
 
 
 def record_tool_reads(deps: SessionDeps, state: SessionState) -> None:

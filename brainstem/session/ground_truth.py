@@ -93,14 +93,21 @@ def effort_for(base: str, fired: list[Tripwire]) -> str:
     return max((lv for lv in levels if lv in EFFORT_ORDER), key=EFFORT_ORDER.index, default="low")
 
 
-def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run: bool = False) -> dict:
+def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run: bool = False,
+               llm_credit: tuple[float | None, str | None] | None = None) -> dict:
     """The session's ground truth: LLM credit and USDC balance (each through the agent's own checker
     first, in the sandbox, then the hard-coded one), and store usage, in parallel, each None on failure;
     recorded in karma and kept for ``status``. The agent's checkers are code under the operator's mode
-    floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them."""
+    floors (``BRAINSTEM_TOOL_MODES``, by ``provider:NAME``), and a dry run runs none of them.
+    ``llm_credit``: the credit the runtime read itself this wake, and why it is unknown (see
+    :mod:`.credit_floor`): it is the LLM credit, and neither checker is asked again."""
     key = settings.llm_key
 
     def credit():
+        if llm_credit is not None:
+            if llm_credit[0] is None and llm_credit[1]:
+                raise Unknown(llm_credit[1])
+            return llm_credit[0]
         if key is None and settings.llm_server == "openrouter":
             return None  # nothing to ask without a key (the offline demo, a cassette)
         return known(fetch_credit, base_url=settings.llm_base_url, api_key=key, timeout=timeout)
@@ -118,8 +125,8 @@ def read_world(settings, store, karma, agent_kv, policy, timeout: float, dry_run
         return lambda: checked_number(store, name, fallback, agent_kv, karma.record, policy, timeout / 2,
                                       floors=floors, dry_run=dry_run)
 
-    checks = {"kvUsage": store.usage, "openrouter": dynamic_or("llm_balance", credit),
-              "wallet_usdc": dynamic_or("wallet_balance", wallet)}
+    llm = credit if llm_credit is not None else dynamic_or("llm_balance", credit)  # the runtime's read, if made
+    checks = {"kvUsage": store.usage, "openrouter": llm, "wallet_usdc": dynamic_or("wallet_balance", wallet)}
     # A generic server (LiteLLM, vLLM, Ollama, OpenAI) has no credit endpoint: nobody asks it, neither the
     # agent's checker nor the hard-coded one, and its credit is "not offered", not "unknown".
     not_offered = ["openrouter"] if settings.llm_server == "generic" else []

@@ -428,7 +428,7 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
     ``max_seconds`` caps its time budget (the gate runs inside a session's own). ``cassette`` (a
     provider) answers in place of the live model: simulated, so today's spend and ceiling are untouched."""
     paid = live and cassette is None  # only the real model's answers are money
-    kept = {keys.DAILY_COST, keys.COST_ANOMALIES} if paid else set()
+    kept = {keys.DAILY_COST, keys.SPEND_DAYS, keys.COST_ANOMALIES} if paid else set()
     overlay = OverlayStore(store, passthrough=kept.__contains__)
     for key, value in (staged or {}).items():
         overlay.put(key, value)

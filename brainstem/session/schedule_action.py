@@ -26,6 +26,7 @@ from brainstem.core.settings import Settings
 from brainstem.core.untrusted import Untrusted
 from brainstem.llm.chokepoint import LLM, LLMError, is_simulated
 from brainstem.llm.meter import WireMeter
+from brainstem.session import credit_floor
 from brainstem.session.build import agent_view, hardcoded_provider, learner, queue_review, screen_answers
 from brainstem.state import inbox, refusals
 from brainstem.state.budget import Budget, BudgetExceeded, DailyLedger, daily_spent, note_anomaly
@@ -160,6 +161,10 @@ def _message(run: _Run, done: Done, value: Any) -> Done:
     plain = _capped(f"schedule {schedule.id}: {schedule.tool}: {_as_text(value)}", run)
     if not schedule.synthesize:
         done.message = plain
+        return done
+    held = None if run.simulated else credit_floor.blocked_now(run.store)
+    if held is not None:  # no paid call while the credit floor or the 402 breaker holds, between wakes too
+        done.message, done.notify_error = plain, f"no summary was asked for ({held}): the result was sent as it is"
         return done
     try:
         answer = _synthesize(run, value)

@@ -47,6 +47,8 @@ class SessionState:
     inbox_ids: list[int] = field(default_factory=list)
     inbox_answered: bool = False
     reviews_queued: int = 0  # runs of supervised tools this session has let through for review
+    # The runway the wake found (BRAINSTEM_MIN_RUNWAY_DAYS set): its days, and the stretch of the sleep it asks
+    runway: dict | None = None
     _review_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def review_room(self, cap: int) -> str | None:

@@ -38,6 +38,7 @@ from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import is_simulated
 from brainstem.llm.meter import WireMeter
 from brainstem.sandbox import pool
+from brainstem.session import credit_floor
 from brainstem.session.build import (
     SessionDeps,
     SessionSpec,
@@ -184,7 +185,7 @@ def dry_run_session(settings: Settings, store: Store, *, providers: list | None 
     it changes nothing another wake could trip over."""
     check_ready(store, settings, need_key=providers is None)
     sid = f"dry-{uuid.uuid4().hex[:8]}"
-    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.DAILY_SIMULATED_COST,
+    through = {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.DAILY_SIMULATED_COST, keys.SPEND_DAYS,
                keys.COST_ANOMALIES, keys.UNLISTED_KARMA}
     overlay = OverlayStore(store, passthrough=through.__contains__)
     return _session(settings, overlay, _read_wake_config(store), providers, listeners, cancel, None,
@@ -348,8 +349,19 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
     # secret_refused stay withdrawn, and the write quota counts once.
     policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=learner(karma))
     # Ground truth is part of the session's time: at most a quarter of it.
-    facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run",
-                       timeout=min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4)))
+    truth_timeout = min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4))
+    # The LLM credit as a floor, and the breaker a 402 opened: before anything of the session runs.
+    paying = not (providers and all(is_simulated(p) for p in providers))
+    guard = credit_floor.check(settings, store, karma, timeout=truth_timeout) if paying else None
+    if guard is not None and guard.blocked is not None:
+        state.outcome, state.reason = outcomes.LLM_NO_CREDIT, guard.blocked
+        if deps.mode == "live":
+            credit_floor.tell_once(store, karma, policy, credit_floor.notice(guard.blocked,
+                                                                             credit_floor.load(store).get("breaker")))
+        return
+    state.runway = guard.runway if guard is not None else None
+    facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run", timeout=truth_timeout,
+                       llm_credit=(guard.credit, guard.why_unknown) if guard is not None and guard.read else None)
     state.context["balances"] = facts["balances"]
     state.context["kvUsage"] = facts["kvUsage"]
     fired = fired_tripwires(defaults.tripwires, facts)
@@ -376,3 +388,8 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
         state.next_wake = {"sleep_seconds": sleep_for}
     else:
         think(session, orient_template, left_today, deep)
+    if paying and state.outcome == outcomes.LLM_NO_CREDIT and deps.mode == "live":  # the server's 402
+        breaker = credit_floor.trip(settings, store, karma, sid, timeout=truth_timeout,
+                                    default_sleep=clamp_sleep(defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS))
+        credit_floor.tell_once(store, karma, policy,
+                               credit_floor.notice("the LLM server answered 402 (out of credit)", breaker))

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 
 from brainstem.core import keys
 from brainstem.core.clock import iso, now_utc
+from brainstem.state.runway import note_day
 from brainstem.store.base import Store
 
 MAX_ANOMALIES_KEPT = 20
@@ -61,7 +62,10 @@ class DailyLedger:
     def settle(self, token: str | None, usd: float) -> None:
         if self.billable is not None and not self.billable():
             usd = 0.0
-        self.store.settle_spend(today(), token, usd)
+        day = today()
+        total = self.store.settle_spend(day, token, usd)
+        if usd > 0:
+            note_day(self.store, day, total)  # the day's total outlives the day: the runway's mean
 
     def simulate(self, usd: float) -> None:
         """Note what a simulated call (answered from a cassette) would have cost, apart from today's spend."""
@@ -263,7 +267,10 @@ def add_daily(store: Store, usd: float) -> float:
     """Add to today's spend (negative: a correction; never below 0), atomically in the store: a session
     is not the only spender (a dry run, a live replay or ``tool run`` may spend beside it), and a lost
     update would under-count real money. Returns today's spend after."""
-    return store.settle_spend(today(), None, usd)
+    day = today()
+    total = store.settle_spend(day, None, usd)
+    note_day(store, day, total, exact=usd < 0)
+    return total
 
 
 def note_anomaly(store: Store, anomaly: dict, session_id: str | None = None) -> None:

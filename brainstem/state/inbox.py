@@ -20,6 +20,7 @@ was ever left, three when something was, and never parses the log.
 
 A schedule whose ``notify`` is ``inbox`` leaves its result here too, as the agent (``from: agent``): a
 message for the operator, which the agent wrote and so has read; no session is shown it as a message.
+The runtime's own word to the operator (the LLM credit ran out, say) is such a notice too (``from: runtime``).
 These notices are kept in a log of their own, ``inbox:notices``, with its own :data:`KEEP`, numbered
 from the same counter and listed with the messages: the agent's schedules may leave hundreds an hour,
 and in one log with the operator's messages they would trim an unread one away before any session was
@@ -45,7 +46,8 @@ from brainstem.core.clock import now_iso
 from brainstem.store.base import Store
 from brainstem.store.fenced import unfenced
 
-SENDERS = ("operator", "telegram", "agent")  # agent: a schedule's result, for the operator
+SENDERS = ("operator", "telegram", "agent", "runtime")  # agent: a schedule's result; runtime: its own notice
+FOR_OPERATOR = ("agent", "runtime")  # notices for the operator, kept apart: no session is shown them as messages
 MAX_TEXT_CHARS = 4000  # what one message may hold; longer text is cut and says so
 KEEP = 500  # the newest messages kept of each log (the operator's, the agent's notices); older ones are trimmed
 PROMPT_MESSAGES = 20  # the most messages one session is shown (the oldest unread first)
@@ -68,7 +70,7 @@ def post(store: Store, text: str, *, sender: str = "operator", urgent: bool = Fa
     msg_id = store.incr(keys.INBOX_COUNTER)
     message = {"id": msg_id, "from": sender, "at": now_iso(), "text": text, "urgent": bool(urgent),
                **(extra or {})}
-    log = keys.INBOX_NOTICES if sender == "agent" else keys.INBOX  # the agent's never trim the operator's
+    log = keys.INBOX_NOTICES if sender in FOR_OPERATOR else keys.INBOX  # notices never trim the operator's
     store.append(log, json.dumps(message))
     if urgent and msg_id > _number(store, keys.INBOX_URGENT):
         store.put(keys.INBOX_URGENT, str(msg_id))
@@ -99,9 +101,9 @@ def reply_target(store: Store, to: Any) -> dict[str, Any]:
     found = next((m for m in messages(store) if m["id"] == to), None)
     if found is None:
         raise InboxError(f"there is no message {to} in the inbox (the orient prompt names each message's id)")
-    if found.get("from") == "agent":
-        raise InboxError(f"message {to} is the agent's own (a schedule's result, for the operator): only the "
-                         "operator's messages take a reply")
+    if found.get("from") in FOR_OPERATOR:
+        raise InboxError(f"message {to} is the agent's own or the runtime's (a schedule's result, a notice for the "
+                         "operator): only the operator's messages take a reply")
     if len(found["replies"]) >= MAX_REPLIES:
         raise InboxError(f"message {to} has {MAX_REPLIES} replies already, the most one message may have")
     return found
@@ -162,7 +164,7 @@ def messages(store: Store, limit: int | None = None) -> list[dict[str, Any]]:
             continue
         if not isinstance(msg, dict) or not isinstance(msg.get("id"), int) or not isinstance(msg.get("text"), str):
             continue
-        msg["read"] = msg["id"] <= mark or msg.get("from") == "agent"  # the agent's own: for the operator
+        msg["read"] = msg["id"] <= mark or msg.get("from") in FOR_OPERATOR  # for the operator, not the agent
         out.append(msg)
     out.sort(key=lambda m: m["id"])
     by_message: dict[int, list[dict[str, Any]]] = {m["id"]: [] for m in out}

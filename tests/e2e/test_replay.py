@@ -92,6 +92,7 @@ def _calls_that_did_not_happen(st, llm, env) -> dict[str, str]:
         llm.responder = lambda req, status=status: {"status": status, "message": "double: not now"}
         made[kind], entries = finished(run_wake(env, "--force"), st, outcome)
         assert any(e["event"] == "llm_failed" and e["fault"] == outcome for e in entries)
+    llm.credit += 20  # credit added after the 402: the next wake's free balance read closes the breaker
     llm.responder = _respond
 
     # The last deep reflection two sessions back (never two in a row), one due each session.

@@ -39,6 +39,9 @@ def test_a_daemon_serves_what_it_did(tmp_path, llm, daemons):  # noqa: F811 - py
     assert cost > 0 and spent == pytest.approx(cost, rel=1e-6)
     assert value(found, "brainstem_daily_ceiling_usd", agent="default") == 5.0
     assert value(found, "brainstem_lease_lost_total", agent="default") == 0
+    # The balance the session's ground truth read from the double's /key, and the one day of spend it lasts at.
+    assert value(found, "brainstem_llm_credit_usd", agent="default") == llm.credit
+    assert value(found, "brainstem_runway_days", agent="default") == pytest.approx(llm.credit / spent, rel=1e-2)
 
 
 def test_a_port_in_use_is_one_line(tmp_path):
@@ -75,6 +78,19 @@ def test_the_listener_counts_karma_entries():
     assert value(found, "brainstem_wakes_total", agent="a", result="missed") == 1
     assert value(found, "brainstem_spend_today_usd", agent="a") == 1.25
     assert value(found, "brainstem_spend_today_usd", agent="b") is None
+
+
+def test_an_unknown_credit_or_runway_is_no_sample_never_a_zero():
+    m = Metrics()
+    m.watch_credit("a", lambda: (7.7, 3.5))
+    m.watch_credit("b", lambda: (7.7, None))  # nothing spent lately: no runway to tell
+    m.watch_credit("c", lambda: (None, None))  # a generic server: no balance offered
+    found = samples(generate_latest(m.registry).decode())
+    assert value(found, "brainstem_llm_credit_usd", agent="a") == 7.7
+    assert value(found, "brainstem_runway_days", agent="a") == 3.5
+    assert value(found, "brainstem_llm_credit_usd", agent="b") == 7.7
+    assert value(found, "brainstem_runway_days", agent="b") is None
+    assert value(found, "brainstem_llm_credit_usd", agent="c") is None
 
 
 def test_the_grafana_dashboard_uses_only_metrics_the_daemon_serves():

@@ -130,6 +130,16 @@ def test_a_summary_that_fails_sends_the_result_as_it_is_and_says_so(st, configur
     assert "3120.5" in message["text"]
 
 
+def test_no_summary_is_asked_for_while_the_402_breaker_is_open(st, configure, hello, llm):
+    st.put(keys.LLM_CREDIT, {"breaker": {"opened_at": "2026-05-10T09:00:00Z", "trips": 1,
+                                         "probe_after": "2999-01-01T00:00:00Z"}})
+    put_schedule(st, "tick", synthesize="Summarise.", notify="inbox")
+    result, entries = one_run(st, configure())
+    assert result.outcome == "ok" and "402" in result.notify_error and llm.requests == []
+    [message] = inbox.messages(st)
+    assert "3120.5" in message["text"]
+
+
 # --- notify ---------------------------------------------------------------------------------------------------
 
 def test_notify_inbox_leaves_the_message_in_brainstem_inbox(st, configure, hello, real_store_url):

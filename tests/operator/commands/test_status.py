@@ -116,3 +116,72 @@ def test_status_says_when_there_is_no_ceiling_per_session(tmp_path):
                if ln.startswith("spent today")]
     assert line == "spent today $0.0000 of $5.00 (no ceiling per session)"
     assert json.loads(run_cli("status", "--json", env=env).stdout)["session_ceiling"] is None
+
+
+# --- the LLM credit and the runway it gives -------------------------------------------------------
+
+def _days_ago(n: int) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    return (datetime.now(timezone.utc) - timedelta(days=n)).strftime("%Y-%m-%d")
+
+
+def _credit_env(tmp_path, **extra: str) -> dict[str, str]:
+    return {"BRAINSTEM_KV": f"sqlite:///{tmp_path / 's.db'}", "OPENROUTER_BASE_URL": "http://127.0.0.1:9/api/v1",
+            **extra}
+
+
+def test_status_gives_the_llm_credit_and_the_runway_at_the_last_seven_days_mean(tmp_path):
+    from brainstem.core import keys
+    from brainstem.store import open_store
+
+    env = _credit_env(tmp_path)
+    report = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert report["llm_credit"] is None and report["runway_days"] is None  # nothing known yet
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-10T09:00:00Z", "balances": {"openrouter": 12.0}})
+        store.put(keys.SPEND_DAYS, {"since": _days_ago(20), "days": {_days_ago(9): 50.0, _days_ago(6): 2.0,
+                                                                      _days_ago(1): 1.5}})
+    report = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert report["llm_credit"] == 12.0
+    assert report["mean_daily_spend"] == pytest.approx(0.5)  # 3.5 over seven days; nine days ago is outside
+    assert report["runway_days"] == 24.0
+    lines = [" ".join(ln.split()) for ln in run_cli("status", env=env).stdout.splitlines()]
+    assert "runway 24 days (LLM credit $12.00 at $0.5000 a day, the last 7 days' mean)" in lines
+
+
+def test_status_has_no_runway_without_a_balance_or_a_server_that_offers_one(tmp_path):
+    from brainstem.core import keys
+    from brainstem.store import open_store
+
+    env = _credit_env(tmp_path)
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-10T09:00:00Z", "balances": {"openrouter": None}})
+        store.put(keys.SPEND_DAYS, {"since": _days_ago(1), "days": {_days_ago(1): 1.0}})
+    report = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert report["llm_credit"] is None and report["runway_days"] is None and report["mean_daily_spend"] == 0.5
+    generic = {**{k: v for k, v in env.items() if not k.startswith("OPENROUTER_")},
+               "BRAINSTEM_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    report = json.loads(run_cli("status", "--json", env=generic).stdout)
+    assert report["llm_server"] == "generic" and report["llm_credit"] is None and report["runway_days"] is None
+    assert not any(ln.startswith("runway") for ln in run_cli("status", env=generic).stdout.splitlines())
+
+
+def test_status_says_when_no_paid_call_may_be_made_and_how_to_clear_it(tmp_path):
+    from brainstem.core import keys
+    from brainstem.store import open_store
+
+    env = _credit_env(tmp_path, BRAINSTEM_MIN_CREDIT="2")
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put(keys.LLM_CREDIT, {"at": "2026-05-10T09:00:00Z", "credit": 0.5,
+                                    "floor": {"since": "2026-05-10T08:00:00Z", "credit": 0.5, "min_credit": 2.0},
+                                    "told": {"at": "2026-05-10T08:00:00Z", "inbox_id": 1}})
+    report = json.loads(run_cli("status", "--json", env=env).stdout)
+    assert report["credit_guard"]["below_floor"]["credit"] == 0.5 and report["credit_guard"]["told"]["inbox_id"] == 1
+    text = run_cli("status", env=env).stdout
+    assert "below BRAINSTEM_MIN_CREDIT ($2.00) since 2026-05-10T08:00:00Z" in text
+    with open_store(env["BRAINSTEM_KV"]) as store:
+        store.put(keys.LLM_CREDIT, {"breaker": {"last_402_at": "2026-05-10T09:00:00Z", "trips": 1,
+                                                "probe_after": "2026-05-10T09:01:00Z"}})
+    text = run_cli("status", env={**env, "BRAINSTEM_MIN_CREDIT": ""}).stdout
+    assert "answered 402 at 2026-05-10T09:00:00Z" in text and f"kv delete {keys.LLM_CREDIT}" in text

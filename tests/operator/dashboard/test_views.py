@@ -369,3 +369,21 @@ def test_no_ceiling_draws_no_ceiling_line_on_the_sessions_page(monkeypatch, stor
     assert "cost per UTC day" in page and 'class="ceiling' not in page and "ceiling $" not in page
     finite = dashboard_settings(monkeypatch, BRAINSTEM_MAX_DAILY_COST="5", BRAINSTEM_MAX_SESSION_COST="0.5")
     assert "ceiling $5" in client(app_for(finite, store)).get("/sessions").text  # a finite one is named
+
+
+# --- the overview: the LLM credit's runway, and paid calls held back --------------------------------------
+
+def test_the_overview_shows_the_runway_and_that_no_paid_call_is_made(monkeypatch, store):
+    from brainstem.state.budget import today as utc_today
+    from brainstem.state.seed import seed
+
+    seed(store)
+    today = utc_today()  # the runway's window ends today
+    store.put(keys.LAST_GROUND_TRUTH, {"at": "2026-05-10T09:00:00Z", "balances": {"openrouter": 3.0}})
+    store.put(keys.SPEND_DAYS, {"since": today, "days": {today: 1.5}})
+    settings = dashboard_settings(monkeypatch, BRAINSTEM_MIN_CREDIT="5", OPENROUTER_BASE_URL="http://127.0.0.1:9/v1")
+    store.put(keys.LLM_CREDIT, {"floor": {"since": "2026-05-10T09:00:00Z", "credit": 3.0, "min_credit": 5.0}})
+    page = html.unescape(client(app_for(settings, store)).get("/").text)
+    text = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    assert "runway 2.0 days (LLM credit $3.00 at $1.5000 a day, the last 7 days' mean)" in text
+    assert "no paid calls the LLM credit ($3.00) is below BRAINSTEM_MIN_CREDIT ($5.00)" in text
