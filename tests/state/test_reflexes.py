@@ -145,10 +145,11 @@ def test_a_dry_run_runs_a_whole_session_with_the_llm_and_changes_nothing_but_its
     assert json.loads(st.get(keys.LAST_REFLECT))["session_summary"] == "THE-REAL-SESSION"
     assert st.get(keys.SESSION_CURRENT) is None
 
-    # Only its karma, session:last_started and today's spend reached the store.
+    # Only its karma, session:last_started and today's spend (its money was real) reached the store.
     after = dump(st)
     changed = {k for k in set(everything) | set(after) if everything.get(k) != after.get(k)}
-    assert changed == {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.UNLISTED_KARMA}, changed
+    assert changed == {keys.karma(sid), keys.SESSION_LAST_STARTED, keys.DAILY_COST, keys.SPEND_DAYS,
+                       keys.UNLISTED_KARMA}, changed
     assert st.get(keys.SESSION_LAST_STARTED) == sid
     spent = sum(c["cost"] for c in llm_calls(entries))
     assert spent == pytest.approx(3 * 0.0025)
