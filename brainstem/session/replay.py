@@ -49,6 +49,7 @@ from brainstem import __version__
 from brainstem.core import events, keys, outcomes
 from brainstem.core.errors import BrainstemError
 from brainstem.core.json_numbers import finite_or
+from brainstem.core.mcp_config import tool_name
 from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
@@ -72,6 +73,7 @@ from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.overlay import OverlayStore
+from brainstem.tools.mcp_client import CallResult, Listing
 from brainstem.tools.operator_chat import NotSent
 from brainstem.tools.policy import ToolPolicy
 
@@ -404,6 +406,51 @@ class RecordedFetches:
                 "json": parsed, "url": url, "truncated": bool(cut)}
 
 
+class RecordedMCP:
+    """The operator's MCP servers as a replay sees them: each server's tools as the original session listed
+    them (its ``mcp_tools`` entries), and each call answered with what the original call of the same tool
+    with the same input got (in order). No server is started: a replay never reaches the world."""
+
+    def __init__(self, recording: Recording):
+        self.listings: dict[str, Listing] = {}
+        for e in recording.rest:
+            if e.get("event") == events.MCP_TOOLS and isinstance(e.get("server"), str):
+                self.listings.setdefault(e["server"], Listing(e["server"], tools=list(e.get("tools") or []),
+                                                              error=e.get("error")))
+        self.calls: dict[tuple, deque] = defaultdict(deque)
+        started: dict[tuple, deque] = defaultdict(deque)
+        for e in recording.rest:
+            if e.get("source") != "mcp":
+                continue
+            place = (e.get("tool"), e.get("step_id"), e.get("attempt"))
+            if e.get("event") == events.TOOL_START:
+                started[place].append(e.get("input"))
+            elif e.get("event") == events.TOOL_COMPLETE and started[place]:
+                self.calls[(e.get("tool"), _canonical(started[place].popleft()))].append(e)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.listings)
+
+    def list_all(self, timeout: float) -> dict[str, Listing]:
+        return dict(sorted(self.listings.items()))
+
+    def timeout_of(self, server: str) -> float:
+        return 1.0  # answered from the recording at once
+
+    def call_tool(self, server: str, tool: str, args: dict, timeout: float) -> CallResult:
+        queue = self.calls.get((tool_name(server, tool), _canonical(args)))
+        if not queue:
+            return CallResult(False, error="replay: the original session made no such MCP call (this tool with "
+                                             "this input); a replay never reaches the world")
+        e = queue.popleft()
+        return CallResult(bool(e.get("ok")), value=e.get("result"), error=e.get("error"))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
 # --- running it ---
 
 @dataclass
@@ -460,7 +507,8 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
                        defaults=defaults, models=models, soul=soul,
                        mode="dry_run" if recording.start.get("dry_run") else "replay",  # a dry run's tools: not run
                        check_change=RecordedGate(recording))
-    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
+    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma),
+                                      mcp_replay=RecordedMCP(recording))
     session = build_session(deps, state, SessionSpec(providers=[answers], policy=policy))
     _track_place(session.llm, answers)
     try:

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote, quote_plus, urlsplit
 
 from brainstem.core import events, keys
+from brainstem.core.mcp_config import is_mcp
 from brainstem.core.scrubber import put_back, put_back_url
 from brainstem.core.secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok, grant
 from brainstem.llm.meter import MeterRefused, SpendOverrun
@@ -34,9 +35,10 @@ from brainstem.sandbox.fetch import fetch
 from brainstem.state import approval, refusals, secret_marks
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
+from brainstem.tools import mcp_tools
 from brainstem.tools.operator_chat import send
 from brainstem.tools.policy import ToolPolicy
-from brainstem.tools.tool import ToolError, ToolMeta, load_tool
+from brainstem.tools.tool import MAX_TIMEOUT_MS, ToolError, ToolMeta, load_tool
 
 # Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
 # bounded, so a session of large pages does not bloat the flight recorder.
@@ -414,27 +416,51 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     refused = _refused_input(name, args, store, record, policy, step_id)
     if refused is not None:
         return refused
-    try:
-        code, meta = load_tool(store, name)
-    except ToolError as exc:
-        record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
-        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
-        _record_complete(record, name, step_id, attempt, outcome)
-        return outcome
-    mode_floor = approval.floor(store, name, code, floors) if enforce_mode else None
-    mode = approval.strictest(meta.mode, mode_floor)
-    floored = mode != meta.mode
+    if is_mcp(name):
+        # The operator's MCP server runs it, not the sandbox: no meta, so its mode is the operator's floor for
+        # its name (else *); approval is of the agent's code, so ``new`` does not apply.
+        floor = (floors or {}).get(name, (floors or {}).get("*")) if enforce_mode else None
+        mode, tagged = approval.strictest("automated", floor), {"source": "mcp"}
+        code = meta = None
+    else:
+        try:
+            code, meta = load_tool(store, name)
+        except ToolError as exc:
+            record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+            outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
+                                  retryable=False)
+            _record_complete(record, name, step_id, attempt, outcome)
+            return outcome
+        floor = approval.floor(store, name, code, floors) if enforce_mode else None
+        mode, tagged = approval.strictest(meta.mode, floor), {}
+    floored = floor is not None and mode == floor and (meta is None or mode != meta.mode)
     not_run = "dry_run" if dry_run else ("manual" if enforce_mode and mode == "manual" else None)
     if not_run is not None:
         record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,
-               mode_floor=mode_floor if floored and not_run == "manual" else None)
+               mode_floor=floor if floored and not_run == "manual" else None, **tagged)
         return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False,
                            not_run=not_run)
     why = review_room() if enforce_mode and mode == "supervised" and review_room is not None else None
     if why is not None:
-        record(events.REVIEW_DROPPED, tool=name, step_id=step_id, attempt=attempt, input=args, reason=why)
+        record(events.REVIEW_DROPPED, tool=name, step_id=step_id, attempt=attempt, input=args, reason=why, **tagged)
         return ToolOutcome(ok=False, error=f"not run: {why}", retryable=False, not_run="review_dropped")
-    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args, **tagged)
+    if meta is None:
+        outcome = _run_mcp(name, args, store, policy, t0, max_timeout_ms)
+    else:
+        outcome = _run_sandboxed(name, args, code or "", meta, store, agent_kv, record, policy, t0, max_timeout_ms,
+                                 on_read, on_seen)
+    _record_complete(record, name, step_id, attempt, outcome, **tagged)
+    if enforce_mode and mode == "supervised" and on_supervised is not None:
+        on_supervised(outcome)
+    return outcome
+
+
+def _run_sandboxed(name: str, args: Any, code: str, meta: ToolMeta, store: Store, agent_kv: AgentKV,
+                   record: Callable[..., Any], policy: ToolPolicy, t0: float, max_timeout_ms: int | None,
+                   on_read: Callable[[list[str]], None] | None,
+                   on_seen: Callable[[str, str | None], Any] | None) -> ToolOutcome:
+    """The agent's tool ``name``, run in the sandbox with its grants."""
     try:
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read, on_seen=on_seen)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
@@ -449,10 +475,20 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     except ToolError as exc:
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
-    _record_complete(record, name, step_id, attempt, outcome)
-    if enforce_mode and mode == "supervised" and on_supervised is not None:
-        on_supervised(outcome)
     return outcome
+
+
+def _run_mcp(name: str, args: Any, store: Store, policy: ToolPolicy, t0: float,
+             max_timeout_ms: int | None) -> ToolOutcome:
+    """The MCP tool ``name``, called on the operator's server, for no longer than the time it is given (and
+    its server's ``timeout``)."""
+    if policy.withdrawn or refusals.held(store):  # as for the agent's code: held until the operator has looked
+        return ToolOutcome(ok=False, error=refusals.HELD_MESSAGE, retryable=False)
+    timeout = float(MAX_TIMEOUT_MS) / 1000 if max_timeout_ms is None else max(0.05, max_timeout_ms / 1000)
+    out = mcp_tools.call(policy, name, args, timeout)
+    # A server that failed may well answer a second time, but it was asked once already: retrying an act
+    # with effects is the plan's choice (its retries), not the runtime's.
+    return ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=(time.monotonic() - t0) * 1000)
 
 
 def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy,
@@ -484,7 +520,7 @@ def refuse_assembled(value: Any, store: Store, record: Callable[..., Any], polic
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,
-                     outcome: ToolOutcome) -> None:
+                     outcome: ToolOutcome, **tagged: Any) -> None:
     record(events.TOOL_COMPLETE, tool=name, step_id=step_id, attempt=attempt, ok=outcome.ok,
            duration_ms=round(outcome.duration_ms, 1), result=outcome.value if outcome.ok else None,
-           error=outcome.error)
+           error=outcome.error, **tagged)
