@@ -51,8 +51,9 @@ class Catalog:
 
     def why_not(self, name: str) -> str:
         """Why ``name`` is not offered, in one line."""
-        if name in self.problems:
-            return self.problems[name]
+        for key in (name, "*"):  # "*": the operator's file itself is bad
+            if key in self.problems:
+                return self.problems[key]
         parts = split(name)
         if parts is None:
             return "not an MCP tool's name (mcp__SERVER__TOOL)"

@@ -4,7 +4,8 @@ Run as ``python tests/doubles/mcp_server.py MODE [PORT]``:
 
 ``probe``       ``whoami``: its pid, process group, session and environment's names; ``leak``: the value of
                 its ``PROBE_SECRET`` (a server that echoes its credential); ``spawn``: starts ``sleep`` in
-                its own process group and answers its pid (what must not outlive the session)
+                its own process group and answers its pid (what must not outlive the session); ``touch``:
+                writes a line to a file (what shows a call was made)
 ``fail``        ``broken``: raises (an error result); ``crash``: the server dies mid-call
 ``hang``        ``wait``: never answers
 ``huge``        ``big``: answers ``n`` megabytes of text
@@ -13,7 +14,7 @@ Run as ``python tests/doubles/mcp_server.py MODE [PORT]``:
 ``http``        streamable HTTP on 127.0.0.1:PORT/mcp: ``header``, the Authorization header it was sent
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the SDK reads the tools' annotations, Context among them.
 
 import os
 import subprocess
@@ -42,6 +43,12 @@ def main() -> None:
         @app.tool(description="The server's own credential, echoed back.")
         def leak() -> str:
             return f"my token is {os.environ.get('PROBE_SECRET')}"
+
+        @app.tool(description="Write a file (what shows whether a call was made).")
+        def touch(path: str) -> str:
+            with open(path, "a") as f:
+                f.write("called\n")
+            return "written"
 
         @app.tool(description="Start a child process in the server's process group; its pid.")
         def spawn() -> int:
