@@ -202,3 +202,34 @@ def test_a_bad_mcp_file_is_one_line_and_a_karma_event_once_the_wake_runs(store, 
     failed = [e for e in events_of(entries, "step_failed") if e.get("step_id") == "a1"]
     assert failed and "cannot be offered" in failed[0]["error"] and "not valid JSON" in failed[0]["error"]
     assert entries[-1]["event"] == "session_end"
+
+
+@pytest.mark.slow
+def test_a_schedule_runs_an_mcp_tool_and_the_operator_adds_it_checked_against_its_schema(store, tmp_path, llm,
+                                                                                       mcp_file):
+    from brainstem.core.settings import load_settings
+    from brainstem.session.schedule_run import run_due
+    from brainstem.state import inbox
+
+    config = mcp_file(time=TIME)
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    env = {"BRAINSTEM_KV": url, "BRAINSTEM_MCP_CONFIG": config}
+    bad = run_cli("schedule", "add", "mcp__time__get_current_time", "--input", '{"zone": "UTC"}', "--every", "1h",
+                  env=env)
+    assert bad.returncode == 2 and "timezone" in one_line(bad.stderr)
+    missing = run_cli("schedule", "add", "mcp__time__nope", "--input", "{}", "--every", "1h", env=env)
+    assert missing.returncode == 2 and "offers no tool 'nope'" in one_line(missing.stderr)
+    added = run_cli("schedule", "add", "mcp__time__get_current_time", "--input", '{"timezone": "Asia/Tokyo"}',
+                    "--every", "1h", "--notify", "inbox", "--id", "tokyo", env=env)
+    assert added.returncode == 0, added.stderr
+    from brainstem.state.schedules import load
+
+    schedule = load(store, "tokyo")
+    store.put(f"schedule:{schedule.id}", {**json.loads(store.get(f"schedule:{schedule.id}")),
+                                          "next_run": "2000-01-01T00:00:00Z"})
+    [result] = run_due(load_settings(kv=url, mcp_config=config), store)
+    entries = karma_mod.read(store, result.run_id)
+    assert result.outcome == "ok", entries
+    done = events_of(entries, "tool_complete")
+    assert done[0]["source"] == "mcp" and done[0]["result"]["timezone"] == "Asia/Tokyo"
+    assert "Asia/Tokyo" in inbox.messages(store)[-1]["text"] and ENV_SECRET not in json.dumps(entries)
