@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -51,7 +49,6 @@ from brainstem import __version__
 from brainstem.core import events, keys, outcomes
 from brainstem.core.errors import BrainstemError
 from brainstem.core.json_numbers import finite_or
-from brainstem.core.mcp_config import tool_name
 from brainstem.core.untrusted import from_record
 from brainstem.llm.chokepoint import LLMError
 from brainstem.llm.messages import parse_tool_calls
@@ -67,6 +64,7 @@ from brainstem.session.build import (
     make_budget,
 )
 from brainstem.session.cycle import work
+from brainstem.session.replay_mcp import RecordedMCP
 from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state.budget import DailyLedger, daily_spent
@@ -75,7 +73,6 @@ from brainstem.store import karma as karma_mod
 from brainstem.store.base import Store
 from brainstem.store.karma import Karma, Redactor
 from brainstem.store.overlay import OverlayStore
-from brainstem.tools.mcp_client import CallResult, Listing
 from brainstem.tools.operator_chat import NotSent
 from brainstem.tools.policy import ToolPolicy
 
@@ -406,85 +403,6 @@ class RecordedFetches:
                 parsed = None
         return {"status": resp.get("status", e.get("status")), "headers": resp.get("headers") or {}, "text": text,
                 "json": parsed, "url": url, "truncated": bool(cut)}
-
-
-class RecordedMCP:
-    """The operator's MCP servers as a replay sees them: each server's tools as the original session listed
-    them (its ``mcp_tools`` entries), and each call answered with what the original call of the same tool
-    with the same input got (in order). No server is started: a replay never reaches the world.
-
-    An agent step runs its calls side by side, so the order of their entries was the servers' timing; an
-    answer from the recording takes no time. So each call is answered only once the calls that had started
-    before it ended in the original have started here, and those that ended before it have been answered
-    (or :data:`ORDER_WAIT` has passed: a call the replay never makes holds nothing up for long)."""
-
-    ORDER_WAIT = 1.0
-
-    def __init__(self, recording: Recording):
-        self.listings: dict[str, Listing] = {}
-        for e in recording.rest:
-            if e.get("event") == events.MCP_TOOLS and isinstance(e.get("server"), str):
-                self.listings.setdefault(e["server"], Listing(e["server"], tools=list(e.get("tools") or []),
-                                                              error=e.get("error")))
-        self.calls: dict[tuple, deque] = defaultdict(deque)  # (tool, input) -> the recorded calls' numbers
-        self.completes: list[dict] = []
-        started: dict[tuple, deque] = defaultdict(deque)
-        began: list[int] = []  # the position of each recorded call's start, by its number
-        self.starts_before: list[set[int]] = []
-        self.ends_before: list[set[int]] = []
-        for at, e in enumerate(recording.rest):
-            if e.get("source") != "mcp":
-                continue
-            place = (e.get("tool"), e.get("step_id"), e.get("attempt"))
-            if e.get("event") == events.TOOL_START:
-                started[place].append((len(began), e.get("input")))
-                began.append(at)
-            elif e.get("event") == events.TOOL_COMPLETE and started[place]:
-                number, given = started[place].popleft()
-                while len(self.completes) <= number:
-                    self.completes.append({})
-                    self.starts_before.append(set())
-                    self.ends_before.append(set())
-                self.completes[number] = e
-                self.starts_before[number] = {n for n, b in enumerate(began) if b < at and n != number}
-                self.ends_before[number] = {n for n, c in enumerate(self.completes) if c and n != number}
-                self.calls[(e.get("tool"), _canonical(given))].append(number)
-        self._entered: set[int] = set()
-        self._answered: set[int] = set()
-        self._turn = threading.Condition()
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.listings)
-
-    def list_all(self, timeout: float) -> dict[str, Listing]:
-        return dict(sorted(self.listings.items()))
-
-    def timeout_of(self, server: str) -> float:
-        return self.ORDER_WAIT + 1.0  # answered from the recording
-
-    def call_tool(self, server: str, tool: str, args: dict, timeout: float) -> CallResult:
-        queue = self.calls.get((tool_name(server, tool), _canonical(args)))
-        if not queue:
-            return CallResult(False, error="replay: the original session made no such MCP call (this tool with "
-                                           "this input); a replay never reaches the world")
-        number = queue.popleft()
-        with self._turn:
-            self._entered.add(number)
-            self._turn.notify_all()
-            self._turn.wait_for(lambda: self.starts_before[number] <= self._entered
-                                and self.ends_before[number] <= self._answered, timeout=self.ORDER_WAIT)
-        if self.ends_before[number]:
-            time.sleep(0.01)  # the call answered before it records its end first
-        with self._turn:
-            self._answered.add(number)
-            self._turn.notify_all()
-        e = self.completes[number]
-        return CallResult(bool(e.get("ok")), value=e.get("result"), error=e.get("error"))
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 # --- running it ---

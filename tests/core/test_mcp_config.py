@@ -13,7 +13,8 @@ from brainstem.core.mcp_config import HTTPServer, StdioServer, load_servers, par
 def test_the_shared_shape_parses_stdio_and_http_servers():
     cfg = parse(json.dumps({"mcpServers": {
         "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"], "env": {"TZ_TOKEN": "x" * 12}},
-        "docs": {"type": "http", "url": "https://mcp.example.org/mcp", "headers": {"Authorization": "Bearer abcdefgh12"}},
+        "docs": {"type": "http", "url": "https://mcp.example.org/mcp",
+                 "headers": {"Authorization": "Bearer abcdefgh12"}},
         "off": {"command": "never", "disabled": True}}}))
     assert isinstance(cfg.servers["time"], StdioServer) and cfg.servers["time"].args == ["--local-timezone", "UTC"]
     assert isinstance(cfg.servers["docs"], HTTPServer) and cfg.servers["docs"].timeout == 60
