@@ -26,6 +26,10 @@ REPOSITORY_TESTS = ("test_cli_inprocess.py", "test_deploy_files.py", "test_docs.
 
 # Modules without a test file of their own: where each one's behaviour is tested, and why not in its own file.
 ELSEWHERE: dict[str, str] = {
+    "brainstem/session/replay_mcp.py": "a replay's MCP servers: tests/e2e/test_mcp.py replays a session whose "
+                                       "agent step called two MCP tools side by side (same behaviour)",
+    "brainstem/tools/fetch_guard.py": "between ctx.fetch and the wire: tests/tools/test_services.py (secrets bound "
+                                      "to hosts, echoes, metering) and tests/hostile/",
     "brainstem/__main__.py": "the console script's entry; tests/e2e/test_wake.py runs the sleep path through it "
                              "(and checks what it imports), tests/test_cli_inprocess.py every other command",
     "brainstem/core/environment.py": "the light half of the settings, for the sleep path: tests/core/test_settings.py "

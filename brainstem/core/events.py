@@ -32,6 +32,10 @@ AGENT_WRAP_UP = "agent_wrap_up"  # an agent step asked for its answer: max_turns
 TOOL_START = "tool_start"
 TOOL_COMPLETE = "tool_complete"
 TOOL_LOG = "tool_log"
+# One MCP server's tools as a session listed them (their descriptions and input schemas, which were offered,
+# which not and why), or why it could not be asked: once per server and session; replay offers the same.
+MCP_TOOLS = "mcp_tools"
+MCP_CONFIG_INVALID = "mcp_config_invalid"  # BRAINSTEM_MCP_CONFIG went bad after startup: no MCP tool this session
 SECRET_NOT_GRANTED = "secret_not_granted"
 SECRET_REFUSED = "secret_refused"  # a request would have carried a secret to a host it is not bound to
 FETCH = "fetch"  # one ctx.fetch: method, scheme, host, port, path, status or error, bytes, ms, secrets put in

@@ -26,6 +26,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from brainstem.core import environment, names
 from brainstem.core.environment import default_store_url
 from brainstem.core.errors import ConfigError
+from brainstem.core.mcp_config import NO_SERVERS, MCPConfig, load_servers, secret_values
 from brainstem.core.secrets import (
     BOT_TOKEN,
     LLM_KEY,
@@ -138,6 +139,13 @@ class Settings(BaseSettings):
             return [part.strip() for part in v.split(",") if part.strip()]
         return v
 
+    mcp_config: str | None = Field(None, validation_alias="BRAINSTEM_MCP_CONFIG",
+                                   description="A JSON file of MCP servers ({\"mcpServers\": {NAME: {command, args, "
+                                               "env} or {url, headers}}}) whose tools the agent may call as "
+                                               "mcp__NAME__TOOL; their env and header values are secrets it never "
+                                               "sees (docs/tools.md)")
+    _mcp_cache: tuple[Any, MCPConfig] | None = PrivateAttr(None)
+
     dashboard_token: SecretStr | None = Field(None, validation_alias="BRAINSTEM_DASHBOARD_TOKEN",
                                               description="Token every dashboard request needs, loopback "
                                                           "included (16+ characters); unset, the dashboard makes "
@@ -214,6 +222,7 @@ class Settings(BaseSettings):
         self._check_bot_token_unbound()
         self._check_secret_values()
         self.mode_floors()
+        self.mcp_servers()  # a bad MCP file is one line at startup; a session reading it later records it
         self.prefix  # noqa: B018 -- a bad agent name is one line at startup too
         return self
 
@@ -275,6 +284,23 @@ class Settings(BaseSettings):
             out[name] = mode
         return out
 
+    def mcp_servers(self) -> MCPConfig:
+        """The MCP servers of ``BRAINSTEM_MCP_CONFIG``, read again whenever the file changes (so a daemon's
+        next session sees an edit); none when it is unset. A bad file is a one-line :class:`ConfigError`."""
+        if not self.mcp_config:
+            return NO_SERVERS
+        path = Path(self.mcp_config).expanduser()
+        try:
+            st = path.stat()
+            stamp: Any = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        if stamp is not None and self._mcp_cache is not None and self._mcp_cache[0] == stamp:
+            return self._mcp_cache[1]
+        found = load_servers(self.mcp_config)
+        self._mcp_cache = (stamp, found)
+        return found
+
     def bindings(self) -> dict[str, Binding]:
         """The operator's secret bindings, by label (``NAME`` or ``secret:NAME``). None holds the bot
         token: it is never bound (:meth:`_check_bot_token_unbound`)."""
@@ -329,6 +355,10 @@ class Settings(BaseSettings):
             given = environment.variables().get("TELEGRAM_BOT_TOKEN")
             if given and given != out[BOT_TOKEN] and "TELEGRAM_BOT_TOKEN" not in out:
                 out["TELEGRAM_BOT_TOKEN_UNUSED"] = given
+        try:  # the MCP servers' env and header values: the operator's, never the agent's
+            out.update(secret_values(self.mcp_servers()))
+        except ConfigError:
+            pass  # a file gone bad since startup: no server of it runs, so none of its values is handed anywhere
         return out
 
     # --- Telegram: the operator's chat with the agent ---

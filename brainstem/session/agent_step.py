@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainstem.core import events
+from brainstem.core.mcp_config import is_mcp
 from brainstem.core.plan import AgentStep
 from brainstem.core.templates import capped
 from brainstem.core.untrusted import Untrusted
@@ -64,10 +65,21 @@ class Offered:
     spec: dict  # the OpenAI function entry
 
 
-def offer(store, names: list[str]) -> dict[str, Offered]:
-    """The step's tools, ready to offer; :class:`AgentStepFailed` naming the first that cannot be."""
+def offer(session, names: list[str]) -> dict[str, Offered]:
+    """The step's tools, ready to offer; :class:`AgentStepFailed` naming the first that cannot be. An
+    ``mcp__SERVER__TOOL`` is the operator's MCP server's, offered with the schema the server lists."""
     out: dict[str, Offered] = {}
+    store = session.deps.store
+    mcp = session.mcp_catalog() if any(is_mcp(n) for n in names) else None
     for name in dict.fromkeys(names):
+        if mcp is not None and is_mcp(name):
+            tool = mcp.tools.get(name)
+            if tool is None:
+                raise AgentStepFailed(f"agent step: tool {name!r} cannot be offered: {mcp.why_not(name)}",
+                                      final=True)
+            spec = tool.spec()
+            out[name] = Offered(name=name, schema=spec["function"]["parameters"], spec=spec)
+            continue
         try:
             _, meta = load_tool(store, name)
             spec = function_spec(name, meta)
@@ -80,7 +92,7 @@ def offer(store, names: list[str]) -> dict[str, Offered]:
 def run_agent(session, step: AgentStep, sid: str, prompt: str) -> str:
     """Run one agent step; returns the model's final answer."""
     deps = session.deps
-    tools = offer(deps.store, step.tools)
+    tools = offer(session, step.tools)
     model = step.model or deps.defaults.orient.model
     max_tokens = step.max_tokens or deps.defaults.execution.think_max_tokens
     conversation: list[dict] = [{"role": "user", "content": prompt}]

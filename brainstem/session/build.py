@@ -36,6 +36,7 @@ from brainstem.store.base import Store
 from brainstem.store.karma import Karma
 from brainstem.store.lease import Lease
 from brainstem.tools.adapters import dynamic_providers
+from brainstem.tools.mcp_tools import Catalog, catalog, prompt_entries
 from brainstem.tools.policy import ToolPolicy
 from brainstem.tools.services import ToolOutcome, run_tool
 
@@ -102,6 +103,21 @@ class Session:
                         on_read=self.state.reads.update, dry_run=deps.mode == "dry_run", enforce_mode=True,
                         on_supervised=supervised, review_room=partial(self.state.review_room, cap),
                         floors=deps.settings.mode_floors(), on_seen=self.state.seen.setdefault)
+
+    def mcp_catalog(self) -> Catalog:
+        """The operator's MCP tools offered to this session (their servers asked on first use, within the
+        session's time left)."""
+        return catalog(self.tool_policy, self.deps.karma.record, timeout=self.deps.budget.time_left())
+
+    def tools_for_prompt(self) -> Any:
+        """The tools a planning prompt lists: the agent's registry and the MCP tools offered (unchanged
+        when there are none)."""
+        found = self.mcp_catalog()
+        if not found.tools:
+            return self.tool_registry
+        registry = self.tool_registry if isinstance(self.tool_registry, dict) else {}
+        listed = registry.get("tools")
+        return {**registry, "tools": {**(listed if isinstance(listed, dict) else {}), **prompt_entries(found)}}
 
     def models_for_prompt(self) -> list[dict]:
         return [{"alias": m.alias, "id": m.id, "input_cost_per_mtok": m.input_cost_per_mtok,

@@ -12,6 +12,7 @@ from typing import Any
 
 from brainstem.core import events, keys, outcomes
 from brainstem.core.clock import iso
+from brainstem.core.mcp_config import is_mcp
 from brainstem.core.untrusted import to_record
 from brainstem.llm.chokepoint import LLM, LLMError
 from brainstem.session.build import Session
@@ -219,7 +220,8 @@ def reflex_tools(session: Session, rule) -> bool:
     for i, call in enumerate(rule.do.tools):
         step_id = f"reflex:{rule.name}:{i + 1}"
         try:
-            load_tool(deps.store, call.tool)
+            if not is_mcp(call.tool):  # an MCP tool's server is asked when it runs
+                load_tool(deps.store, call.tool)
             deps.stop.check()
             deps.budget.before_step()
         except (ToolError, BudgetExceeded, SessionStopped) as exc:

@@ -232,7 +232,7 @@ class Executor:
         max_steps = step.max_steps or 5
         prompt = render(template, {"goal": step.goal, "maxSteps": max_steps, "maxCost": step.max_cost,
                                    "depth": depth + 1, "results": self.results_for_prompt(),
-                                   "tools": session.tool_registry, "models": session.models_for_prompt()})
+                                   "tools": session.tools_for_prompt(), "models": session.models_for_prompt()})
         model = step.planner_model or deps.defaults.orient.model
         try:
             with deps.budget.cap(cost=step.max_cost):  # planning is part of what the subplan may spend

@@ -27,7 +27,7 @@ def orient(session: Session, template: str) -> Plan | None:
     deps, state = session.deps, session.state
     missing: list[str] = []
     variables = {"soul": deps.soul, "models": session.models_for_prompt(), "resources": deps.store.get_json(
-        keys.CONFIG_RESOURCES, default={}), "config": deps.defaults.model_dump(), "tools": session.tool_registry,
+        keys.CONFIG_RESOURCES, default={}), "config": deps.defaults.model_dump(), "tools": session.tools_for_prompt(),
         "context": state.context}
     # In parts, stable first (see prompt_cache): joined, the prompt as the template renders it.
     parts = render_parts(with_inbox(template, state.context), variables, orient_kind, on_missing=missing.append)

@@ -65,6 +65,7 @@ from brainstem.session.build import (
     make_budget,
 )
 from brainstem.session.cycle import work
+from brainstem.session.replay_mcp import RecordedMCP
 from brainstem.session.state import SessionState
 from brainstem.state import history as session_history
 from brainstem.state.budget import DailyLedger, daily_spent
@@ -464,7 +465,8 @@ def rerun(settings, store: Store, recording: Recording, *, live: bool = False, a
                        defaults=defaults, models=models, soul=soul,
                        mode="dry_run" if recording.start.get("dry_run") else "replay",  # a dry run's tools: not run
                        check_change=RecordedGate(recording))
-    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma))
+    policy = ToolPolicy.from_settings(settings, fetch_replay=RecordedFetches(recording), on_secrets=learner(karma),
+                                      mcp_replay=RecordedMCP(recording))
     session = build_session(deps, state, SessionSpec(providers=[answers], policy=policy))
     _track_place(session.llm, answers)
     try:

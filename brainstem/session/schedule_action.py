@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +91,8 @@ def perform(settings: Settings, store: Store, karma: Karma, schedule: Schedule, 
     run = _Run(settings, store, karma, schedule, run_id, providers)
     done, value = _refused_before(run), None
     if done is None:
-        out = _run_tool(run)
+        with closing(run.policy):  # an MCP tool's server ends with the run
+            out = _run_tool(run)
         done, value = _judge(run, out), (out.value if out.ok else out.error)
     if done.outcome in (OK, FAILED):
         done = _message(run, done, value)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import traceback
 import uuid
+from contextlib import closing
 from datetime import timedelta
 from typing import Any
 
@@ -348,48 +349,50 @@ def _live(deps: SessionDeps, state: SessionState, wake_config: Any, providers: l
     # One policy for all code of the session, the balance checkers included: grants withdrawn after a
     # secret_refused stay withdrawn, and the write quota counts once.
     policy = ToolPolicy.from_settings(settings, meter=meter, on_secrets=learner(karma))
-    # Ground truth is part of the session's time: at most a quarter of it.
-    truth_timeout = min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4))
-    # The LLM credit as a floor, and the breaker a 402 opened: before anything of the session runs.
-    paying = not (providers and all(is_simulated(p) for p in providers))
-    guard = credit_floor.check(settings, store, karma, timeout=truth_timeout) if paying else None
-    if guard is not None and guard.blocked is not None:
-        state.outcome, state.reason = outcomes.LLM_NO_CREDIT, guard.blocked
-        if deps.mode == "live":
-            credit_floor.tell_once(store, karma, policy, credit_floor.notice(guard.blocked,
-                                                                             credit_floor.load(store).get("breaker")))
-        return
-    state.runway = guard.runway if guard is not None else None
-    facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run", timeout=truth_timeout,
-                       llm_credit=(guard.credit, guard.why_unknown) if guard is not None and guard.read else None)
-    state.context["balances"] = facts["balances"]
-    state.context["kvUsage"] = facts["kvUsage"]
-    fired = fired_tripwires(defaults.tripwires, facts)
-    for tw in fired:
-        karma.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
-    requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
-    state.effort = effort_for(max_effort(defaults.wake.default_effort, requested), fired)
-    karma.record(events.EFFORT, effort=state.effort, tripwires_fired=len(fired),
-                 requested=requested if isinstance(requested, str) else None)
+    with closing(policy):  # what the session started outside the sandbox (its MCP servers) ends with it
+        # Ground truth is part of the session's time: at most a quarter of it.
+        truth_timeout = min(settings.ground_truth_timeout, max(1.0, budget.max_duration / 4))
+        # The LLM credit as a floor, and the breaker a 402 opened: before anything of the session runs.
+        paying = not (providers and all(is_simulated(p) for p in providers))
+        guard = credit_floor.check(settings, store, karma, timeout=truth_timeout) if paying else None
+        if guard is not None and guard.blocked is not None:
+            state.outcome, state.reason = outcomes.LLM_NO_CREDIT, guard.blocked
+            if deps.mode == "live":
+                credit_floor.tell_once(store, karma, policy, credit_floor.notice(guard.blocked,
+                                                                                 credit_floor.load(store).get("breaker")))
+            return
+        state.runway = guard.runway if guard is not None else None
+        facts = read_world(settings, store, karma, agent_kv, policy, dry_run=deps.mode == "dry_run",
+                           timeout=truth_timeout,
+                           llm_credit=(guard.credit, guard.why_unknown) if guard is not None and guard.read else None)
+        state.context["balances"] = facts["balances"]
+        state.context["kvUsage"] = facts["kvUsage"]
+        fired = fired_tripwires(defaults.tripwires, facts)
+        for tw in fired:
+            karma.record(events.TRIPWIRE_FIRED, field=tw.field, op=tw.op, value=tw.value, effort=tw.effort)
+        requested = wake_config.get("effort") if isinstance(wake_config, dict) else None
+        state.effort = effort_for(max_effort(defaults.wake.default_effort, requested), fired)
+        karma.record(events.EFFORT, effort=state.effort, tripwires_fired=len(fired),
+                     requested=requested if isinstance(requested, str) else None)
 
-    session = build_session(deps, state, SessionSpec(providers=providers, agent_kv=agent_kv, policy=policy,
-                                                     meter=meter, on_anomaly=on_anomaly))
-    deep = deep_reflect_due(store, defaults, deps.number, settings)  # (due, why): asked once, for reflexes and below
-    urgent = inbox.urgent_pending(store)
-    if deep[0] and urgent:
-        # The operator's urgent message first: deep reflection shows no messages, and stays due for the next wake.
-        karma.record(events.DEEP_REFLECT, phase="deferred", reason=deep[1],
-                     note="an urgent message from the operator waits: this session orients; deep reflection "
-                          "runs at the next wake")
-        deep = (False, deep[1])
-    sleep_for = check_reflexes(session, facts, deps.started, deep_due=deep[0], urgent_inbox=urgent)
-    if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
-        state.kind, state.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
-        state.next_wake = {"sleep_seconds": sleep_for}
-    else:
-        think(session, orient_template, left_today, deep)
-    if paying and state.outcome == outcomes.LLM_NO_CREDIT and deps.mode == "live":  # the server's 402
-        breaker = credit_floor.trip(settings, store, karma, sid, timeout=truth_timeout,
-                                    default_sleep=clamp_sleep(defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS))
-        credit_floor.tell_once(store, karma, policy,
-                               credit_floor.notice("the LLM server answered 402 (out of credit)", breaker))
+        session = build_session(deps, state, SessionSpec(providers=providers, agent_kv=agent_kv, policy=policy,
+                                                         meter=meter, on_anomaly=on_anomaly))
+        deep = deep_reflect_due(store, defaults, deps.number, settings)  # (due, why): asked once, for all below
+        urgent = inbox.urgent_pending(store)
+        if deep[0] and urgent:
+            # The operator's urgent message first: deep reflection shows no messages, and stays due for the next wake.
+            karma.record(events.DEEP_REFLECT, phase="deferred", reason=deep[1],
+                         note="an urgent message from the operator waits: this session orients; deep reflection "
+                              "runs at the next wake")
+            deep = (False, deep[1])
+        sleep_for = check_reflexes(session, facts, deps.started, deep_due=deep[0], urgent_inbox=urgent)
+        if sleep_for is not None:  # a reflex handled the wake: no orient, no reflection, no LLM call
+            state.kind, state.outcome = "reflex", outcomes.HANDLED_BY_REFLEX
+            state.next_wake = {"sleep_seconds": sleep_for}
+        else:
+            think(session, orient_template, left_today, deep)
+        if paying and state.outcome == outcomes.LLM_NO_CREDIT and deps.mode == "live":  # the server's 402
+            breaker = credit_floor.trip(settings, store, karma, sid, timeout=truth_timeout,
+                                        default_sleep=clamp_sleep(defaults.wake.sleep_seconds, DEFAULT_SLEEP_SECONDS))
+            credit_floor.tell_once(store, karma, policy,
+                                   credit_floor.notice("the LLM server answered 402 (out of credit)", breaker))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brainstem.core.errors import BrainstemError
+from brainstem.core.mcp_config import secret_values
 from brainstem.core.scrubber import Scrubber
 from brainstem.core.secrets import NEVER_GRANTED, Binding, placeholder_for
 from brainstem.llm.meter import WireMeter
@@ -18,6 +19,7 @@ from brainstem.sandbox.egress import one_form
 from brainstem.state.budget import Budget, DailyLedger, daily_spent
 from brainstem.state.config import effective_models, operator_models
 from brainstem.store.base import Store
+from brainstem.store.karma import Redactor
 from brainstem.tools.bot_api import ClientConfig
 
 
@@ -69,6 +71,42 @@ class ToolPolicy:
         """``ip`` was sent a secret: its answers are sealed for the rest of the session."""
         self.sealed_addresses.add(one_form(ip))
     telegram: ClientConfig | None = None
+    # The operator's MCP servers (read on first use: settings.mcp_servers), or, in a replay, the recording
+    # answering in their place; ``_mcp`` is shared like session_written, so every copy uses one set of them.
+    mcp_config: Callable[[], Any] | None = None
+    mcp_replay: Any = None
+    _mcp: dict[str, Any] = field(default_factory=dict)
+
+    def mcp(self) -> Any:
+        """The MCP servers of this session (:class:`~brainstem.tools.mcp_client.MCPServers`, started on first
+        use), the replay's recording of them, or None when there are none; :class:`ConfigError` when the
+        operator's file is bad."""
+        if self.mcp_replay is not None:
+            return self.mcp_replay
+        if "servers" not in self._mcp:
+            config = self.mcp_config() if self.mcp_config is not None else None
+            if config is None or not config.enabled:
+                self._mcp["servers"] = None
+            else:
+                from brainstem.tools.mcp_client import MCPServers  # noqa: PLC0415 -- only where servers are set
+
+                redact = Redactor({**self.known_secrets, **secret_values(config)})
+                self._mcp["servers"] = MCPServers(config, redact=redact)
+        return self._mcp["servers"]
+
+    def mcp_noted(self, key: str) -> bool:
+        """True the first time ``key`` asks (per session): what is recorded once a session."""
+        noted = self._mcp.setdefault("noted", set())
+        if key in noted:
+            return False
+        noted.add(key)
+        return True
+
+    def close(self) -> None:
+        """End what this session started outside the sandbox: its MCP servers."""
+        servers = self._mcp.get("servers")
+        if servers is not None:
+            servers.close()
 
     @property
     def withheld(self) -> frozenset[str]:
@@ -82,7 +120,7 @@ class ToolPolicy:
                    public=settings.public_settings(), tool_write_quota=settings.tool_write_quota,
                    session_write_quota=settings.session_write_quota, known_secrets=settings.known_secrets(),
                    secret_values=settings.allowed_secret_values(),
-                   telegram=ClientConfig.from_settings(settings), **kwargs)
+                   telegram=ClientConfig.from_settings(settings), mcp_config=settings.mcp_servers, **kwargs)
 
     def scrubber(self, store: Store, granted: Mapping[str, str] | None = None) -> Scrubber:
         """The one scrubber of what passes between the runtime and the agent's text: every secret value

@@ -15,28 +15,29 @@ bot token is never granted: ``ctx.send_telegram`` asks this process to send (see
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, quote_plus, urlsplit
+from urllib.parse import urlsplit
 
 from brainstem.core import events, keys
-from brainstem.core.scrubber import put_back, put_back_url
-from brainstem.core.secrets import PCHAR_SAFE, Outgoing, SecretRefused, cleartext_ok, grant
-from brainstem.llm.meter import MeterRefused, SpendOverrun
+from brainstem.core.mcp_config import is_mcp
+from brainstem.core.scrubber import put_back
+from brainstem.core.secrets import grant
 from brainstem.sandbox import Limits, StopExecution, run
-from brainstem.sandbox.egress import EgressDenied, FetchError
+from brainstem.sandbox.egress import FetchError
 from brainstem.sandbox.fetch import fetch
 from brainstem.state import approval, refusals, secret_marks
 from brainstem.state.guarded import AgentKV
 from brainstem.store.base import Store
+from brainstem.tools import mcp_tools
+from brainstem.tools.fetch_guard import FetchGuard
 from brainstem.tools.operator_chat import send
 from brainstem.tools.policy import ToolPolicy
-from brainstem.tools.tool import ToolError, ToolMeta, load_tool
+from brainstem.tools.tool import MAX_TIMEOUT_MS, ToolError, ToolMeta, load_tool
 
 # Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
 # bounded, so a session of large pages does not bloat the flight recorder.
@@ -212,7 +213,7 @@ class ToolServices:
             return self._replayed_fetch(url, method, t0)
         try:
             result = fetch(url, method=method, headers=headers, json=json, data=data, timeout=timeout,
-                           allow=self._policy.fetch_allow, guard=_FetchGuard(self), trace=trace)
+                           allow=self._policy.fetch_allow, guard=FetchGuard(self), trace=trace)
         except FetchError as exc:
             self._record_fetch(url, method, trace, t0, error=str(exc))
             raise
@@ -293,107 +294,6 @@ def _url_fields(url: Any) -> dict[str, Any]:
         return {"host": None}
 
 
-class _FetchGuard:
-    """Between a tool's fetch and the wire: secrets put in only for their hosts, what comes back handed
-    over only as the code may see it, requests to the LLM host metered."""
-
-    def __init__(self, services: ToolServices):
-        self.s = services
-        self.grants = services.grants
-        self.meter = services._policy.meter
-        # Per hop (a redirect is a new hop): the exact text put into its request -> the placeholder it stood
-        # for. Only that hop's answer may echo it back; what an earlier hop carried explains nothing here.
-        self._sent: dict[int, dict[str, str]] = {}
-
-    def outgoing(self, hop):
-        headers = dict(hop.headers)
-        basic = {k: _basic_decode(v) for k, v in headers.items()}
-        body_text = hop.body.decode("utf-8", "surrogateescape") if hop.body is not None else ""
-        llm_base = self.s._policy.public.get("OPENROUTER_BASE_URL")
-        req = Outgoing(host=hop.host, scheme=hop.scheme, url=hop.url, header_names=list(headers),
-                       header_values=[*headers.values(), *[b for b in basic.values() if b]], body=body_text,
-                       headers_only=self.meter is not None and self.meter.is_llm_host(hop.host, hop.ip),
-                       cleartext_ok=cleartext_ok(hop.host, llm_base))
-        held = self.s.scrubber.holds([req.url, *req.header_names, *req.header_values, req.body])
-        if held:  # every hop: a redirect's URL is the server's, but the request's own parts are the tool's
-            self.s.refuse_value(held, host=hop.host, port=hop.port, path=hop.path)
-        try:
-            found = self.grants.check(req)
-        except SecretRefused as exc:
-            texts = [req.url, *req.header_names, *req.header_values, req.body]
-            self.s._record(events.SECRET_REFUSED, tool=self.s.name, host=hop.host, port=hop.port, path=hop.path,
-                           secrets=sorted(g.name for g in self.grants.present(*texts)), reason=str(exc))
-            raise EgressDenied(str(exc)) from None
-        hop.note["secrets"] = [g.name for g in found]
-        body = hop.body
-        if self.meter is not None and self.meter.applies(hop.host, hop.port, [g.label for g in found], hop.ip):
-            try:
-                body = self.meter.before(hop.method, hop.path, body, hop.note, query=hop.url.partition("?")[2])
-            except MeterRefused as exc:
-                raise EgressDenied(str(exc)) from None
-        # Sealed (see brainstem.sandbox.fetch.Hop): a hop that carries a secret, and any hop to a bound host
-        # or an address a secret was sent to this session, whose answer may depend on what it was sent before
-        # (a session the server keeps), whichever code asks and however the host is spelled.
-        policy = self.s._policy
-        hop.sealed = bool(found) or policy.sealed(hop.host, hop.ip)
-        if not found:
-            return hop.url, headers, body
-        policy.seal(hop.ip)
-        sent = self._sent.setdefault(id(hop), {})
-
-        def put_in(text: str, grants: list, quoting=lambda v: v) -> str:
-            for g in grants:
-                if g.placeholder in text:
-                    sent[quoting(g.value)] = sent[g.value] = g.placeholder
-            return self.grants.put_in(text, grants, quoting)
-
-        # Quoted for where it lands: a path segment may keep ':' or '&', a query value may not.
-        anywhere = [g for g in found if not req.header_only(g)]
-        before_query, mark, query = hop.url.partition("?")
-        url = (put_in(before_query, anywhere, lambda v: quote(v, safe=PCHAR_SAFE)) + mark
-               + put_in(query, anywhere, lambda v: quote(v, safe="-._~")))
-        for k, v in list(headers.items()):
-            if basic[k] is not None and any(g.placeholder in basic[k] for g in found):
-                token = base64.b64encode(put_in(basic[k], found).encode("utf-8")).decode("ascii")
-                sent[token] = next(g.placeholder for g in found if g.placeholder in basic[k])
-                v = "Basic " + token
-            else:
-                v = put_in(v, found)
-            if "\r" in v or "\n" in v:
-                raise EgressDenied(f"refused: header {k} would carry a line break")
-            headers[k] = v
-        if body is not None:
-            text = body.decode("utf-8", "surrogateescape")
-            quoting = {"json": lambda v: json.dumps(v)[1:-1], "form": quote_plus}.get(hop.body_kind,
-                                                                                          lambda v: v)
-            body = put_in(text, anywhere, quoting).encode("utf-8", "surrogateescape")
-        return url, headers, body
-
-    def incoming(self, hop, status, headers, text, error=None):
-        hop.note["status"] = status
-        if error is not None:
-            hop.note["error"] = error
-        if "worst_case" in hop.note and self.meter is not None:
-            try:
-                self.meter.after(hop.note, status, text, error, self.s.name)
-            except SpendOverrun as exc:  # booked and recorded: the code that sent it ends, with no answer
-                raise StopExecution(str(exc)) from None
-        sent = self._sent.get(id(hop)) or {}
-        headers = {k: put_back_url(v, sent) if k.lower() == "location" else v for k, v in headers.items()}
-        cleaned = self.s.scrub({"headers": headers, "text": text}, sent)
-        return cleaned["headers"], cleaned["text"]
-
-
-def _basic_decode(value: str) -> str | None:
-    """The decoded credentials of an ``Authorization: Basic`` value, so a placeholder inside is found."""
-    if not value[:6].lower() == "basic ":
-        return None
-    try:
-        return base64.b64decode(value[6:].strip(), validate=True).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
-
-
 def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: Callable[..., Any],
              policy: ToolPolicy, attempt: int = 1, step_id: str | None = None, max_timeout_ms: int | None = None,
              on_read: Callable[[list[str]], None] | None = None, dry_run: bool = False, enforce_mode: bool = False,
@@ -414,27 +314,51 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     refused = _refused_input(name, args, store, record, policy, step_id)
     if refused is not None:
         return refused
-    try:
-        code, meta = load_tool(store, name)
-    except ToolError as exc:
-        record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
-        outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000, retryable=False)
-        _record_complete(record, name, step_id, attempt, outcome)
-        return outcome
-    mode_floor = approval.floor(store, name, code, floors) if enforce_mode else None
-    mode = approval.strictest(meta.mode, mode_floor)
-    floored = mode != meta.mode
+    if is_mcp(name):
+        # The operator's MCP server runs it, not the sandbox: no meta, so its mode is the operator's floor for
+        # its name (else *); approval is of the agent's code, so ``new`` does not apply.
+        floor = (floors or {}).get(name, (floors or {}).get("*")) if enforce_mode else None
+        mode, tagged = approval.strictest("automated", floor), {"source": "mcp"}
+        code = meta = None
+    else:
+        try:
+            code, meta = load_tool(store, name)
+        except ToolError as exc:
+            record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+            outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
+                                  retryable=False)
+            _record_complete(record, name, step_id, attempt, outcome)
+            return outcome
+        floor = approval.floor(store, name, code, floors) if enforce_mode else None
+        mode, tagged = approval.strictest(meta.mode, floor), {}
+    floored = floor is not None and mode == floor and (meta is None or mode != meta.mode)
     not_run = "dry_run" if dry_run else ("manual" if enforce_mode and mode == "manual" else None)
     if not_run is not None:
         record(events.TOOL_WOULD_DO, tool=name, step_id=step_id, attempt=attempt, input=args, reason=not_run,
-               mode_floor=mode_floor if floored and not_run == "manual" else None)
+               mode_floor=floor if floored and not_run == "manual" else None, **tagged)
         return ToolOutcome(ok=True, value={"not_run": not_run, "tool": name, "input": args}, retryable=False,
                            not_run=not_run)
     why = review_room() if enforce_mode and mode == "supervised" and review_room is not None else None
     if why is not None:
-        record(events.REVIEW_DROPPED, tool=name, step_id=step_id, attempt=attempt, input=args, reason=why)
+        record(events.REVIEW_DROPPED, tool=name, step_id=step_id, attempt=attempt, input=args, reason=why, **tagged)
         return ToolOutcome(ok=False, error=f"not run: {why}", retryable=False, not_run="review_dropped")
-    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args)
+    record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args, **tagged)
+    if meta is None:
+        outcome = _run_mcp(name, args, store, policy, t0, max_timeout_ms)
+    else:
+        outcome = _run_sandboxed(name, args, code or "", meta, store, agent_kv, record, policy, t0, max_timeout_ms,
+                                 on_read, on_seen)
+    _record_complete(record, name, step_id, attempt, outcome, **tagged)
+    if enforce_mode and mode == "supervised" and on_supervised is not None:
+        on_supervised(outcome)
+    return outcome
+
+
+def _run_sandboxed(name: str, args: Any, code: str, meta: ToolMeta, store: Store, agent_kv: AgentKV,
+                   record: Callable[..., Any], policy: ToolPolicy, t0: float, max_timeout_ms: int | None,
+                   on_read: Callable[[list[str]], None] | None,
+                   on_seen: Callable[[str, str | None], Any] | None) -> ToolOutcome:
+    """The agent's tool ``name``, run in the sandbox with its grants."""
     try:
         services = ToolServices(name, meta, store, agent_kv, record, policy, on_read=on_read, on_seen=on_seen)
         timeout_ms = meta.timeout_ms if max_timeout_ms is None else max(50, min(meta.timeout_ms, max_timeout_ms))
@@ -449,10 +373,20 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
     except ToolError as exc:
         outcome = ToolOutcome(ok=False, error=str(exc), duration_ms=(time.monotonic() - t0) * 1000,
                               retryable=False)
-    _record_complete(record, name, step_id, attempt, outcome)
-    if enforce_mode and mode == "supervised" and on_supervised is not None:
-        on_supervised(outcome)
     return outcome
+
+
+def _run_mcp(name: str, args: Any, store: Store, policy: ToolPolicy, t0: float,
+             max_timeout_ms: int | None) -> ToolOutcome:
+    """The MCP tool ``name``, called on the operator's server, for no longer than the time it is given (and
+    its server's ``timeout``)."""
+    if policy.withdrawn or refusals.held(store):  # as for the agent's code: held until the operator has looked
+        return ToolOutcome(ok=False, error=refusals.HELD_MESSAGE, retryable=False)
+    timeout = float(MAX_TIMEOUT_MS) / 1000 if max_timeout_ms is None else max(0.05, max_timeout_ms / 1000)
+    out = mcp_tools.call(policy, name, args, timeout)
+    # A server that failed may well answer a second time, but it was asked once already: retrying an act
+    # with effects is the plan's choice (its retries), not the runtime's.
+    return ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=(time.monotonic() - t0) * 1000)
 
 
 def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy,
@@ -484,7 +418,7 @@ def refuse_assembled(value: Any, store: Store, record: Callable[..., Any], polic
 
 
 def _record_complete(record: Callable[..., Any], name: str, step_id: str | None, attempt: int,
-                     outcome: ToolOutcome) -> None:
+                     outcome: ToolOutcome, **tagged: Any) -> None:
     record(events.TOOL_COMPLETE, tool=name, step_id=step_id, attempt=attempt, ok=outcome.ok,
            duration_ms=round(outcome.duration_ms, 1), result=outcome.value if outcome.ok else None,
-           error=outcome.error)
+           error=outcome.error, **tagged)

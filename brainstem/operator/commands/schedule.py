@@ -139,11 +139,15 @@ def _input(text: str) -> dict[str, Any]:
 
 def _check_tool(c: Ctx, name: str, args: dict[str, Any]) -> None:
     """TOOL names a tool in the store, and ``args`` fit its input schema (when it has a usable one)."""
+    from brainstem.core.mcp_config import is_mcp
     from brainstem.tools.schema import SchemaError, check_arguments, input_schema
     from brainstem.tools.tool import ToolError, load_tool
 
     if not name or ":" in name or any(ch.isspace() for ch in name):
         raise BadArgument(f"{name!r} is not a tool's name; `brainstem tool ls` lists them")
+    if is_mcp(name):
+        _check_mcp_tool(c, name, args)
+        return
     try:
         _, meta = load_tool(c.store, name)
     except ToolError as exc:
@@ -156,6 +160,24 @@ def _check_tool(c: Ctx, name: str, args: dict[str, Any]) -> None:
     except SchemaError:
         return  # its runs fail the same way its session steps do; nothing to check against here
     _, problem = check_arguments(schema, json.dumps(args))
+    if problem is not None:
+        raise BadArgument(f"--input: {problem.replace('the arguments do not fit', 'it does not fit')}")
+
+
+def _check_mcp_tool(c: Ctx, name: str, args: dict[str, Any]) -> None:
+    """An MCP tool: its server lists it, and ``args`` fit the schema it lists."""
+    from brainstem.tools import mcp_tools
+    from brainstem.tools.policy import ToolPolicy
+    from brainstem.tools.schema import check_arguments
+
+    policy = ToolPolicy.from_settings(c.settings)
+    try:
+        found = mcp_tools.catalog(policy, lambda *a, **k: {}, timeout=c.settings.max_session_seconds)
+    finally:
+        policy.close()
+    if name not in found.tools:
+        raise NotFound(f"{name}: {found.why_not(name)}")
+    _, problem = check_arguments(found.tools[name].schema, json.dumps(args))
     if problem is not None:
         raise BadArgument(f"--input: {problem.replace('the arguments do not fit', 'it does not fit')}")
 

@@ -4,6 +4,7 @@ the exact bytes of the agent's code (pending, diff, approve)."""
 from __future__ import annotations
 
 import json
+from contextlib import closing
 
 import click
 
@@ -85,11 +86,13 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
       brainstem tool run kv_read --input '{"key": "wisdom"}' -v
     """
     from brainstem.core.clock import now_iso
+    from brainstem.core.mcp_config import is_mcp
     from brainstem.core.timeline import format_entry
     from brainstem.sandbox import pool
     from brainstem.state.guarded import AgentKV
     from brainstem.state.schedules import Limits
     from brainstem.store.karma import Redactor
+    from brainstem.tools import mcp_tools
     from brainstem.tools.policy import standalone_tool_policy
     from brainstem.tools.services import run_tool
 
@@ -110,12 +113,17 @@ def tool_run(c: Ctx, name: str, input_json: str, verbose: bool) -> None:
 
     policy = standalone_tool_policy(c.store, c.settings, record,
                                     on_secrets=lambda secrets: [redact.add(k, v) for k, v in secrets.items()])
-    if ":" in name or c.store.get(keys.tool_code(name)) is None:
-        # Named nothing: exit 2 before the sandbox starts, not the 1 of a tool that ran and failed.
-        raise NotFound(f"no tool named {name!r} in {c.store.display_url}; `brainstem tool ls` lists them")
-    agent_kv = AgentKV(c.store, record, limits=Limits.from_settings(c.settings))
-    with pool.use(0):  # one call: no worker to keep ready for a next
-        out = run_tool(name, args, store=c.store, agent_kv=agent_kv, record=record, policy=policy)
+    with closing(policy):  # an MCP tool's server ends with the command
+        if is_mcp(name):
+            found = mcp_tools.catalog(policy, record, timeout=c.settings.max_session_seconds)
+            if name not in found.tools:
+                raise NotFound(f"{name}: {found.why_not(name)}")
+        elif ":" in name or c.store.get(keys.tool_code(name)) is None:
+            # Named nothing: exit 2 before the sandbox starts, not the 1 of a tool that ran and failed.
+            raise NotFound(f"no tool named {name!r} in {c.store.display_url}; `brainstem tool ls` lists them")
+        agent_kv = AgentKV(c.store, record, limits=Limits.from_settings(c.settings))
+        with pool.use(0):  # one call: no worker to keep ready for a next
+            out = run_tool(name, args, store=c.store, agent_kv=agent_kv, record=record, policy=policy)
     if not out.ok:
         raise BrainstemError(f"tool {name} failed: {redact(out.error or 'unknown error')}")
     print_json(redact(out.value), indent=2)
