@@ -19,6 +19,7 @@ from typing import Any
 from brainstem.core import keys
 from brainstem.core.json_numbers import finite
 from brainstem.store.base import Store
+from brainstem.store.fenced import unfenced
 
 WINDOW_DAYS = 7
 KEEP_DAYS = WINDOW_DAYS + 1  # a day more than the window, so the window is whole just after midnight
@@ -33,7 +34,8 @@ def note_day(store: Store, day: str, total: float, exact: bool = False) -> None:
     days[day] = round(max(0.0, float(total)) if exact else max(old, float(total)), 10)
     if exact or days[day] != old or day not in rec["raw_days"]:
         kept = dict(sorted(days.items())[-KEEP_DAYS:])
-        store.put(keys.SPEND_DAYS, {"since": rec["since"] or day, "days": kept})
+        # Money spent is noted whoever holds the lease, as today's spend is settled: unfenced.
+        unfenced(store).put(keys.SPEND_DAYS, {"since": rec["since"] or day, "days": kept})
 
 
 def spend_by_day(store: Store, today: date | None = None) -> tuple[dict[str, float], int]:
