@@ -53,6 +53,8 @@ ELSEWHERE: dict[str, str] = {
     "brainstem/session/deep_schedule.py": "when deep reflection comes and how a failing one recovers: "
                                           "tests/hostile/test_deep_reflection.py (the bounds as properties, a "
                                           "broken prompt put back) and tests/e2e/test_reflection.py",
+    "brainstem/operator/mcp_view.py": "the MCP server `brainstem mcp` serves: tests/operator/commands/test_mcp.py "
+                                      "drives the command with the SDK's stdio client",
     "brainstem/state/secret_marks.py": "which secret values the agent wrote: tests/hostile/test_agent_secrets.py, "
                                        "a property over the dashboard, tool grants and every way the agent writes",
     "brainstem/llm/cassette.py": "recorded answers through the chokepoint: tests/e2e/test_offline_loop.py, "

@@ -21,6 +21,7 @@ from brainstem.operator.commands.demo import demo
 from brainstem.operator.commands.inbox import inbox_command, tell
 from brainstem.operator.commands.karma import karma, sessions, wakes
 from brainstem.operator.commands.kv import changes, diff, history, kv, rollback
+from brainstem.operator.commands.mcp import mcp_command
 from brainstem.operator.commands.refusals import refusals
 from brainstem.operator.commands.replay import replay
 from brainstem.operator.commands.review import review
@@ -69,7 +70,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 # The order commands were added in (``--help`` lists them by name either way).
 for command in (seed, demo, wake, run, status, sessions, anomaly, tool, agents, kv, history, diff, rollback, changes,
-                karma, wakes, dashboard, refusals, replay, review, tell, inbox_command, schedule):
+                karma, wakes, dashboard, refusals, replay, review, tell, inbox_command, schedule, mcp_command):
     cli.add_command(command)
 
 
