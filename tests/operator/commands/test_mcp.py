@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
 import anyio
 import pytest
@@ -41,7 +42,8 @@ def _session(url: str, *args: str):
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), "BRAINSTEM_KV": url,
            "OPENROUTER_API_KEY": LLM_KEY}
     params = StdioServerParameters(command=sys.executable, args=["-m", "brainstem", "mcp", *args], env=env)
-    return stdio_client(params), ClientSession
+    # Its stderr to a file: under pytest's capture sys.stderr has no file descriptor to hand the server.
+    return stdio_client(params, errlog=tempfile.TemporaryFile("w+")), ClientSession  # noqa: SIM115
 
 
 def _run(url: str, calls, *args: str) -> dict:
