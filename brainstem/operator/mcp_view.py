@@ -13,7 +13,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from brainstem.core import keys
 from brainstem.core.errors import BrainstemError, NotFound
 from brainstem.store.base import Store
 from brainstem.store.karma import Redactor
@@ -28,15 +27,7 @@ def redactor(settings: Any, store: Store) -> Redactor:
     """What every answer is redacted with: the settings' secrets and the operator's stored ones."""
     from brainstem.state import secret_marks
 
-    r = Redactor(settings.known_secrets())
-    for info in store.list_all(keys.SECRET_PREFIX):
-        try:
-            value = store.get_text(info.name)
-        except BrainstemError:
-            continue
-        if value is not None and not secret_marks.agent_wrote(store, info.name, value):
-            r.add(info.name, value)
-    return r
+    return Redactor({**settings.known_secrets(), **secret_marks.operator_secrets(store)})
 
 
 def _told(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -53,3 +53,17 @@ def operator_values(store: Store, found: dict[str, str]) -> dict[str, str]:
     """``found`` (label -> value) without the ``secret:*`` values the agent wrote; other labels are kept."""
     return {label: value for label, value in found.items()
             if not (keys.is_secret(label) and agent_wrote(store, label, value))}
+
+
+def operator_secrets(store: Store) -> dict[str, str]:
+    """Every ``secret:*`` value the operator stored (label -> value), for what shows the store to them (the
+    dashboard, ``brainstem mcp``): the values the agent wrote are left out, and so is one that is not text."""
+    out: dict[str, str] = {}
+    for info in store.list_all(keys.SECRET_PREFIX):
+        try:
+            value = store.get_text(info.name)
+        except BrainstemError:
+            continue
+        if value is not None:
+            out[info.name] = value
+    return operator_values(store, out)

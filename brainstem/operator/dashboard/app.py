@@ -83,13 +83,8 @@ class Dashboard:
             r = Redactor({**self.settings.known_secrets(), auth.TOKEN_ENV: self.gate.token})
             for store in self.stores.values():
                 try:
-                    for info in store.list_all(keys.SECRET_PREFIX):
-                        try:
-                            value = store.get_text(info.name)
-                        except BrainstemError:  # not text: nothing a page could print either
-                            continue
-                        if value is not None and not secret_marks.agent_wrote(store, info.name, value):
-                            r.add(info.name, value)
+                    for name, value in secret_marks.operator_secrets(store).items():
+                        r.add(name, value)
                 except BrainstemError:
                     pass  # the store is away: the pages will say so
             self._redactor, self._redactor_at = r, time.monotonic()
