@@ -24,11 +24,14 @@ DEEP_RESTORE_AFTER = 3  # deep reflections failed by the agent's doing in a row 
 DEEP_DEPENDS_ON = (keys.PROMPT_DEEP, keys.CONFIG_DEFAULTS, keys.CONFIG_MODELS)  # as the last one that worked had them
 
 
-def deep_intervals(store, defaults: Defaults, settings) -> tuple[int, float]:
-    """(sessions, days) between two deep reflections: what the agent asked for (its schedule, else its
-    defaults), held within the operator's bounds, so it cannot put deep reflection off for good."""
+def _schedule(store: Store) -> dict:
     sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
-    sched = sched if isinstance(sched, dict) else {}
+    return sched if isinstance(sched, dict) else {}
+
+
+def deep_intervals(sched: dict, defaults: Defaults, settings) -> tuple[int, float]:
+    """(sessions, days) between two deep reflections: what the agent asked for (its schedule ``sched``, else
+    its defaults), held within the operator's bounds, so it cannot put deep reflection off for good."""
     dr = defaults.deep_reflect
     sessions = finite_or(sched.get("after_sessions"), dr.default_interval_sessions)
     days = finite_or(sched.get("after_days"), dr.default_interval_days)
@@ -41,12 +44,11 @@ def deep_reflect_due(store, defaults: Defaults, session_number: int, settings,
     """Due by sessions or days since the last one (with no schedule yet, by session count alone), within the
     operator's bounds (``deep_intervals``). Never two in a row: the session after a deep reflection orients,
     so the operator's messages are read however often the agent asks for one. One that failed is tried at
-    the next session, then after 2, 4, 8... sessions (never longer than the interval), so a deep reflection that keeps
-    failing still lets orient run."""
+    the next session, then after 2, 4, 8... sessions (up to the operator's bounds, in sessions and in days),
+    so a deep reflection that keeps failing still lets orient run."""
     now = now or datetime.now(timezone.utc)
-    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
-    after_sessions, after_days = deep_intervals(store, defaults, settings)
-    sched = sched if isinstance(sched, dict) else {}
+    sched = _schedule(store)
+    after_sessions, after_days = deep_intervals(sched, defaults, settings)
     missed = int(finite_or(sched.get("missed"), 0))
     if missed > 0:
         wait = min(settings.deep_reflect_max_sessions, 2 ** min(missed - 1, 20))  # bound by the operator
@@ -79,8 +81,7 @@ def missed(session, failed: BaseException | None) -> None:
     if isinstance(failed, SessionStopped) or deps.stop.cancel.is_set():  # cut short from outside: no miss
         return
     store = deps.store
-    sched = store.get_json(keys.DEEP_REFLECT_SCHEDULE, default=None)
-    sched = dict(sched) if isinstance(sched, dict) else {}
+    sched = dict(_schedule(store))
     sched["missed"] = int(finite_or(sched.get("missed"), 0)) + 1
     sched["missed_session"] = deps.number
     sched["missed_at"] = now_iso(ms=True)
