@@ -26,6 +26,9 @@ REPOSITORY_TESTS = ("test_cli_inprocess.py", "test_deploy_files.py", "test_docs.
 
 # Modules without a test file of their own: where each one's behaviour is tested, and why not in its own file.
 ELSEWHERE: dict[str, str] = {
+    "brainstem/tools/mcp_launch.py": "the keeper a stdio MCP server runs under, as a process of its own: "
+                                     "tests/tools/test_mcp_client.py and tests/hostile/test_mcp_attacks.py run "
+                                     "real servers under it",
     "brainstem/session/replay_mcp.py": "a replay's MCP servers: tests/e2e/test_mcp.py replays a session whose "
                                        "agent step called two MCP tools side by side (same behaviour)",
     "brainstem/tools/fetch_guard.py": "between ctx.fetch and the wire: tests/tools/test_services.py (secrets bound "

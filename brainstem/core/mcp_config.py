@@ -11,15 +11,18 @@ A server with ``command`` runs on this host over stdio; one with ``url`` is reac
 HTTP. Its tools are offered to the agent as ``mcp__SERVER__TOOL``. The file is the operator's, never
 the store's: nothing the agent writes adds, changes or lists a server. Every value of a server's
 ``env`` and ``headers`` is treated as a secret (redacted wherever the runtime redacts, never shown to
-the agent); what is not secret belongs in ``args`` or the URL.
+the agent), and so is a credential inside one of them, an argument or the URL (a URL's password, a
+``password=...`` pair, a query's ``token``: :func:`credentials_in`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -120,24 +123,70 @@ def load_servers(path: str) -> MCPConfig:
 
 
 MIN_SECRET_CHARS = 8  # shorter values ("1", "info") would be found in ordinary text
+MIN_PIECE_CHARS = 6  # a credential named as one (a URL's password, password=...) counts from here
+# The names under which a value inside a longer one (a DSN's pairs, a URL's query) is a credential.
+CREDENTIAL_NAME = re.compile(r"(?i)(pass(word|wd|phrase)?|pwd|secret|token|key|auth\w*|credentials?|sig(nature)?)\Z")
+URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+PAIR_IN_TEXT = re.compile(r"([A-Za-z][A-Za-z0-9_.-]*)\s*[=:]\s*(?:'([^']*)'|\"([^\"]*)\"|([^\s;&,'\"]+))")
 
 
 def secret_values(config: MCPConfig) -> dict[str, str]:
-    """Every value of every server's ``env`` and ``headers`` (and the credentials of an ``Authorization:
-    Bearer ...`` value on their own), by a label naming where it sits; values under
-    :data:`MIN_SECRET_CHARS` are left out."""
+    """The operator's file's secrets, by a label naming where each sits: every value of every server's
+    ``env`` and ``headers`` (values under :data:`MIN_SECRET_CHARS` left out), and the credentials held
+    inside those values, the ``args`` and the ``url`` (:func:`credentials_in`)."""
     out: dict[str, str] = {}
     for name, server in config.servers.items():
-        kind = "env" if isinstance(server, StdioServer) else "header"
-        found = server.env if isinstance(server, StdioServer) else server.headers
+        if isinstance(server, StdioServer):
+            kind, found, plain = "env", server.env, {f"arg{i}": a for i, a in enumerate(server.args)}
+        else:
+            kind, found, plain = "header", server.headers, {"url": server.url}
         for key, value in found.items():
             label = f"mcp:{name}:{kind}:{key}"
-            scheme, _, credentials = value.strip().partition(" ")
-            if credentials.strip() and scheme.isalpha() and len(credentials.strip()) >= MIN_SECRET_CHARS:
-                out[label + ":credentials"] = credentials.strip()
             if len(value) >= MIN_SECRET_CHARS:
                 out[label] = value
+            out.update({f"{label}:{piece}": v for piece, v in credentials_in(value)})
+        for key, value in plain.items():
+            out.update({f"mcp:{name}:{key}:{piece}": v for piece, v in credentials_in(value)})
+        if isinstance(server, StdioServer):  # --token VALUE: the argument after a credential's flag
+            for i, (flag, value) in enumerate(zip(server.args, server.args[1:], strict=False)):
+                named = re.fullmatch(r"-{1,2}([A-Za-z][A-Za-z0-9_.-]*)", flag)
+                if named and CREDENTIAL_NAME.search(re.split(r"[_.-]", named.group(1))[-1]) \
+                        and len(value) >= MIN_PIECE_CHARS:
+                    out[f"mcp:{name}:arg{i + 1}"] = value
     return out
+
+
+def credentials_in(text: str) -> list[tuple[str, str]]:
+    """The credentials inside ``text``, (what, value): the password and ``user:password`` of a URL's
+    userinfo, a URL query's or a ``key=value`` / ``key: value`` pair's value under a credential's name
+    (:data:`CREDENTIAL_NAME`), and the credentials of an ``Authorization``-style ``SCHEME CREDENTIALS``
+    value (decoded, for ``Basic``). Values under :data:`MIN_PIECE_CHARS` are left out."""
+    found: list[tuple[str, str]] = []
+    for m in URL_IN_TEXT.finditer(text):
+        try:
+            parts = urlsplit(m.group(0))
+            password, user = parts.password, parts.username
+        except ValueError:
+            continue
+        if password:
+            found += [("password", unquote(password)), ("password_quoted", password),
+                      ("userinfo", f"{unquote(user or '')}:{unquote(password)}")]
+        found += [(k, v) for k, v in parse_qsl(parts.query) if CREDENTIAL_NAME.search(k.split("_")[-1])]
+    for m in PAIR_IN_TEXT.finditer(text):
+        key, value = m.group(1), next(g for g in m.groups()[1:] if g is not None)
+        if CREDENTIAL_NAME.search(re.split(r"[_.-]", key)[-1]) and not value.startswith("//"):
+            found.append((key, value))
+    scheme, _, given = text.strip().partition(" ")
+    if given.strip() and scheme.isalpha() and " " not in given.strip():
+        found.append(("credentials", given.strip()))
+        if scheme.lower() == "basic":
+            try:
+                pair = base64.b64decode(given.strip(), validate=True).decode("utf-8")
+            except (ValueError, UnicodeError):
+                pair = ""
+            if ":" in pair:
+                found += [("userinfo", pair), ("password", pair.partition(":")[2])]
+    return [(what, value) for what, value in found if len(value) >= MIN_PIECE_CHARS]
 
 
 # --- the names the agent sees ---

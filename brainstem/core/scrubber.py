@@ -390,6 +390,8 @@ def put_back_url(url: str, sent: Mapping[str, str]) -> str:
 def _strings(obj: Any, _depth: int = 0):
     if isinstance(obj, str):
         yield obj
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield str(obj)  # a secret of digits, passed as a JSON number
     elif _depth <= MAX_DEPTH and isinstance(obj, dict):
         for k, v in obj.items():
             yield from _strings(k, _depth + 1)

@@ -65,6 +65,9 @@ class RecordedMCP:
     def list_all(self, timeout: float) -> dict[str, Listing]:
         return dict(sorted(self.listings.items()))
 
+    def list_tools(self, server: str, timeout: float) -> Listing:
+        return self.listings.get(server) or Listing(server, error="the original session did not list this server")
+
     def timeout_of(self, server: str) -> float:
         return self.ORDER_WAIT + 1.0  # answered from the recording
 

@@ -86,6 +86,11 @@ class Redactor:
             return out
         if isinstance(obj, (list, tuple)):
             return [self(v, _path) for v in obj]
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._secrets:
+            # A secret of digits comes back as a JSON number as readily as as text.
+            shown = str(obj)
+            hidden = self.text(shown)
+            return obj if hidden == shown else hidden
         return obj
 
 

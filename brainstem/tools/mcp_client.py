@@ -8,8 +8,9 @@ the session waits for its answer no longer than it is given.
 
 A stdio server is code the operator installed, but the agent chooses its arguments, so it runs:
 
-* in a session and process group of its own (the SDK starts it so), which is killed when the session ends,
-  whatever its leader did (:func:`_kill_leftovers`, Linux);
+* in a session and process group of its own (the SDK starts it so), under a keeper that is its child
+  subreaper (:mod:`brainstem.tools.mcp_launch`): when the session ends, or the runtime dies, every process
+  the server started ends too, one that left its group, its environment and its parent included (Linux);
 * with a clean environment: ``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM`` and ``USER`` from the
   runtime's, and the ``env`` of the operator's file; none of the runtime's own settings or keys;
 * its stderr kept apart (a temporary file), read only for the last line of a server that failed.
@@ -24,9 +25,12 @@ This is the one module that imports the SDK, and only once a server is used: the
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import shutil
 import signal
+import sys
 import tempfile
 import threading
 import uuid
@@ -42,6 +46,7 @@ MAX_RESULT_CHARS = 50_000  # what one result may hold; a larger one is cut, and 
 MAX_TOOLS = 200  # tools one server may offer; pages past it are not asked for
 CLOSE_SECONDS = 8.0  # what ending every server may take at the session's end (the SDK's own shutdown is bounded)
 CONNECTION_CLOSED = -32000  # the JSON-RPC error code the SDK gives a call whose connection ended
+KEEPER = str(Path(__file__).with_name("mcp_launch.py"))  # what a stdio server runs under
 TAG = "BRAINSTEM_MCP_SERVER"  # set in each stdio server's environment, so what it left behind can be found
 
 
@@ -90,13 +95,15 @@ class MCPServers:
     # --- the session's side ---
 
     def list_tools(self, server: str, timeout: float) -> Listing:
-        """``server``'s tools (asked once a session; a failure is kept too, so it is not asked again)."""
+        """``server``'s tools (asked once a session, for no longer than ``timeout`` or the server's own
+        ``timeout``; a failure is kept too, so it is not asked again)."""
         with self._lock:
             if server in self._listings:
                 return self._listings[server]
         if server not in self.config.enabled:
             listing = Listing(server, error=f"no MCP server {server!r} in BRAINSTEM_MCP_CONFIG")
         else:
+            timeout = min(timeout, self.timeout_of(server))
             try:
                 tools = self._run(self._list(server, timeout), timeout)
                 listing = Listing(server, tools=self.redact(tools))
@@ -106,7 +113,8 @@ class MCPServers:
             return self._listings.setdefault(server, listing)
 
     def list_all(self, timeout: float) -> dict[str, Listing]:
-        """Every enabled server's tools, the servers not asked yet asked side by side."""
+        """Every enabled server's tools, the servers not asked yet asked side by side (each for no longer
+        than ``timeout`` or its own ``timeout``, whichever is shorter)."""
         with self._lock:
             ask = [s for s in self.names if s not in self._listings]
         if ask:
@@ -121,8 +129,9 @@ class MCPServers:
 
     async def _list_many(self, servers: list[str], timeout: float) -> dict[str, Listing]:
         async def one(server: str) -> Listing:
-            try:
-                return Listing(server, tools=self.redact(await self._list(server, timeout)))
+            try:  # each within its own ``timeout`` too
+                return Listing(server, tools=self.redact(await self._list(server, min(timeout,
+                                                                                     self.timeout_of(server)))))
             except MCPError as exc:
                 return Listing(server, error=str(self.redact(str(exc))))
         found = await asyncio.gather(*(one(s) for s in servers))
@@ -298,9 +307,13 @@ def _transport(conn: _Conn) -> Any:
     server = conn.server
     if isinstance(server, StdioServer):
         conn.errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-        # The SDK starts it with start_new_session and an environment of only its few basics and these.
-        params = StdioServerParameters(command=server.command, args=list(server.args),
-                                       env={**server.env, TAG: conn.tag or ""}, cwd=server.cwd)
+        # The SDK starts it with start_new_session and an environment of only its few basics and these, under
+        # the keeper that ends whatever it starts (mcp_launch.py, run as a plain script).
+        env = {**server.env, TAG: conn.tag or ""}
+        command = _executable(server.command, env.get("PATH"), server.cwd)  # None: the runtime's PATH, as the SDK gives
+        params = StdioServerParameters(command=sys.executable,
+                                       args=["-I", "-S", KEEPER, str(os.getpid()), "--", command, *server.args],
+                                       env=env, cwd=server.cwd)
         return stdio_client(params, errlog=conn.errlog)
 
     @asynccontextmanager
@@ -310,6 +323,18 @@ def _transport(conn: _Conn) -> Any:
             yield streams
 
     return http()
+
+
+def _executable(command: str, path: str | None, cwd: str | None) -> str:
+    """``command`` as the keeper will run it, checked first: one that is missing says so here, not as a
+    keeper that exited."""
+    if "/" in command:
+        found = command if os.access(Path(cwd or ".") / command, os.X_OK) else None
+    else:
+        found = shutil.which(command, path=path)
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", command)
+    return found
 
 
 def _result(result: Any) -> tuple[bool, Any]:

@@ -6,10 +6,12 @@ it may send to (through the runtime: the bot token is never code's).
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from brainstem.core import events
 from brainstem.core.errors import BrainstemError
 from brainstem.core.mcp_config import secret_values
 from brainstem.core.scrubber import Scrubber
@@ -21,6 +23,12 @@ from brainstem.state.config import effective_models, operator_models
 from brainstem.store.base import Store
 from brainstem.store.karma import Redactor
 from brainstem.tools.bot_api import ClientConfig
+
+_QUOTA_LOCK = threading.Lock()
+
+
+class QuotaExceeded(Exception):
+    """A tool write would pass the operator's write quota (message for the tool)."""
 
 
 @dataclass
@@ -76,6 +84,23 @@ class ToolPolicy:
     mcp_config: Callable[[], Any] | None = None
     mcp_replay: Any = None
     _mcp: dict[str, Any] = field(default_factory=dict)
+
+    def charge(self, record: Callable[..., Any], tool: str, used: int, key: str, size: int) -> int:
+        """Count ``size`` bytes that ``tool`` writes to ``key`` (or that karma records for it) against the
+        write quotas, per call (``used`` so far) and per session; the call's new count, or
+        :class:`QuotaExceeded` (recorded ``quota_exceeded``) when it would pass one."""
+        with _QUOTA_LOCK:  # an agent step runs tools side by side: the session's count is checked and added at once
+            if used + size > self.tool_write_quota:
+                limit, written, which = self.tool_write_quota, used, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
+            elif self.session_written[0] + size > self.session_write_quota:
+                limit, written = self.session_write_quota, self.session_written[0]
+                which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
+            else:
+                self.session_written[0] += size
+                return used + size
+        record(events.QUOTA_EXCEEDED, tool=tool, key=key, bytes=size, written=written, quota=limit)
+        raise QuotaExceeded(f"write quota exceeded: writing {size} bytes to {key} would pass {limit} bytes "
+                            f"({which}; {written} written so far)")
 
     def mcp(self) -> Any:
         """The MCP servers of this session (:class:`~brainstem.tools.mcp_client.MCPServers`, started on first

@@ -16,7 +16,6 @@ bot token is never granted: ``ctx.send_telegram`` asks this process to send (see
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from brainstem.store.base import Store
 from brainstem.tools import mcp_tools
 from brainstem.tools.fetch_guard import FetchGuard
 from brainstem.tools.operator_chat import send
-from brainstem.tools.policy import ToolPolicy
+from brainstem.tools.policy import QuotaExceeded, ToolPolicy
 from brainstem.tools.tool import MAX_TIMEOUT_MS, ToolError, ToolMeta, load_tool
 
 # Each fetch's answer is kept in karma, so a replay can answer the same fetch without the world;
@@ -54,13 +53,6 @@ class ToolOutcome:
     duration_ms: float = 0.0
     retryable: bool = True  # False when trying again cannot help (no such tool, invalid meta)
     not_run: str | None = None  # why the tool was held back ("dry_run", "manual"); value is then a stand-in
-
-
-_QUOTA_LOCK = threading.Lock()
-
-
-class QuotaExceeded(Exception):
-    """A tool write would pass the operator's write quota (message for the tool)."""
 
 
 class ToolServices:
@@ -178,20 +170,7 @@ class ToolServices:
         self._charge_quota("karma (result)", len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8")))
 
     def _charge_quota(self, key: str, size: int) -> None:
-        p = self._policy
-        with _QUOTA_LOCK:  # an agent step runs tools side by side: the session's count is checked and added at once
-            if self._written + size > p.tool_write_quota:
-                limit, used, which = p.tool_write_quota, self._written, "BRAINSTEM_TOOL_WRITE_QUOTA, per tool call"
-            elif p.session_written[0] + size > p.session_write_quota:
-                limit, used = p.session_write_quota, p.session_written[0]
-                which = "BRAINSTEM_SESSION_WRITE_QUOTA, per session"
-            else:
-                self._written += size
-                p.session_written[0] += size
-                return
-        self._record(events.QUOTA_EXCEEDED, tool=self.name, key=key, bytes=size, written=used, quota=limit)
-        raise QuotaExceeded(f"write quota exceeded: writing {size} bytes to {key} would pass {limit} bytes "
-                            f"({which}; {used} written so far)")
+        self._written = self._policy.charge(self._record, self.name, self._written, key, size)
 
     def kv_delete(self, key: str) -> bool:
         return self._kv.delete(self._write_key(key), source=f"tool:{self.name}")
@@ -344,7 +323,7 @@ def run_tool(name: str, args: Any, *, store: Store, agent_kv: AgentKV, record: C
         return ToolOutcome(ok=False, error=f"not run: {why}", retryable=False, not_run="review_dropped")
     record(events.TOOL_START, tool=name, step_id=step_id, attempt=attempt, input=args, **tagged)
     if meta is None:
-        outcome = _run_mcp(name, args, store, policy, t0, max_timeout_ms)
+        outcome = _run_mcp(name, args, store, record, policy, t0, max_timeout_ms)
     else:
         outcome = _run_sandboxed(name, args, code or "", meta, store, agent_kv, record, policy, t0, max_timeout_ms,
                                  on_read, on_seen)
@@ -376,17 +355,28 @@ def _run_sandboxed(name: str, args: Any, code: str, meta: ToolMeta, store: Store
     return outcome
 
 
-def _run_mcp(name: str, args: Any, store: Store, policy: ToolPolicy, t0: float,
+def _run_mcp(name: str, args: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy, t0: float,
              max_timeout_ms: int | None) -> ToolOutcome:
     """The MCP tool ``name``, called on the operator's server, for no longer than the time it is given (and
-    its server's ``timeout``)."""
+    its server's ``timeout``). What it answers is recorded in karma, so it counts against the write quotas
+    as a tool's result does."""
     if policy.withdrawn or refusals.held(store):  # as for the agent's code: held until the operator has looked
         return ToolOutcome(ok=False, error=refusals.HELD_MESSAGE, retryable=False)
     timeout = float(MAX_TIMEOUT_MS) / 1000 if max_timeout_ms is None else max(0.05, max_timeout_ms / 1000)
-    out = mcp_tools.call(policy, name, args, timeout)
+    out = mcp_tools.call(policy, record, name, args, timeout)
     # A server that failed may well answer a second time, but it was asked once already: retrying an act
     # with effects is the plan's choice (its retries), not the runtime's.
-    return ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=(time.monotonic() - t0) * 1000)
+    outcome = ToolOutcome(ok=out.ok, value=out.value, error=out.error, duration_ms=(time.monotonic() - t0) * 1000,
+                          retryable=out.retryable)
+    answered = out.value if out.ok else out.error
+    if answered is not None:
+        try:
+            policy.charge(record, name, 0, "karma (result)",
+                          len(json.dumps(answered, ensure_ascii=False, default=str).encode("utf-8")))
+        except QuotaExceeded as exc:
+            outcome = ToolOutcome(ok=False, error=f"quota_exceeded: {exc}", duration_ms=outcome.duration_ms,
+                                  retryable=False)
+    return outcome
 
 
 def _refused_input(name: str, args: Any, store: Store, record: Callable[..., Any], policy: ToolPolicy,

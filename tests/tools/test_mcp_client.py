@@ -95,7 +95,9 @@ def test_a_stdio_server_runs_apart_and_ends_with_the_session():
     try:
         assert who.ok and child.ok, (who, child)
         me = json.loads(who.value) if isinstance(who.value, str) else who.value
-        assert me["pgid"] == me["pid"] == me["sid"] and me["pgid"] != os.getpgid(0)
+        # under its keeper (the group's leader), apart from us
+        assert me["pgid"] == me["sid"] == me["ppid"] != me["pid"] and me["pgid"] != os.getpgid(0)
+        assert "mcp_launch.py" in Path(f"/proc/{me['ppid']}/cmdline").read_text()
         assert set(me["env"]) - BASICS == {"PROBE_SECRET", "BRAINSTEM_MCP_SERVER"}
         leaked = s.call_tool("probe", "leak", {}, 30)
         assert leaked.ok and SECRET not in json.dumps(leaked.value) and "[REDACTED:mcp:probe:env:PROBE_SECRET]" \

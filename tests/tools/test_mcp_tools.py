@@ -9,6 +9,7 @@ from brainstem.tools.mcp_client import Listing
 from brainstem.tools.mcp_tools import call, catalog, prompt_entries
 from brainstem.tools.policy import ToolPolicy
 
+NO_RECORD = lambda *a, **k: None  # noqa: E731
 GOOD = {"name": "get_time", "description": "The time.", "input": {"type": "object", "properties": {}}}
 
 
@@ -23,6 +24,9 @@ class Source:
                                                  {**GOOD, "name": "bad_schema", "input": {"type": "string"}},
                                                  {**GOOD, "name": "has space"}]),
                 "down": Listing("down", error="could not be started: FileNotFoundError")}
+
+    def list_tools(self, server, timeout):
+        return self.list_all(timeout).get(server) or Listing(server, error="no such server")
 
     def timeout_of(self, server):
         return 5.0
@@ -53,10 +57,25 @@ def test_only_what_a_model_can_carry_is_offered_and_the_listing_is_recorded_once
 def test_a_call_gets_no_more_time_than_its_server_allows():
     source = Source()
     policy = ToolPolicy(mcp_replay=source)
-    assert call(policy, "mcp__clock__get_time", {}, 100.0).ok
-    assert source.calls == [("clock", "get_time", {}, 5.0)]
-    assert not call(policy, "mcp__clock__get_time", [1], 1.0).ok  # an input that is not an object
-    assert not call(policy, "kv_read", {}, 1.0).ok
+    assert call(policy, NO_RECORD, "mcp__clock__get_time", {}, 100.0).ok
+    [(server, tool, args, timeout)] = source.calls
+    assert (server, tool, args) == ("clock", "get_time", {}) and 4.9 < timeout <= 5.0
+    assert not call(policy, NO_RECORD, "mcp__clock__get_time", [1], 1.0).ok  # an input that is not an object
+    assert not call(policy, NO_RECORD, "kv_read", {}, 1.0).ok
+
+
+def test_only_a_tool_offered_this_session_reaches_its_server():
+    """Whatever names it (an action step, a reflex, a schedule): a tool its server did not list, listed
+    under a name a function call cannot carry or with a schema that is not one, or of a server that is
+    down or unknown, is refused, and the server is never asked."""
+    source, recorded = Source(), []
+    policy = ToolPolicy(mcp_replay=source)
+    for name in ("mcp__clock__hidden", "mcp__clock__" + "x" * 80, "mcp__clock__bad_schema",
+                 "mcp__clock__has space", "mcp__down__get_time", "mcp__nowhere__get_time"):
+        out = call(policy, lambda event, **f: recorded.append(event), name, {}, 5.0)
+        assert not out.ok and not out.retryable and "not offered" in out.error, (name, out)
+    assert source.calls == []
+    assert recorded.count("mcp_tools") == 3  # each server's listing once: clock, down and the unknown one
 
 
 def test_a_bad_file_is_recorded_once_and_offers_nothing():
@@ -69,4 +88,4 @@ def test_a_bad_file_is_recorded_once_and_offers_nothing():
         found = catalog(policy, lambda event, **f: recorded.append(event), timeout=5)
         assert not found.tools and "not valid JSON" in found.why_not("mcp__a__b")
     assert recorded == ["mcp_config_invalid"]
-    assert "not valid JSON" in call(policy, "mcp__a__b", {}, 1.0).error
+    assert "not valid JSON" in call(policy, NO_RECORD, "mcp__a__b", {}, 1.0).error
